@@ -1,0 +1,38 @@
+// The one place that decides which CPU kernels this machine runs, by its
+// instruction sets. The environment variable NIBBLE_ISA (scalar, avx2) caps
+// the level, to test or compare the slower paths on a faster CPU.
+//
+// Example:
+//   nibble::Scheduler scheduler(nibble::cpu::CpuKernels());
+#ifndef NIBBLE_KERNELS_CPU_CPU_KERNELS_H_
+#define NIBBLE_KERNELS_CPU_CPU_KERNELS_H_
+
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "kernels/gemm_kernel.h"
+
+namespace nibble::cpu {
+
+// Ordered: each level includes the ones before it.
+enum class Isa { kScalar, kAvx2 };
+
+absl::string_view IsaName(Isa isa);
+// What this CPU supports, capped by NIBBLE_ISA when set.
+Isa DetectIsa();
+
+struct CpuKernel {
+  const GemmKernel* kernel;
+  Isa isa;  // the level the kernel needs
+};
+
+// Every CPU kernel compiled in, whether or not this CPU can run it.
+const std::vector<CpuKernel>& AllCpuKernels();
+
+// The kernels that run at `isa`, fastest ISA first, the references last.
+// The kernels live for the whole program.
+std::vector<const GemmKernel*> CpuKernels(Isa isa = DetectIsa());
+
+}  // namespace nibble::cpu
+
+#endif  // NIBBLE_KERNELS_CPU_CPU_KERNELS_H_

@@ -1,0 +1,81 @@
+// The interface every GEMM kernel implements, whatever its backend: it says
+// what it is called, which problems it can solve, and solves them.
+//
+// A kernel computes C [M, N] = A [M, K] · dequant(B), with A and C in the
+// problem's dtype (row-major, little-endian) and fp32 accumulation.
+//
+// Example:
+//   nibble::GemmProblem problem{.m = 4, .n = w.spec().n, .k = w.spec().k,
+//                               .format = w.spec().format,
+//                               .group_size = w.spec().group_size,
+//                               .dtype = nibble::DType::kF32, .threads = 2};
+//   if (kernel.Supports(problem)) {
+//     absl::Status s = kernel.Run(problem, {&w, a.data(), c.data()}, pool);
+//   }
+#ifndef NIBBLE_KERNELS_GEMM_KERNEL_H_
+#define NIBBLE_KERNELS_GEMM_KERNEL_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "kernels/dtype.h"
+#include "kernels/packed_weight.h"
+#include "kernels/thread_pool.h"
+#include "kernels/weight_format.h"
+
+namespace nibble {
+
+// The kernel family of the design documents, plus the scalar reference.
+enum class KernelVariant {
+  kReference,       // plain scalar loops; always correct, never fast
+  kFused,           // dequantize in registers straight into the FMAs
+  kDoubleBuffered,  // dequantize a panel into a buffer while multiplying the
+                    // previous one; for large M
+  kStriped,         // split K across threads, reduce partial sums at the end
+};
+
+// "reference", "fused", "double_buffered" or "striped".
+absl::string_view KernelVariantName(KernelVariant variant);
+
+struct GemmProblem {
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  WeightFormat format = WeightFormat::kU4b8;
+  int64_t group_size = 0;
+  DType dtype = DType::kF32;
+  int threads = 1;
+
+  // e.g. "m=4 n=4096 k=4096 u4b8 group=128 f32 threads=2".
+  std::string DebugString() const;
+};
+
+// The problem of multiplying `m` rows of `dtype` by `weight`.
+GemmProblem MakeGemmProblem(const PackedWeight& weight, int64_t m, DType dtype,
+                            int threads);
+
+struct GemmOperands {
+  const PackedWeight* b = nullptr;
+  const void* a = nullptr;  // [M, K]
+  void* c = nullptr;        // [M, N]
+};
+
+class GemmKernel {
+ public:
+  virtual ~GemmKernel() = default;
+
+  // Variant, format and ISA, e.g. "fused_u4b8_avx2".
+  virtual absl::string_view name() const = 0;
+  virtual KernelVariant variant() const = 0;
+  virtual bool Supports(const GemmProblem& problem) const = 0;
+  // Requires Supports(problem) and operands matching the problem.
+  virtual absl::Status Run(const GemmProblem& problem,
+                           const GemmOperands& operands,
+                           ThreadPool& pool) const = 0;
+};
+
+}  // namespace nibble
+
+#endif  // NIBBLE_KERNELS_GEMM_KERNEL_H_

@@ -1,0 +1,45 @@
+#include "kernels/packed_weight.h"
+
+namespace nibble {
+namespace {
+
+// Copies a [rows, n] row-major array into [panels][rows][kPanelWidth],
+// leaving the padding columns of the last panel value-initialized (zero).
+template <typename T>
+std::vector<T> ToPanels(const std::vector<T>& src, int64_t rows, int64_t n,
+                        int64_t panels) {
+  constexpr int64_t kWidth = PackedWeight::kPanelWidth;
+  std::vector<T> dst(panels * rows * kWidth);
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    const int64_t first_col = panel * kWidth;
+    const int64_t width = std::min(kWidth, n - first_col);
+    for (int64_t row = 0; row < rows; ++row) {
+      const T* from = &src[row * n + first_col];
+      T* to = &dst[(panel * rows + row) * kWidth];
+      std::copy(from, from + width, to);
+    }
+  }
+  return dst;
+}
+
+}  // namespace
+
+absl::StatusOr<PackedWeight> PackedWeight::Pack(
+    const QuantizedWeight& canonical) {
+  if (absl::Status status = canonical.Validate(); !status.ok()) return status;
+  const WeightSpec& spec = canonical.spec;
+  PackedWeight packed;
+  packed.spec_ = spec;
+  packed.panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
+  packed.codes_ = ToPanels(canonical.qweight, spec.k / kCodesPerWord, spec.n,
+                           packed.panels_);
+  packed.scales_ =
+      ToPanels(canonical.scales, spec.groups(), spec.n, packed.panels_);
+  if (HasZeros(spec.format)) {
+    packed.zeros_ =
+        ToPanels(canonical.zeros, spec.groups(), spec.n, packed.panels_);
+  }
+  return packed;
+}
+
+}  // namespace nibble

@@ -1,0 +1,61 @@
+// The layout the CPU kernels read, made once from the canonical layout when a
+// weight is uploaded. Columns are grouped into panels of kPanelWidth, and each
+// panel is contiguous, so a kernel streams one panel front to back:
+//   codes  [panels][K/8][kPanelWidth] uint32 (the canonical words, regrouped)
+//   scales [panels][K/group][kPanelWidth] fp16 bits
+//   zeros  [panels][K/group][kPanelWidth] uint8 (kU4 only)
+// Columns past N in the last panel have code 0 and scale 0, so they add 0.
+//
+// Example:
+//   absl::StatusOr<nibble::PackedWeight> packed =
+//       nibble::PackedWeight::Pack(canonical);
+//   const uint32_t* words = packed->panel_codes(p);  // row block i at i * 16
+#ifndef NIBBLE_KERNELS_PACKED_WEIGHT_H_
+#define NIBBLE_KERNELS_PACKED_WEIGHT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/weight_format.h"
+
+namespace nibble {
+
+class PackedWeight {
+ public:
+  static constexpr int64_t kPanelWidth = 16;
+
+  // Fails when `canonical` does not pass QuantizedWeight::Validate().
+  static absl::StatusOr<PackedWeight> Pack(const QuantizedWeight& canonical);
+
+  const WeightSpec& spec() const { return spec_; }
+  int64_t panels() const { return panels_; }
+  const uint32_t* panel_codes(int64_t panel) const {
+    return codes_.data() + panel * (spec_.k / kCodesPerWord) * kPanelWidth;
+  }
+  const uint16_t* panel_scales(int64_t panel) const {
+    return scales_.data() + panel * spec_.groups() * kPanelWidth;
+  }
+  // nullptr unless the format has zero points.
+  const uint8_t* panel_zeros(int64_t panel) const {
+    return zeros_.empty() ? nullptr
+                          : zeros_.data() + panel * spec_.groups() * kPanelWidth;
+  }
+  int64_t resident_bytes() const {
+    return codes_.size() * sizeof(uint32_t) + scales_.size() * sizeof(uint16_t) +
+           zeros_.size();
+  }
+
+ private:
+  PackedWeight() = default;
+
+  WeightSpec spec_;
+  int64_t panels_ = 0;
+  std::vector<uint32_t> codes_;
+  std::vector<uint16_t> scales_;
+  std::vector<uint8_t> zeros_;
+};
+
+}  // namespace nibble
+
+#endif  // NIBBLE_KERNELS_PACKED_WEIGHT_H_

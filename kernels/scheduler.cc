@@ -1,0 +1,40 @@
+#include "kernels/scheduler.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace nibble {
+
+Scheduler::Scheduler(std::vector<const GemmKernel*> kernels, TuningTable table)
+    : kernels_(std::move(kernels)), table_(table) {}
+
+KernelVariant Scheduler::PreferredVariant(const GemmProblem& problem) const {
+  const int64_t panels =
+      (problem.n + PackedWeight::kPanelWidth - 1) / PackedWeight::kPanelWidth;
+  if (panels < table_.striped_below_panels_per_thread * problem.threads) {
+    return KernelVariant::kStriped;
+  }
+  return problem.m <= table_.fused_max_m ? KernelVariant::kFused
+                                         : KernelVariant::kDoubleBuffered;
+}
+
+absl::StatusOr<const GemmKernel*> Scheduler::Pick(
+    const GemmProblem& problem) const {
+  const KernelVariant order[] = {
+      PreferredVariant(problem), KernelVariant::kFused,
+      KernelVariant::kDoubleBuffered, KernelVariant::kStriped,
+      KernelVariant::kReference};
+  for (KernelVariant variant : order) {
+    for (const GemmKernel* kernel : kernels_) {
+      if (kernel->variant() == variant && kernel->Supports(problem)) {
+        return kernel;
+      }
+    }
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no kernel supports ", problem.DebugString()));
+}
+
+}  // namespace nibble
