@@ -1,0 +1,39 @@
+# nibble's two front doors: `make demo` and `make test`. Both install missing
+# dependencies (deploy/install-deps.sh) and build first.
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test demo kernels clean format
+
+all: build
+
+deps:
+	@deploy/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DNIBBLE_BUILD_SERVICE=ON $(CMAKE_FLAGS) > /dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --output-on-failure --timeout 300
+
+demo: build
+	deploy/demo.sh $(BUILD_DIR)/bin
+
+# The kernels alone, their tests and benchmark: no gRPC needed (GPU machines).
+kernels:
+	cmake -S . -B $(BUILD_DIR)-kernels -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DNIBBLE_BUILD_SERVICE=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD_DIR)-kernels -j $(JOBS)
+	ctest --test-dir $(BUILD_DIR)-kernels -j $(JOBS) --output-on-failure
+
+clean:
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-kernels
+
+format:
+	git ls-files '*.h' '*.cc' | xargs clang-format -i

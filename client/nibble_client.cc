@@ -1,0 +1,166 @@
+#include "client/nibble_client.h"
+
+#include <bit>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/proto_conversions.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/status.h"
+
+namespace nibble {
+namespace {
+
+// The canonical layout is little-endian; tensors are sent as their host bytes.
+static_assert(std::endian::native == std::endian::little);
+
+absl::Status ToAbslStatus(const grpc::Status& status) {
+  // gRPC and absl share the canonical status code numbering.
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+template <typename T>
+absl::string_view AsBytes(const std::vector<T>& values) {
+  return absl::string_view(reinterpret_cast<const char*>(values.data()),
+                           values.size() * sizeof(T));
+}
+
+}  // namespace
+
+grpc::ChannelArguments DefaultChannelArguments() {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(-1);
+  return arguments;
+}
+
+std::shared_ptr<grpc::Channel> CreateChannel(
+    absl::string_view target, const grpc::ChannelArguments& arguments) {
+  return grpc::CreateCustomChannel(
+      std::string(target), grpc::InsecureChannelCredentials(), arguments);
+}
+
+NibbleClient::NibbleClient(std::shared_ptr<grpc::Channel> channel,
+                           absl::Duration timeout)
+    : nibble_stub_(v1::NibbleService::NewStub(channel)),
+      health_stub_(grpc::health::v1::Health::NewStub(channel)),
+      timeout_(timeout) {}
+
+void NibbleClient::PrepareContext(grpc::ClientContext& context) const {
+  if (timeout_ != absl::InfiniteDuration()) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  }
+}
+
+absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
+    const QuantizedWeight& weight, absl::string_view name) {
+  if (absl::Status status = weight.Validate(); !status.ok()) return status;
+
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::WeightInfo info;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadWeightRequest>> writer =
+      nibble_stub_->UploadWeight(&context, &info);
+
+  v1::UploadWeightRequest request;
+  v1::WeightHeader& header = *request.mutable_header();
+  header.set_name(std::string(name));
+  header.set_format(ToProto(weight.spec.format));
+  header.set_k(weight.spec.k);
+  header.set_n(weight.spec.n);
+  header.set_group_size(weight.spec.group_size);
+  // A failed write means the stream is broken; Finish() reports why.
+  bool stream_open = writer->Write(request);
+
+  const std::pair<v1::WeightTensor, absl::string_view> tensors[] = {
+      {v1::WEIGHT_TENSOR_QWEIGHT, AsBytes(weight.qweight)},
+      {v1::WEIGHT_TENSOR_SCALES, AsBytes(weight.scales)},
+      {v1::WEIGHT_TENSOR_ZEROS, AsBytes(weight.zeros)},
+  };
+  for (const auto& [tensor, bytes] : tensors) {
+    for (size_t offset = 0; stream_open && offset < bytes.size();
+         offset += kMaxUploadChunkBytes) {
+      v1::WeightChunk& chunk = *request.mutable_chunk();
+      chunk.set_tensor(tensor);
+      chunk.set_offset(offset);
+      chunk.set_data(std::string(bytes.substr(offset, kMaxUploadChunkBytes)));
+      stream_open = writer->Write(request);
+    }
+  }
+  if (stream_open) writer->WritesDone();
+  if (grpc::Status status = writer->Finish(); !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return info;
+}
+
+absl::StatusOr<v1::MatmulResponse> NibbleClient::Matmul(absl::string_view name,
+                                                        int64_t m, DType dtype,
+                                                        absl::string_view a) {
+  v1::MatmulRequest request;
+  request.set_weight_name(std::string(name));
+  request.set_m(m);
+  request.set_dtype(ToProto(dtype));
+  request.set_a(std::string(a));
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::MatmulResponse response;
+  if (grpc::Status status = nibble_stub_->Matmul(&context, request, &response);
+      !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return response;
+}
+
+absl::StatusOr<v1::WeightInfo> NibbleClient::GetWeight(absl::string_view name) {
+  v1::GetWeightRequest request;
+  request.set_name(std::string(name));
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::WeightInfo info;
+  if (grpc::Status status = nibble_stub_->GetWeight(&context, request, &info);
+      !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return info;
+}
+
+absl::StatusOr<std::vector<v1::WeightInfo>> NibbleClient::ListWeights() {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::ListWeightsResponse response;
+  if (grpc::Status status = nibble_stub_->ListWeights(
+          &context, v1::ListWeightsRequest(), &response);
+      !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return std::vector<v1::WeightInfo>(response.weights().begin(),
+                                     response.weights().end());
+}
+
+absl::Status NibbleClient::DeleteWeight(absl::string_view name) {
+  v1::DeleteWeightRequest request;
+  request.set_name(std::string(name));
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::DeleteWeightResponse response;
+  return ToAbslStatus(nibble_stub_->DeleteWeight(&context, request, &response));
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus>
+NibbleClient::CheckHealth(absl::string_view service) {
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(std::string(service));
+  grpc::ClientContext context;
+  PrepareContext(context);
+  grpc::health::v1::HealthCheckResponse response;
+  if (grpc::Status status = health_stub_->Check(&context, request, &response);
+      !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return response.status();
+}
+
+}  // namespace nibble

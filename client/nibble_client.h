@@ -1,0 +1,86 @@
+// A synchronous client for nibble's NibbleService and the server's standard
+// health service, reporting every failure as an absl::Status that carries the
+// RPC's own code and message.
+//
+// Example:
+//   nibble::NibbleClient client(nibble::CreateChannel("localhost:50051"),
+//                               /*timeout=*/absl::Seconds(30));
+//   nibble::WeightSpec spec{nibble::WeightFormat::kU4b8, 4096, 4096, 128};
+//   absl::StatusOr<nibble::v1::WeightInfo> info =
+//       client.Upload(nibble::RandomQuantizedWeight(spec, 1), "layer0");
+//   absl::StatusOr<nibble::v1::MatmulResponse> c =
+//       client.Matmul("layer0", /*m=*/1, nibble::DType::kF32, a_bytes);
+#ifndef NIBBLE_CLIENT_NIBBLE_CLIENT_H_
+#define NIBBLE_CLIENT_NIBBLE_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "kernels/dtype.h"
+#include "kernels/weight_format.h"
+#include "nibble/v1/nibble.grpc.pb.h"
+
+namespace nibble {
+
+// Upload sends each tensor in slices of at most this many bytes, well below
+// gRPC's default 4 MiB message limit.
+inline constexpr size_t kMaxUploadChunkBytes = size_t{1} << 20;
+
+// Arguments for channels to a nibble server: received messages are unlimited
+// in size, since an output C [M, N] easily exceeds gRPC's default 4 MiB.
+grpc::ChannelArguments DefaultChannelArguments();
+
+// An insecure channel to `target` (HOST:PORT); it connects on first use.
+std::shared_ptr<grpc::Channel> CreateChannel(
+    absl::string_view target,
+    const grpc::ChannelArguments& arguments = DefaultChannelArguments());
+
+// Thread-safe: calls may run concurrently from several threads.
+class NibbleClient {
+ public:
+  // Every call fails with DEADLINE_EXCEEDED once `timeout` has passed.
+  explicit NibbleClient(std::shared_ptr<grpc::Channel> channel,
+                        absl::Duration timeout = absl::InfiniteDuration());
+
+  // Streams the header, then qweight, scales and zeros in slices of at most
+  // kMaxUploadChunkBytes. Fails with InvalidArgument before sending anything
+  // when the weight does not match its spec.
+  absl::StatusOr<v1::WeightInfo> Upload(const QuantizedWeight& weight,
+                                        absl::string_view name);
+
+  // C = A · dequant(B) on the resident weight `name`; `a` holds A [m, K]
+  // row-major as little-endian `dtype` elements.
+  absl::StatusOr<v1::MatmulResponse> Matmul(absl::string_view name, int64_t m,
+                                            DType dtype, absl::string_view a);
+
+  absl::StatusOr<v1::WeightInfo> GetWeight(absl::string_view name);
+  // Sorted by name.
+  absl::StatusOr<std::vector<v1::WeightInfo>> ListWeights();
+  absl::Status DeleteWeight(absl::string_view name);
+
+  // The serving status of `service`, or of the server as a whole when empty.
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus>
+  CheckHealth(absl::string_view service = "");
+
+ private:
+  // Sets the deadline of a new call.
+  void PrepareContext(grpc::ClientContext& context) const;
+
+  std::unique_ptr<v1::NibbleService::Stub> nibble_stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
+  absl::Duration timeout_;
+};
+
+}  // namespace nibble
+
+#endif  // NIBBLE_CLIENT_NIBBLE_CLIENT_H_

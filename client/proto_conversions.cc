@@ -1,0 +1,68 @@
+#include "client/proto_conversions.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace nibble {
+
+v1::WeightFormat ToProto(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kFp4:
+      return v1::WEIGHT_FORMAT_FP4;
+    case WeightFormat::kU4b8:
+      return v1::WEIGHT_FORMAT_U4B8;
+    case WeightFormat::kU4:
+      return v1::WEIGHT_FORMAT_U4;
+  }
+  return v1::WEIGHT_FORMAT_UNSPECIFIED;
+}
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return v1::DTYPE_F32;
+    case DType::kF16:
+      return v1::DTYPE_F16;
+    case DType::kBF16:
+      return v1::DTYPE_BF16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
+  switch (format) {
+    case v1::WEIGHT_FORMAT_FP4:
+      return WeightFormat::kFp4;
+    case v1::WEIGHT_FORMAT_U4B8:
+      return WeightFormat::kU4b8;
+    case v1::WEIGHT_FORMAT_U4:
+      return WeightFormat::kU4;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown weight format ", static_cast<int>(format)));
+  }
+}
+
+absl::StatusOr<DType> FromProto(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_F32:
+      return DType::kF32;
+    case v1::DTYPE_F16:
+      return DType::kF16;
+    case v1::DTYPE_BF16:
+      return DType::kBF16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
+  }
+}
+
+absl::StatusOr<WeightSpec> WeightSpecFromInfo(const v1::WeightInfo& info) {
+  absl::StatusOr<WeightFormat> format = FromProto(info.format());
+  if (!format.ok()) return format.status();
+  const WeightSpec spec{*format, info.k(), info.n(), info.group_size()};
+  if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  return spec;
+}
+
+}  // namespace nibble

@@ -1,0 +1,58 @@
+#include "server/matmul_runner.h"
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace nibble::server {
+
+MatmulRunner::MatmulRunner(const Scheduler* scheduler, ThreadPool* pool)
+    : scheduler_(scheduler), pool_(pool) {}
+
+absl::StatusOr<MatmulResult> MatmulRunner::Run(const PackedWeight& weight,
+                                               absl::string_view weight_name,
+                                               int64_t m, int64_t k,
+                                               DType dtype,
+                                               absl::string_view a) const {
+  const WeightSpec& spec = weight.spec();
+  if (m <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("m=", m, ": A needs at least one row"));
+  }
+  if (k != 0 && k != spec.k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k=", k, " does not match weight \"", weight_name,
+                     "\", which has k=", spec.k));
+  }
+  const int64_t element_bytes = DTypeSize(dtype);
+  const int64_t row_bytes = spec.k * element_bytes;
+  // Checked before multiplying, so that a huge m cannot overflow.
+  if (m > static_cast<int64_t>(a.size()) / row_bytes ||
+      m * row_bytes != static_cast<int64_t>(a.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "A has ", a.size(), " bytes but m=", m, " rows of k=", spec.k, " ",
+        DTypeName(dtype), " values need ", absl::StrCat(m, " x ", row_bytes),
+        " bytes"));
+  }
+  const GemmProblem problem =
+      MakeGemmProblem(weight, m, dtype, pool_->threads());
+  absl::StatusOr<const GemmKernel*> kernel = scheduler_->Pick(problem);
+  if (!kernel.ok()) return kernel.status();
+
+  MatmulResult result;
+  result.c.resize(m * spec.n * element_bytes);
+  result.kernel = std::string((*kernel)->name());
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status status = (*kernel)->Run(
+          problem, GemmOperands{&weight, a.data(), result.c.data()}, *pool_);
+      !status.ok()) {
+    return status;
+  }
+  result.compute_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+  return result;
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,49 @@
+// Runs one Matmul on a resident weight: validates the request's shape against
+// the weight, asks the scheduler for a kernel and times it.
+//
+// Example:
+//   nibble::server::MatmulRunner runner(&scheduler, &pool);
+//   absl::StatusOr<nibble::server::MatmulResult> result =
+//       runner.Run(weight, /*m=*/1, /*k=*/4096, nibble::DType::kF16, bytes);
+#ifndef NIBBLE_SERVER_MATMUL_RUNNER_H_
+#define NIBBLE_SERVER_MATMUL_RUNNER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/dtype.h"
+#include "kernels/packed_weight.h"
+#include "kernels/scheduler.h"
+#include "kernels/thread_pool.h"
+
+namespace nibble::server {
+
+struct MatmulResult {
+  std::string c;  // [M, N] in the request's dtype
+  std::string kernel;
+  int64_t compute_time_ns = 0;
+};
+
+class MatmulRunner {
+ public:
+  // Both must outlive the runner.
+  MatmulRunner(const Scheduler* scheduler, ThreadPool* pool);
+
+  // `k` is the request's K, 0 for the weight's. INVALID_ARGUMENT, naming the
+  // mismatch, when m is not positive, k differs from the weight's, or `a`
+  // does not hold m * K elements of dtype.
+  absl::StatusOr<MatmulResult> Run(const PackedWeight& weight,
+                                   absl::string_view weight_name, int64_t m,
+                                   int64_t k, DType dtype,
+                                   absl::string_view a) const;
+
+ private:
+  const Scheduler* scheduler_;
+  ThreadPool* pool_;
+};
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_MATMUL_RUNNER_H_

@@ -1,0 +1,53 @@
+#include "server/nibble_server.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace nibble::server {
+
+NibbleServer::NibbleServer(const ServerOptions& options,
+                           std::vector<const GemmKernel*> kernels)
+    : pool_(options.threads),
+      scheduler_(std::move(kernels)),
+      runner_(&scheduler_, &pool_),
+      service_(&store_, &runner_) {}
+
+NibbleServer::~NibbleServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
+    const ServerOptions& options, std::vector<const GemmKernel*> kernels) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  std::unique_ptr<NibbleServer> server(
+      new NibbleServer(options, std::move(kernels)));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &server->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(&server->service_);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     ": the address is malformed or the port is in use"));
+  }
+  return server;
+}
+
+void NibbleServer::Shutdown(absl::Duration grace) {
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  }
+}
+
+void NibbleServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,71 @@
+// nibbled assembled: the weight store, the kernel scheduler and thread pool,
+// the NibbleService, gRPC's standard health service and server reflection,
+// listening on one address.
+//
+// Example:
+//   absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
+//       nibble::server::NibbleServer::Start({.listen = "127.0.0.1:0"},
+//                                           nibble::cpu::CpuKernels());
+//   int port = (*server)->port();
+//   (*server)->Shutdown();
+#ifndef NIBBLE_SERVER_NIBBLE_SERVER_H_
+#define NIBBLE_SERVER_NIBBLE_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/gemm_kernel.h"
+#include "kernels/scheduler.h"
+#include "kernels/thread_pool.h"
+#include "server/matmul_runner.h"
+#include "server/nibble_service.h"
+#include "server/weight_store.h"
+
+namespace nibble::server {
+
+struct ServerOptions {
+  // HOST:PORT; port 0 picks a free one (see port()).
+  std::string listen = "0.0.0.0:50051";
+  // Kernel threads; 0 means one per hardware thread.
+  int threads = 0;
+  // Largest request or response message, so that large activations fit.
+  int max_message_bytes = 64 << 20;
+};
+
+class NibbleServer {
+ public:
+  // Starts serving. The kernels must outlive the server. UNAVAILABLE when
+  // the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<NibbleServer>> Start(
+      const ServerOptions& options, std::vector<const GemmKernel*> kernels);
+
+  ~NibbleServer();
+
+  int port() const { return port_; }
+  int threads() const { return pool_.threads(); }
+  // Stops accepting calls, lets in-flight calls finish until `grace` has
+  // passed, then cancels the rest.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+  // Blocks until the server has shut down.
+  void Wait();
+
+ private:
+  NibbleServer(const ServerOptions& options,
+               std::vector<const GemmKernel*> kernels);
+
+  ThreadPool pool_;
+  Scheduler scheduler_;
+  WeightStore store_;
+  MatmulRunner runner_;
+  NibbleServiceImpl service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_NIBBLE_SERVER_H_

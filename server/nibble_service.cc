@@ -1,0 +1,123 @@
+#include "server/nibble_service.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/packed_weight.h"
+#include "server/proto_conversions.h"
+#include "server/upload_assembler.h"
+
+namespace nibble::server {
+
+NibbleServiceImpl::NibbleServiceImpl(WeightStore* store,
+                                     const MatmulRunner* runner)
+    : store_(store), runner_(runner) {}
+
+absl::Status NibbleServiceImpl::Upload(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::UploadWeightRequest>* reader,
+    v1::WeightInfo* response) {
+  UploadAssembler upload;
+  v1::UploadWeightRequest request;
+  while (reader->Read(&request)) {
+    if (request.has_header()) {
+      absl::StatusOr<WeightSpec> spec = FromProto(request.header());
+      if (!spec.ok()) return spec.status();
+      if (absl::Status status = upload.OnHeader(request.header().name(), *spec);
+          !status.ok()) {
+        return status;
+      }
+      // Refused before any data is sent; Insert checks again at the end.
+      if (store_->Contains(upload.name())) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "a weight named \"", upload.name(),
+            "\" already exists: delete it first or pick another name"));
+      }
+    } else if (request.has_chunk()) {
+      absl::StatusOr<WeightTensorKind> tensor =
+          FromProto(request.chunk().tensor());
+      if (!tensor.ok()) return tensor.status();
+      if (absl::Status status = upload.OnChunk(*tensor, request.chunk().offset(),
+                                               request.chunk().data());
+          !status.ok()) {
+        return status;
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          "upload message has neither a header nor a chunk");
+    }
+  }
+  if (context->IsCancelled()) {
+    return absl::CancelledError("upload cancelled by the client; nothing was stored");
+  }
+  absl::StatusOr<QuantizedWeight> weight = upload.Finish();
+  if (!weight.ok()) return weight.status();
+  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(*weight);
+  if (!packed.ok()) return packed.status();
+  const std::string name = upload.name();
+  if (absl::Status status = store_->Insert(name, *std::move(packed));
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored =
+      store_->Get(name);
+  if (!stored.ok()) return stored.status();
+  ToProto(**stored, response);
+  return absl::OkStatus();
+}
+
+grpc::Status NibbleServiceImpl::UploadWeight(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::UploadWeightRequest>* reader,
+    v1::WeightInfo* response) {
+  return ToGrpcStatus(Upload(context, reader, response));
+}
+
+grpc::Status NibbleServiceImpl::GetWeight(grpc::ServerContext*,
+                                          const v1::GetWeightRequest* request,
+                                          v1::WeightInfo* response) {
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      store_->Get(request->name());
+  if (!weight.ok()) return ToGrpcStatus(weight.status());
+  ToProto(**weight, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext*,
+                                            const v1::ListWeightsRequest*,
+                                            v1::ListWeightsResponse* response) {
+  for (const auto& weight : store_->List()) {
+    ToProto(*weight, response->add_weights());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NibbleServiceImpl::DeleteWeight(
+    grpc::ServerContext*, const v1::DeleteWeightRequest* request,
+    v1::DeleteWeightResponse*) {
+  return ToGrpcStatus(store_->Remove(request->name()));
+}
+
+grpc::Status NibbleServiceImpl::Matmul(grpc::ServerContext*,
+                                       const v1::MatmulRequest* request,
+                                       v1::MatmulResponse* response) {
+  absl::StatusOr<DType> dtype = FromProto(request->dtype());
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      store_->Get(request->weight_name());
+  if (!weight.ok()) return ToGrpcStatus(weight.status());
+  absl::StatusOr<MatmulResult> result =
+      runner_->Run((*weight)->packed, (*weight)->name, request->m(),
+                   request->k(), *dtype, request->a());
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  response->set_c(std::move(result->c));
+  response->set_m(request->m());
+  response->set_n((*weight)->packed.spec().n);
+  response->set_dtype(request->dtype());
+  response->set_kernel(std::move(result->kernel));
+  response->set_compute_time_ns(result->compute_time_ns);
+  return grpc::Status::OK;
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,65 @@
+// nibbled: serves C = A · dequant(B) on resident 4-bit weights over gRPC.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "server/nibble_server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "Address to serve on, HOST:PORT; port 0 picks a free port.");
+ABSL_FLAG(int, threads, 0,
+          "Kernel threads; 0 means one per hardware thread.");
+ABSL_FLAG(int, max_message_bytes, 64 << 20,
+          "Largest request or response message in bytes (activations and "
+          "outputs travel in one message).");
+ABSL_FLAG(double, shutdown_grace_seconds, 5.0,
+          "On SIGTERM or SIGINT, how long in-flight calls may take to finish.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves 4-bit quantized matrix multiplication over gRPC.\n"
+      "Usage: nibbled [--listen=HOST:PORT] [--threads=N] ...");
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  const nibble::cpu::Isa isa = nibble::cpu::DetectIsa();
+  absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
+      nibble::server::NibbleServer::Start(
+          {.listen = absl::GetFlag(FLAGS_listen),
+           .threads = absl::GetFlag(FLAGS_threads),
+           .max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes)},
+          nibble::cpu::CpuKernels(isa));
+  if (!server.ok()) {
+    absl::FPrintF(stderr, "nibbled: %s\n", server.status().message());
+    return 1;
+  }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::PrintF("nibbled: listening on %s:%d (%d threads, %s kernels)\n",
+               listen.substr(0, listen.rfind(':')), (*server)->port(),
+               (*server)->threads(), nibble::cpu::IsaName(isa));
+  std::fflush(stdout);
+
+  std::thread stopper([&server, &stop_signals] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    absl::FPrintF(stderr, "nibbled: %s received, shutting down\n",
+                  strsignal(signal));
+    (*server)->Shutdown(
+        absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+  });
+  (*server)->Wait();
+  stopper.join();
+  absl::FPrintF(stderr, "nibbled: stopped\n");
+  return 0;
+}

@@ -1,0 +1,140 @@
+#include "server/upload_assembler.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/weight_store.h"
+
+namespace nibble::server {
+namespace {
+
+constexpr WeightTensorKind kTensorOrder[] = {
+    WeightTensorKind::kQweight, WeightTensorKind::kScales,
+    WeightTensorKind::kZeros};
+
+// Appends raw little-endian bytes to an array of T that already holds
+// `received` bytes; the last element may stay partly filled until the next
+// chunk completes it.
+template <typename T>
+void AppendBytes(std::vector<T>& array, int64_t received,
+                 absl::string_view data) {
+  const size_t total = received + data.size();
+  array.resize((total + sizeof(T) - 1) / sizeof(T));
+  std::memcpy(reinterpret_cast<char*>(array.data()) + received, data.data(),
+              data.size());
+}
+
+}  // namespace
+
+absl::string_view WeightTensorName(WeightTensorKind tensor) {
+  switch (tensor) {
+    case WeightTensorKind::kQweight:
+      return "qweight";
+    case WeightTensorKind::kScales:
+      return "scales";
+    case WeightTensorKind::kZeros:
+      return "zeros";
+  }
+  return "unknown";
+}
+
+int64_t UploadAssembler::ExpectedBytes(WeightTensorKind tensor) const {
+  switch (tensor) {
+    case WeightTensorKind::kQweight:
+      return weight_.spec.qweight_bytes();
+    case WeightTensorKind::kScales:
+      return weight_.spec.scales_bytes();
+    case WeightTensorKind::kZeros:
+      return weight_.spec.zeros_bytes();
+  }
+  return 0;
+}
+
+absl::Status UploadAssembler::OnHeader(absl::string_view name,
+                                       const WeightSpec& spec) {
+  if (has_header_) {
+    return absl::InvalidArgumentError(
+        "upload sent a second header: send one header, then chunks");
+  }
+  if (absl::Status status = ValidateWeightName(name); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  has_header_ = true;
+  name_ = std::string(name);
+  weight_.spec = spec;
+  return absl::OkStatus();
+}
+
+absl::Status UploadAssembler::OnChunk(WeightTensorKind tensor, uint64_t offset,
+                                      absl::string_view data) {
+  if (!has_header_) {
+    return absl::InvalidArgumentError(
+        "upload sent a chunk before the header: the first message must be the "
+        "header");
+  }
+  const auto index = static_cast<int>(tensor);
+  if (ExpectedBytes(tensor) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload sent ", WeightTensorName(tensor), " but format ",
+                     WeightFormatName(weight_.spec.format), " has none"));
+  }
+  // Tensors arrive in enum order; every earlier one must be complete.
+  for (int earlier = 0; earlier < index; ++earlier) {
+    const auto earlier_tensor = static_cast<WeightTensorKind>(earlier);
+    if (received_[earlier] < ExpectedBytes(earlier_tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload sent ", WeightTensorName(tensor), " before finishing ",
+          WeightTensorName(earlier_tensor), " (", received_[earlier], " of ",
+          ExpectedBytes(earlier_tensor),
+          " bytes): send qweight, scales, zeros in that order"));
+    }
+  }
+  if (offset != static_cast<uint64_t>(received_[index])) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload sent ", WeightTensorName(tensor), " bytes at offset ", offset,
+        " but ", received_[index],
+        " bytes have arrived: send chunks in order, without gaps or repeats"));
+  }
+  if (static_cast<int64_t>(data.size()) > ExpectedBytes(tensor) - received_[index]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "upload sent ", received_[index] + data.size(), " bytes of ",
+        WeightTensorName(tensor), " but ", weight_.spec.DebugString(),
+        " needs ", ExpectedBytes(tensor)));
+  }
+  switch (tensor) {
+    case WeightTensorKind::kQweight:
+      AppendBytes(weight_.qweight, received_[index], data);
+      break;
+    case WeightTensorKind::kScales:
+      AppendBytes(weight_.scales, received_[index], data);
+      break;
+    case WeightTensorKind::kZeros:
+      AppendBytes(weight_.zeros, received_[index], data);
+      break;
+  }
+  received_[index] += data.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<QuantizedWeight> UploadAssembler::Finish() {
+  if (!has_header_) {
+    return absl::InvalidArgumentError(
+        "upload ended without a header: the first message must be the header");
+  }
+  for (WeightTensorKind tensor : kTensorOrder) {
+    const int64_t received = received_[static_cast<int>(tensor)];
+    if (received < ExpectedBytes(tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload of \"", name_, "\" ended early: ", received, " of ",
+          ExpectedBytes(tensor), " bytes of ", WeightTensorName(tensor),
+          " arrived; nothing was stored"));
+    }
+  }
+  if (absl::Status status = weight_.Validate(); !status.ok()) return status;
+  return std::move(weight_);
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,61 @@
+// The state machine of one weight upload: a header, then every byte of the
+// weight's tensors in order (qweight, scales, zeros), each chunk at the offset
+// where the previous one ended. It builds the weight in the canonical layout
+// and hands it over only when every byte has arrived; until then nothing is
+// visible anywhere, so an abandoned upload leaves no trace.
+//
+// Example:
+//   nibble::server::UploadAssembler upload;
+//   RETURN_IF_ERROR(upload.OnHeader("proj", spec));
+//   RETURN_IF_ERROR(upload.OnChunk(WeightTensorKind::kQweight, 0, bytes));
+//   ...
+//   absl::StatusOr<nibble::QuantizedWeight> weight = upload.Finish();
+#ifndef NIBBLE_SERVER_UPLOAD_ASSEMBLER_H_
+#define NIBBLE_SERVER_UPLOAD_ASSEMBLER_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/weight_format.h"
+
+namespace nibble::server {
+
+enum class WeightTensorKind { kQweight, kScales, kZeros };
+
+absl::string_view WeightTensorName(WeightTensorKind tensor);
+
+class UploadAssembler {
+ public:
+  // INVALID_ARGUMENT for a second header, a bad name or an invalid spec.
+  absl::Status OnHeader(absl::string_view name, const WeightSpec& spec);
+
+  // INVALID_ARGUMENT, saying what was expected, for a chunk before the
+  // header, of a tensor the format lacks, out of order, at the wrong offset,
+  // or running past the tensor's size.
+  absl::Status OnChunk(WeightTensorKind tensor, uint64_t offset,
+                       absl::string_view data);
+
+  // The complete weight; INVALID_ARGUMENT, saying how far the upload got,
+  // when the header or any byte is missing. Call once.
+  absl::StatusOr<QuantizedWeight> Finish();
+
+  bool has_header() const { return has_header_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  // Bytes of `tensor` the spec calls for.
+  int64_t ExpectedBytes(WeightTensorKind tensor) const;
+  bool has_header_ = false;
+  std::string name_;
+  // Filled in place as chunks arrive; sized to the bytes received so far.
+  QuantizedWeight weight_;
+  std::array<int64_t, 3> received_ = {};  // bytes, by WeightTensorKind
+};
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_UPLOAD_ASSEMBLER_H_

@@ -1,0 +1,465 @@
+// Calls a real nibbled on loopback through the generated stub: results
+// against the float64 reference for every format, group size and dtype, and
+// every bad input answered with its status code while the server stays up.
+#include <algorithm>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kernels/dtype.h"
+#include "kernels/reference.h"
+#include "kernels/weight_format.h"
+#include "nibble/v1/nibble.grpc.pb.h"
+#include "tests/integration/nibbled_process.h"
+
+namespace nibble {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr size_t kChunkBytes = 1 << 20;
+
+v1::WeightFormat ToWire(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kFp4:
+      return v1::WEIGHT_FORMAT_FP4;
+    case WeightFormat::kU4b8:
+      return v1::WEIGHT_FORMAT_U4B8;
+    case WeightFormat::kU4:
+      return v1::WEIGHT_FORMAT_U4;
+  }
+  return v1::WEIGHT_FORMAT_UNSPECIFIED;
+}
+
+v1::DType ToWire(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return v1::DTYPE_F32;
+    case DType::kF16:
+      return v1::DTYPE_F16;
+    case DType::kBF16:
+      return v1::DTYPE_BF16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+template <typename T>
+std::string Bytes(const std::vector<T>& array) {
+  return std::string(reinterpret_cast<const char*>(array.data()),
+                     array.size() * sizeof(T));
+}
+
+v1::UploadWeightRequest Header(const std::string& name, const WeightSpec& spec) {
+  v1::UploadWeightRequest request;
+  v1::WeightHeader* header = request.mutable_header();
+  header->set_name(name);
+  header->set_format(ToWire(spec.format));
+  header->set_k(spec.k);
+  header->set_n(spec.n);
+  header->set_group_size(spec.group_size);
+  return request;
+}
+
+v1::UploadWeightRequest Chunk(v1::WeightTensor tensor, uint64_t offset,
+                              std::string data) {
+  v1::UploadWeightRequest request;
+  request.mutable_chunk()->set_tensor(tensor);
+  request.mutable_chunk()->set_offset(offset);
+  request.mutable_chunk()->set_data(std::move(data));
+  return request;
+}
+
+// The whole upload, as a well-behaved client sends it.
+std::vector<v1::UploadWeightRequest> UploadMessages(
+    const std::string& name, const QuantizedWeight& weight) {
+  std::vector<v1::UploadWeightRequest> messages = {Header(name, weight.spec)};
+  const std::pair<v1::WeightTensor, std::string> tensors[] = {
+      {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
+      {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
+      {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
+  for (const auto& [tensor, bytes] : tensors) {
+    for (size_t offset = 0; offset < bytes.size(); offset += kChunkBytes) {
+      messages.push_back(Chunk(tensor, offset, bytes.substr(offset, kChunkBytes)));
+    }
+  }
+  return messages;
+}
+
+// Activations in [-1, 1) in `dtype`, and the same values in double.
+struct Activations {
+  std::string bytes;
+  std::vector<double> values;
+};
+
+Activations RandomActivations(int64_t m, int64_t k, DType dtype,
+                              uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> floats(m * k);
+  for (float& f : floats) f = uniform(rng);
+  Activations a;
+  a.bytes.resize(floats.size() * DTypeSize(dtype));
+  ConvertFromFloat(dtype, floats.data(), floats.size(), a.bytes.data());
+  ConvertToFloat(dtype, a.bytes.data(), floats.size(), floats.data());
+  a.values.assign(floats.begin(), floats.end());
+  return a;
+}
+
+std::vector<double> OutputValues(const std::string& bytes, DType dtype) {
+  std::vector<float> floats(bytes.size() / DTypeSize(dtype));
+  ConvertToFloat(dtype, bytes.data(), floats.size(), floats.data());
+  return std::vector<double>(floats.begin(), floats.end());
+}
+
+class NibbledTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+        testing::NibbledProcess::Start(NIBBLED_PATH, {"--threads=2"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->Stop(), 0) << "nibbled did not exit cleanly";
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(64 << 20);
+    channel_ = grpc::CreateCustomChannel(
+        server_->target(), grpc::InsecureChannelCredentials(), arguments);
+    stub_ = v1::NibbleService::NewStub(channel_);
+  }
+  void TearDown() override {
+    EXPECT_TRUE(server_->Running()) << "nibbled died during the test";
+  }
+
+  grpc::Status Upload(const std::vector<v1::UploadWeightRequest>& messages,
+                      v1::WeightInfo* info = nullptr) {
+    grpc::ClientContext context;
+    v1::WeightInfo ignored;
+    auto writer =
+        stub_->UploadWeight(&context, info != nullptr ? info : &ignored);
+    for (const v1::UploadWeightRequest& message : messages) {
+      if (!writer->Write(message)) break;  // the server has already answered
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  grpc::Status Matmul(const v1::MatmulRequest& request,
+                      v1::MatmulResponse* response) {
+    grpc::ClientContext context;
+    return stub_->Matmul(&context, request, response);
+  }
+
+  grpc::StatusCode GetWeightCode(const std::string& name) {
+    grpc::ClientContext context;
+    v1::GetWeightRequest request;
+    request.set_name(name);
+    v1::WeightInfo info;
+    return stub_->GetWeight(&context, request, &info).error_code();
+  }
+
+  static v1::MatmulRequest MatmulRequest(const std::string& name, int64_t m,
+                                         DType dtype, std::string a) {
+    v1::MatmulRequest request;
+    request.set_weight_name(name);
+    request.set_m(m);
+    request.set_dtype(ToWire(dtype));
+    request.set_a(std::move(a));
+    return request;
+  }
+
+  static testing::NibbledProcess* server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::NibbleService::Stub> stub_;
+};
+
+testing::NibbledProcess* NibbledTest::server_ = nullptr;
+
+TEST_F(NibbledTest, HealthIsServing) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&context, request, &response).ok());
+  EXPECT_EQ(response.status(),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+struct MatmulCase {
+  WeightFormat format;
+  int64_t group_size;  // 0: per-channel (group = K)
+  DType dtype;
+};
+
+class NibbledMatmulTest : public NibbledTest,
+                          public ::testing::WithParamInterface<MatmulCase> {};
+
+TEST_P(NibbledMatmulTest, MatchesTheFloat64Reference) {
+  const MatmulCase& param = GetParam();
+  const int64_t k = 256;
+  const WeightSpec spec{param.format, k, 72,
+                        param.group_size == 0 ? k : param.group_size};
+  const uint64_t seed = 1000 + static_cast<int>(param.format) * 10 +
+                        static_cast<int>(param.dtype);
+  SCOPED_TRACE(::testing::Message() << spec.DebugString() << " seed " << seed);
+  const std::string name = absl::StrCat("ref-", seed, "-", spec.group_size);
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
+  v1::WeightInfo info;
+  ASSERT_TRUE(Upload(UploadMessages(name, weight), &info).ok());
+  EXPECT_EQ(info.canonical_bytes(), spec.canonical_bytes());
+
+  const int64_t m = 5;
+  const Activations a = RandomActivations(m, k, param.dtype, seed + 1);
+  v1::MatmulResponse response;
+  grpc::Status status = Matmul(MatmulRequest(name, m, param.dtype, a.bytes), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.m(), m);
+  EXPECT_EQ(response.n(), spec.n);
+  EXPECT_FALSE(response.kernel().empty());
+  ASSERT_EQ(response.c().size(), m * spec.n * DTypeSize(param.dtype));
+  const double tolerance = param.dtype == DType::kF32 ? 1e-4 : 1e-2;
+  EXPECT_LE(MaxRelativeError(OutputValues(response.c(), param.dtype),
+                             ReferenceMatmul(a.values, m, weight)),
+            tolerance)
+      << "kernel " << response.kernel();
+}
+
+std::vector<MatmulCase> AllMatmulCases() {
+  std::vector<MatmulCase> cases;
+  for (WeightFormat format :
+       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    for (int64_t group : {32, 64, 128, 0}) {
+      for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        cases.push_back({format, group, dtype});
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryFormatGroupAndDtype, NibbledMatmulTest,
+    ::testing::ValuesIn(AllMatmulCases()), [](const auto& info) {
+      const MatmulCase& c = info.param;
+      return absl::StrCat(WeightFormatName(c.format), "_g",
+                          c.group_size == 0 ? "K" : absl::StrCat(c.group_size),
+                          "_", DTypeName(c.dtype));
+    });
+
+TEST_F(NibbledTest, UploadsAWeightFarAboveOneMessage) {
+  const WeightSpec spec{WeightFormat::kU4b8, 4096, 4096, 128};
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, 11);
+  v1::WeightInfo info;
+  grpc::Status status = Upload(UploadMessages("big", weight), &info);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(info.k(), 4096);
+  EXPECT_EQ(info.canonical_bytes(), 4096 * 4096 / 2 + 32 * 4096 * 2);
+
+  const Activations a = RandomActivations(1, spec.k, DType::kF32, 12);
+  v1::MatmulResponse response;
+  ASSERT_TRUE(Matmul(MatmulRequest("big", 1, DType::kF32, a.bytes), &response).ok());
+  EXPECT_LE(MaxRelativeError(OutputValues(response.c(), DType::kF32),
+                             ReferenceMatmul(a.values, 1, weight)),
+            1e-4);
+}
+
+TEST_F(NibbledTest, ListGetAndDelete) {
+  const WeightSpec spec{WeightFormat::kU4, 64, 16, 32};
+  ASSERT_TRUE(Upload(UploadMessages("list-b", RandomQuantizedWeight(spec, 1))).ok());
+  ASSERT_TRUE(Upload(UploadMessages("list-a", RandomQuantizedWeight(spec, 2))).ok());
+  {
+    grpc::ClientContext context;
+    v1::ListWeightsResponse list;
+    ASSERT_TRUE(stub_->ListWeights(&context, {}, &list).ok());
+    std::vector<std::string> names;
+    for (const auto& weight : list.weights()) names.push_back(weight.name());
+    EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+    EXPECT_THAT(names, ::testing::IsSupersetOf({"list-a", "list-b"}));
+  }
+  EXPECT_EQ(GetWeightCode("list-a"), grpc::StatusCode::OK);
+  grpc::ClientContext context;
+  v1::DeleteWeightRequest request;
+  request.set_name("list-a");
+  v1::DeleteWeightResponse response;
+  ASSERT_TRUE(stub_->DeleteWeight(&context, request, &response).ok());
+  EXPECT_EQ(GetWeightCode("list-a"), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetWeightCode("list-b"), grpc::StatusCode::OK);
+}
+
+TEST_F(NibbledTest, ConcurrentMatmulsAreEachCorrect) {
+  const WeightSpec spec{WeightFormat::kFp4, 512, 96, 32};
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, 21);
+  ASSERT_TRUE(Upload(UploadMessages("shared", weight)).ok());
+  std::vector<double> errors(8, 1.0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&, i] {
+      const int64_t m = 1 + i;
+      const Activations a = RandomActivations(m, spec.k, DType::kF32, 30 + i);
+      v1::MatmulResponse response;
+      if (Matmul(MatmulRequest("shared", m, DType::kF32, a.bytes), &response).ok()) {
+        errors[i] = MaxRelativeError(OutputValues(response.c(), DType::kF32),
+                                     ReferenceMatmul(a.values, m, weight));
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (int i = 0; i < 8; ++i) EXPECT_LE(errors[i], 1e-4) << "client " << i;
+}
+
+class NibbledBadInputTest : public NibbledTest {
+ protected:
+  void SetUp() override {
+    NibbledTest::SetUp();
+    if (GetWeightCode("good") == grpc::StatusCode::NOT_FOUND) {
+      ASSERT_TRUE(Upload(UploadMessages("good", weight_)).ok());
+    }
+  }
+
+  void ExpectMatmulError(const v1::MatmulRequest& request,
+                         grpc::StatusCode code, const std::string& message) {
+    v1::MatmulResponse response;
+    grpc::Status status = Matmul(request, &response);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(message));
+  }
+
+  void ExpectUploadError(const std::vector<v1::UploadWeightRequest>& messages,
+                         grpc::StatusCode code, const std::string& message) {
+    grpc::Status status = Upload(messages);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(message));
+  }
+
+  const WeightSpec spec_{WeightFormat::kU4b8, 64, 16, 32};
+  const QuantizedWeight weight_ = RandomQuantizedWeight(spec_, 40);
+  const std::string a_ = RandomActivations(2, 64, DType::kF32, 41).bytes;
+};
+
+TEST_F(NibbledBadInputTest, MatmulKThatDoesNotMatchTheWeight) {
+  v1::MatmulRequest request = MatmulRequest("good", 2, DType::kF32, a_);
+  request.set_k(32);
+  ExpectMatmulError(request, grpc::StatusCode::INVALID_ARGUMENT,
+                    "k=32 does not match weight \"good\"");
+}
+
+TEST_F(NibbledBadInputTest, MatmulUnknownDtype) {
+  v1::MatmulRequest request = MatmulRequest("good", 2, DType::kF32, a_);
+  request.set_dtype(v1::DTYPE_UNSPECIFIED);
+  ExpectMatmulError(request, grpc::StatusCode::INVALID_ARGUMENT,
+                    "dtype DTYPE_UNSPECIFIED is not supported");
+  request.set_dtype(static_cast<v1::DType>(77));
+  ExpectMatmulError(request, grpc::StatusCode::INVALID_ARGUMENT,
+                    "dtype 77 is not supported");
+}
+
+TEST_F(NibbledBadInputTest, MatmulByteLengthNotMatchingTheShape) {
+  ExpectMatmulError(MatmulRequest("good", 3, DType::kF32, a_),
+                    grpc::StatusCode::INVALID_ARGUMENT, "A has 512 bytes");
+  ExpectMatmulError(MatmulRequest("good", 2, DType::kF32, a_.substr(1)),
+                    grpc::StatusCode::INVALID_ARGUMENT, "A has 511 bytes");
+  ExpectMatmulError(MatmulRequest("good", int64_t{1} << 62, DType::kF32, a_),
+                    grpc::StatusCode::INVALID_ARGUMENT, "A has 512 bytes");
+}
+
+TEST_F(NibbledBadInputTest, MatmulUnknownWeight) {
+  ExpectMatmulError(MatmulRequest("missing", 2, DType::kF32, a_),
+                    grpc::StatusCode::NOT_FOUND, "no weight named \"missing\"");
+}
+
+TEST_F(NibbledBadInputTest, MatmulZeroOrNegativeM) {
+  ExpectMatmulError(MatmulRequest("good", 0, DType::kF32, ""),
+                    grpc::StatusCode::INVALID_ARGUMENT, "m=0");
+  ExpectMatmulError(MatmulRequest("good", -1, DType::kF32, a_),
+                    grpc::StatusCode::INVALID_ARGUMENT, "m=-1");
+}
+
+TEST_F(NibbledBadInputTest, UploadKNotAMultipleOfTheGroupOr8) {
+  ExpectUploadError({Header("bad-g", {WeightFormat::kU4b8, 96, 16, 64})},
+                    grpc::StatusCode::INVALID_ARGUMENT,
+                    "not a multiple of the group size 64");
+  ExpectUploadError({Header("bad-8", {WeightFormat::kU4b8, 100, 16, 100})},
+                    grpc::StatusCode::INVALID_ARGUMENT, "not a multiple of 8");
+  ExpectUploadError({Header("bad-group", {WeightFormat::kU4b8, 64, 16, 16})},
+                    grpc::StatusCode::INVALID_ARGUMENT,
+                    "group size 16 is not supported");
+  ExpectUploadError({Header("bad-n", {WeightFormat::kU4b8, 64, 0, 32})},
+                    grpc::StatusCode::INVALID_ARGUMENT, "must be positive");
+}
+
+TEST_F(NibbledBadInputTest, UploadUnknownFormat) {
+  v1::UploadWeightRequest header = Header("bad-format", spec_);
+  header.mutable_header()->set_format(v1::WEIGHT_FORMAT_UNSPECIFIED);
+  ExpectUploadError({header}, grpc::StatusCode::INVALID_ARGUMENT,
+                    "weight format WEIGHT_FORMAT_UNSPECIFIED is not supported");
+}
+
+TEST_F(NibbledBadInputTest, UploadDuplicateName) {
+  ExpectUploadError(UploadMessages("good", weight_),
+                    grpc::StatusCode::ALREADY_EXISTS,
+                    "\"good\" already exists");
+}
+
+TEST_F(NibbledBadInputTest, UploadThatEndsEarlyLeavesNothing) {
+  std::vector<v1::UploadWeightRequest> messages =
+      UploadMessages("partial", weight_);
+  messages.pop_back();  // the scales
+  ExpectUploadError(messages, grpc::StatusCode::INVALID_ARGUMENT,
+                    "ended early: 0 of 64 bytes of scales");
+  EXPECT_EQ(GetWeightCode("partial"), grpc::StatusCode::NOT_FOUND);
+  // The name is free again: a complete upload under it succeeds.
+  EXPECT_TRUE(Upload(UploadMessages("partial", weight_)).ok());
+}
+
+TEST_F(NibbledBadInputTest, UploadCancelledByTheClientLeavesNothing) {
+  grpc::ClientContext context;
+  v1::WeightInfo info;
+  auto writer = stub_->UploadWeight(&context, &info);
+  const std::vector<v1::UploadWeightRequest> messages =
+      UploadMessages("cancelled", weight_);
+  ASSERT_TRUE(writer->Write(messages[0]));
+  ASSERT_TRUE(writer->Write(messages[1]));
+  context.TryCancel();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(GetWeightCode("cancelled"), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(NibbledBadInputTest, UploadChunksOutOfOrder) {
+  std::vector<v1::UploadWeightRequest> messages =
+      UploadMessages("disorder", weight_);
+  std::swap(messages[1], messages[2]);
+  ExpectUploadError(messages, grpc::StatusCode::INVALID_ARGUMENT,
+                    "before finishing qweight");
+  ExpectUploadError({UploadMessages("no-header", weight_)[1]},
+                    grpc::StatusCode::INVALID_ARGUMENT, "before the header");
+  EXPECT_EQ(GetWeightCode("disorder"), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(NibbledBadInputTest, UploadBadNames) {
+  ExpectUploadError({Header("a/../escape", spec_)},
+                    grpc::StatusCode::INVALID_ARGUMENT, "may only contain");
+  ExpectUploadError({Header("", spec_)}, grpc::StatusCode::INVALID_ARGUMENT,
+                    "empty");
+}
+
+TEST_F(NibbledBadInputTest, DeleteUnknownWeight) {
+  grpc::ClientContext context;
+  v1::DeleteWeightRequest request;
+  request.set_name("never-uploaded");
+  v1::DeleteWeightResponse response;
+  EXPECT_EQ(stub_->DeleteWeight(&context, request, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace nibble

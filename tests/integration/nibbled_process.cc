@@ -1,0 +1,87 @@
+#include "tests/integration/nibbled_process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+
+namespace nibble::testing {
+
+absl::StatusOr<std::unique_ptr<NibbledProcess>> NibbledProcess::Start(
+    const std::string& path, const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    std::vector<std::string> argv_strings = {path, "--listen=127.0.0.1:0"};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : argv_strings) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(path.c_str(), argv.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  // The first line says where it listens: "nibbled: listening on HOST:PORT ...".
+  FILE* out = fdopen(pipe_fds[0], "r");
+  char line[512] = {};
+  const bool got_line = fgets(line, sizeof(line), out) != nullptr;
+  fclose(out);
+  absl::string_view text(line);
+  if (!got_line || !absl::ConsumePrefix(&text, "nibbled: listening on ")) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return absl::UnavailableError(
+        absl::StrCat("nibbled did not start; it printed: ", line));
+  }
+  const std::string target(
+      std::vector<absl::string_view>(absl::StrSplit(text, ' '))[0]);
+  return std::unique_ptr<NibbledProcess>(new NibbledProcess(pid, target));
+}
+
+NibbledProcess::~NibbledProcess() {
+  if (pid_ > 0) Stop();
+}
+
+bool NibbledProcess::Running() {
+  if (pid_ <= 0) return false;
+  if (waitpid(pid_, nullptr, WNOHANG) == 0) return true;
+  pid_ = -1;  // exited, and now reaped
+  return false;
+}
+
+int NibbledProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int RunCommand(const std::string& command, std::string* output) {
+  FILE* pipe = popen(absl::StrCat(command, " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  output->clear();
+  char buffer[4096];
+  size_t read = 0;
+  while ((read = fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    output->append(buffer, read);
+  }
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace nibble::testing

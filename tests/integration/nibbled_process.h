@@ -1,0 +1,51 @@
+// A real nibbled, started as a child process on a free loopback port for the
+// length of a test, and stopped with SIGTERM like an operator would.
+//
+// Example:
+//   absl::StatusOr<std::unique_ptr<NibbledProcess>> server =
+//       NibbledProcess::Start(NIBBLED_PATH, {"--threads=2"});
+//   auto channel = grpc::CreateChannel((*server)->target(),
+//                                      grpc::InsecureChannelCredentials());
+//   EXPECT_EQ((*server)->Stop(), 0);
+#ifndef NIBBLE_TESTS_INTEGRATION_NIBBLED_PROCESS_H_
+#define NIBBLE_TESTS_INTEGRATION_NIBBLED_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace nibble::testing {
+
+class NibbledProcess {
+ public:
+  // Starts `path --listen=127.0.0.1:0 args...` and waits until it listens.
+  static absl::StatusOr<std::unique_ptr<NibbledProcess>> Start(
+      const std::string& path, const std::vector<std::string>& args);
+  // Stops the server if it still runs.
+  ~NibbledProcess();
+
+  // "127.0.0.1:PORT".
+  const std::string& target() const { return target_; }
+  bool Running();
+  // SIGTERM, then waits; the exit code, or -1 when killed by a signal.
+  int Stop();
+
+ private:
+  NibbledProcess(pid_t pid, std::string target)
+      : pid_(pid), target_(std::move(target)) {}
+
+  pid_t pid_;
+  std::string target_;
+};
+
+// Runs a command line through the shell; its exit code, with stdout and
+// stderr captured into `output`.
+int RunCommand(const std::string& command, std::string* output);
+
+}  // namespace nibble::testing
+
+#endif  // NIBBLE_TESTS_INTEGRATION_NIBBLED_PROCESS_H_

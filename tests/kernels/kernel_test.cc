@@ -1,0 +1,200 @@
+// Tests every CPU kernel against the float64 reference, for every format,
+// group size, dtype and awkward shape.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dtype.h"
+#include "kernels/gemm_kernel.h"
+#include "kernels/packed_weight.h"
+#include "kernels/reference.h"
+#include "kernels/thread_pool.h"
+#include "kernels/weight_format.h"
+
+namespace nibble {
+namespace {
+
+constexpr int kThreads = 2;
+constexpr int64_t kGuardBytes = 64;
+constexpr uint8_t kGuardByte = 0xa5;
+
+struct Shape {
+  int64_t m;
+  int64_t k;
+  int64_t n;
+  int64_t group_size;
+};
+
+// Odd and even M, including M > 32 and M not a multiple of the 4 rows the
+// fused kernel handles at once; N with and without a partial last panel; every
+// group size, per-channel (group = K) included.
+constexpr Shape kShapes[] = {
+    {1, 128, 8, 32},    {3, 256, 40, 64},  {5, 512, 72, 128}, {7, 384, 80, 128},
+    {17, 256, 40, 256}, {4, 64, 16, 32},   {33, 192, 24, 64}, {2, 200, 72, 200},
+    {17, 512, 8, 32},   {6, 128, 56, 128}, {1, 32, 16, 32},   {3, 64, 8, 64},
+};
+
+struct KernelCase {
+  const cpu::CpuKernel* entry;
+  GemmProblem problem;
+  uint64_t seed;
+};
+
+std::vector<KernelCase> AllKernelCases() {
+  std::vector<KernelCase> cases;
+  for (const cpu::CpuKernel& entry : cpu::AllCpuKernels()) {
+    for (WeightFormat format :
+         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+      for (const Shape& shape : kShapes) {
+        for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+          const GemmProblem problem{.m = shape.m,
+                                    .n = shape.n,
+                                    .k = shape.k,
+                                    .format = format,
+                                    .group_size = shape.group_size,
+                                    .dtype = dtype,
+                                    .threads = kThreads};
+          if (!entry.kernel->Supports(problem)) continue;
+          cases.push_back({&entry, problem, 1000 + cases.size()});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+std::string KernelCaseName(const ::testing::TestParamInfo<KernelCase>& info) {
+  const GemmProblem& problem = info.param.problem;
+  const std::string group = problem.group_size == problem.k
+                                ? "per_channel"
+                                : absl::StrCat("g", problem.group_size);
+  return absl::StrCat(info.param.entry->kernel->name(), "_m", problem.m, "_k",
+                      problem.k, "_n", problem.n, "_", group, "_",
+                      DTypeName(problem.dtype));
+}
+
+// Encodes `values` in `dtype` and returns the bytes and the values they hold
+// after rounding, decoded element by element.
+struct Encoded {
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;
+};
+
+Encoded Encode(DType dtype, const std::vector<float>& values) {
+  Encoded encoded{std::vector<uint8_t>(values.size() * DTypeSize(dtype)), {}};
+  for (size_t i = 0; i < values.size(); ++i) {
+    float rounded = values[i];
+    if (dtype == DType::kF32) {
+      std::memcpy(&encoded.bytes[i * 4], &rounded, 4);
+    } else {
+      const uint16_t bits = dtype == DType::kF16 ? FloatToHalf(values[i])
+                                                 : FloatToBf16(values[i]);
+      rounded = dtype == DType::kF16 ? HalfToFloat(bits) : Bf16ToFloat(bits);
+      std::memcpy(&encoded.bytes[i * 2], &bits, 2);
+    }
+    encoded.values.push_back(rounded);
+  }
+  return encoded;
+}
+
+std::vector<double> Decode(DType dtype, const std::vector<uint8_t>& bytes) {
+  const size_t count = bytes.size() / DTypeSize(dtype);
+  std::vector<double> values(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (dtype == DType::kF32) {
+      float value;
+      std::memcpy(&value, &bytes[i * 4], 4);
+      values[i] = value;
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, &bytes[i * 2], 2);
+      values[i] = dtype == DType::kF16 ? HalfToFloat(bits) : Bf16ToFloat(bits);
+    }
+  }
+  return values;
+}
+
+class KernelTest : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(KernelTest, MatchesTheFloat64Reference) {
+  const cpu::CpuKernel& entry = *GetParam().entry;
+  const GemmProblem& problem = GetParam().problem;
+  const uint64_t seed = GetParam().seed;
+  if (entry.isa > cpu::DetectIsa()) {
+    GTEST_SKIP() << entry.kernel->name() << " needs " << cpu::IsaName(entry.isa)
+                 << ", this CPU runs " << cpu::IsaName(cpu::DetectIsa());
+  }
+  SCOPED_TRACE(absl::StrCat("seed=", seed, " ", problem.DebugString()));
+
+  const WeightSpec spec{problem.format, problem.k, problem.n,
+                        problem.group_size};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
+  std::mt19937_64 rng(seed);
+  // Random scales are positive; negate about half so that signs matter.
+  for (uint16_t& scale : weight.scales) {
+    if (rng() & 1) scale ^= 0x8000;
+  }
+  const absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> activations(problem.m * problem.k);
+  for (float& value : activations) value = uniform(rng);
+  const Encoded a = Encode(problem.dtype, activations);
+
+  // All-ones bytes are NaN in f32, f16 and bf16: unwritten outputs fail. A
+  // guard past the end catches writes out of bounds.
+  const size_t c_bytes = problem.m * problem.n * DTypeSize(problem.dtype);
+  std::vector<uint8_t> c(c_bytes + kGuardBytes, 0xff);
+  std::fill(c.begin() + c_bytes, c.end(), kGuardByte);
+  ThreadPool pool(kThreads);
+  const absl::Status status =
+      entry.kernel->Run(problem, {&*packed, a.bytes.data(), c.data()}, pool);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(std::count(c.begin() + c_bytes, c.end(), kGuardByte), kGuardBytes)
+      << "wrote past the end of C";
+  c.resize(c_bytes);
+
+  const std::vector<double> want = ReferenceMatmul(a.values, problem.m, weight);
+  const double tolerance = problem.dtype == DType::kF32 ? 1e-4 : 1e-2;
+  EXPECT_LE(MaxRelativeError(Decode(problem.dtype, c), want), tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCpuKernels, KernelTest,
+                         ::testing::ValuesIn(AllKernelCases()), KernelCaseName);
+
+TEST(CpuKernelCoverageTest, EveryFormatHasAFusedAndAReferenceKernel) {
+  for (WeightFormat format :
+       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    const GemmProblem problem{.m = 1,
+                              .n = 16,
+                              .k = 32,
+                              .format = format,
+                              .group_size = 32,
+                              .dtype = DType::kF32,
+                              .threads = 1};
+    for (KernelVariant variant :
+         {KernelVariant::kFused, KernelVariant::kReference}) {
+      int supporting = 0;
+      for (const cpu::CpuKernel& entry : cpu::AllCpuKernels()) {
+        if (entry.kernel->variant() == variant &&
+            entry.kernel->Supports(problem)) {
+          ++supporting;
+        }
+      }
+      EXPECT_EQ(supporting, 1)
+          << WeightFormatName(format) << " " << KernelVariantName(variant);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nibble

@@ -1,0 +1,95 @@
+// Tests that PackedWeight::Pack regroups the canonical layout into panels.
+#include "kernels/packed_weight.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/weight_format.h"
+
+namespace nibble {
+namespace {
+
+constexpr int64_t kWidth = PackedWeight::kPanelWidth;
+
+class PackedWeightTest : public ::testing::TestWithParam<WeightSpec> {};
+
+TEST_P(PackedWeightTest, EveryCodeScaleAndZeroSitsAtItsPanelPosition) {
+  const WeightSpec& spec = GetParam();
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, /*seed=*/99);
+  const absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed->spec(), spec);
+  ASSERT_EQ(packed->panels(), (spec.n + kWidth - 1) / kWidth);
+  EXPECT_EQ(packed->panel_zeros(0) != nullptr, HasZeros(spec.format));
+  const int64_t padded_n = packed->panels() * kWidth;
+  const int64_t zero_rows = HasZeros(spec.format) ? spec.groups() : 0;
+  EXPECT_EQ(
+      packed->resident_bytes(),
+      padded_n * (spec.k / kCodesPerWord * 4 + spec.groups() * 2 + zero_rows));
+
+  for (int64_t panel = 0; panel < packed->panels(); ++panel) {
+    const uint32_t* words = packed->panel_codes(panel);
+    const uint16_t* scales = packed->panel_scales(panel);
+    const uint8_t* zeros = packed->panel_zeros(panel);
+    for (int64_t lane = 0; lane < kWidth; ++lane) {
+      const int64_t col = panel * kWidth + lane;
+      SCOPED_TRACE(absl::StrCat("panel ", panel, " lane ", lane, " col ", col));
+      for (int64_t row = 0; row < spec.k; ++row) {
+        const uint32_t word = words[row / kCodesPerWord * kWidth + lane];
+        const uint8_t code = (word >> (4 * (row % kCodesPerWord))) & 0xf;
+        ASSERT_EQ(code, col < spec.n ? weight.Code(row, col) : 0)
+            << "row " << row;
+      }
+      for (int64_t group = 0; group < spec.groups(); ++group) {
+        const int64_t row = group * spec.group_size;
+        ASSERT_EQ(scales[group * kWidth + lane],
+                  col < spec.n ? weight.Scale(row, col) : 0)
+            << "group " << group;
+        if (zeros != nullptr) {
+          ASSERT_EQ(zeros[group * kWidth + lane],
+                    col < spec.n ? weight.Zero(row, col) : 0)
+              << "group " << group;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PackedWeightTest,
+    ::testing::Values(WeightSpec{WeightFormat::kFp4, 128, 40, 32},
+                      WeightSpec{WeightFormat::kU4b8, 64, 16, 64},
+                      WeightSpec{WeightFormat::kU4, 256, 40, 256},
+                      WeightSpec{WeightFormat::kU4, 96, 8, 32},
+                      WeightSpec{WeightFormat::kU4b8, 384, 72, 128}),
+    [](const ::testing::TestParamInfo<WeightSpec>& info) {
+      const WeightSpec& spec = info.param;
+      return absl::StrCat(WeightFormatName(spec.format), "_k", spec.k, "_n",
+                          spec.n, "_g", spec.group_size);
+    });
+
+TEST(PackedWeightPackTest, RejectsAnInvalidWeight) {
+  const WeightSpec spec{WeightFormat::kU4, /*k=*/64, /*n=*/40,
+                        /*group_size=*/32};
+  QuantizedWeight short_scales = RandomQuantizedWeight(spec, /*seed=*/1);
+  short_scales.scales.pop_back();
+  QuantizedWeight large_zero = RandomQuantizedWeight(spec, /*seed=*/1);
+  large_zero.zeros.back() = 16;
+  QuantizedWeight bad_group = RandomQuantizedWeight(spec, /*seed=*/1);
+  bad_group.spec.group_size = 16;
+  for (const QuantizedWeight* weight :
+       {&short_scales, &large_zero, &bad_group}) {
+    const absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(*weight);
+    ASSERT_FALSE(packed.ok());
+    EXPECT_EQ(packed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(packed.status(), weight->Validate());
+  }
+}
+
+}  // namespace
+}  // namespace nibble

@@ -1,0 +1,267 @@
+// Tests how the Scheduler picks a kernel, with mock and with real CPU kernels.
+#include "kernels/scheduler.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gemm_kernel.h"
+#include "tests/kernels/mock_gemm_kernel.h"
+
+namespace nibble {
+namespace {
+
+using ::nibble::testing::MockGemmKernel;
+using ::testing::_;
+using ::testing::AllOf;
+using ::testing::Field;
+using ::testing::HasSubstr;
+using ::testing::NiceMock;
+using ::testing::Return;
+
+GemmProblem Problem(int64_t m, int64_t n, int threads = 2) {
+  return GemmProblem{.m = m,
+                     .n = n,
+                     .k = 4096,
+                     .format = WeightFormat::kU4b8,
+                     .group_size = 128,
+                     .dtype = DType::kF16,
+                     .threads = threads};
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  // Registers a mock kernel; `name` must outlive the test (a literal).
+  MockGemmKernel& AddKernel(absl::string_view name, KernelVariant variant,
+                            bool supports) {
+    auto kernel = std::make_unique<NiceMock<MockGemmKernel>>();
+    ON_CALL(*kernel, name()).WillByDefault(Return(name));
+    ON_CALL(*kernel, variant()).WillByDefault(Return(variant));
+    ON_CALL(*kernel, Supports(_)).WillByDefault(Return(supports));
+    EXPECT_CALL(*kernel, Run(_, _, _)).Times(0);
+    kernels_.push_back(std::move(kernel));
+    return *kernels_.back();
+  }
+
+  // One kernel of every variant, all supporting every problem, registered in
+  // an order unrelated to the scheduler's preference.
+  void AddOneKernelPerVariant() {
+    AddKernel("reference", KernelVariant::kReference, true);
+    AddKernel("striped", KernelVariant::kStriped, true);
+    AddKernel("double_buffered", KernelVariant::kDoubleBuffered, true);
+    AddKernel("fused", KernelVariant::kFused, true);
+  }
+
+  Scheduler MakeScheduler(TuningTable table = TuningTable::Default()) const {
+    std::vector<const GemmKernel*> registered;
+    for (const auto& kernel : kernels_) registered.push_back(kernel.get());
+    return Scheduler(registered, table);
+  }
+
+  // The name of the kernel picked for `problem`, or the error.
+  std::string PickedName(const Scheduler& scheduler,
+                         const GemmProblem& problem) const {
+    const absl::StatusOr<const GemmKernel*> kernel = scheduler.Pick(problem);
+    if (!kernel.ok()) return kernel.status().ToString();
+    return std::string((*kernel)->name());
+  }
+
+ private:
+  std::vector<std::unique_ptr<NiceMock<MockGemmKernel>>> kernels_;
+};
+
+TEST_F(SchedulerTest, PreferredVariantFollowsTheDefaultTable) {
+  const Scheduler scheduler = MakeScheduler();
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 4096)),
+            KernelVariant::kFused);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(32, 4096)),
+            KernelVariant::kFused);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(33, 4096)),
+            KernelVariant::kDoubleBuffered);
+  // 2 threads want at least 4 panels of 16 columns.
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 48)),
+            KernelVariant::kStriped);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(64, 48)),
+            KernelVariant::kStriped);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 49)), KernelVariant::kFused);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 64)), KernelVariant::kFused);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 64, /*threads=*/3)),
+            KernelVariant::kStriped);
+}
+
+TEST_F(SchedulerTest, PreferredVariantFollowsAGivenTable) {
+  const Scheduler scheduler = MakeScheduler(
+      TuningTable{.fused_max_m = 4, .striped_below_panels_per_thread = 1});
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(4, 32)), KernelVariant::kFused);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(5, 32)),
+            KernelVariant::kDoubleBuffered);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 16)),
+            KernelVariant::kStriped);
+}
+
+TEST_F(SchedulerTest, PicksFusedForSmallM) {
+  AddOneKernelPerVariant();
+  const Scheduler scheduler = MakeScheduler();
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "fused");
+  EXPECT_EQ(PickedName(scheduler, Problem(32, 4096)), "fused");
+}
+
+TEST_F(SchedulerTest, PicksDoubleBufferedForLargeM) {
+  AddOneKernelPerVariant();
+  const Scheduler scheduler = MakeScheduler();
+  EXPECT_EQ(PickedName(scheduler, Problem(33, 4096)), "double_buffered");
+  EXPECT_EQ(PickedName(scheduler, Problem(4096, 4096)), "double_buffered");
+}
+
+TEST_F(SchedulerTest, FusedMaxMComesFromTheTable) {
+  AddOneKernelPerVariant();
+  const Scheduler scheduler = MakeScheduler(TuningTable{.fused_max_m = 8});
+  EXPECT_EQ(PickedName(scheduler, Problem(8, 4096)), "fused");
+  EXPECT_EQ(PickedName(scheduler, Problem(9, 4096)), "double_buffered");
+}
+
+TEST_F(SchedulerTest, PicksStripedWhenNGivesTooFewPanelsPerThread) {
+  AddOneKernelPerVariant();
+  const Scheduler scheduler = MakeScheduler();
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 32)), "striped");
+  EXPECT_EQ(PickedName(scheduler, Problem(256, 32)), "striped");
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 128, /*threads=*/8)), "striped");
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 128, /*threads=*/4)), "fused");
+}
+
+TEST_F(SchedulerTest, FallsBackToOtherVariantsThenTheReference) {
+  AddKernel("reference", KernelVariant::kReference, true);
+  AddKernel("striped", KernelVariant::kStriped, true);
+  AddKernel("double_buffered", KernelVariant::kDoubleBuffered, false);
+  AddKernel("fused", KernelVariant::kFused, true);
+  const Scheduler scheduler = MakeScheduler();
+  EXPECT_EQ(PickedName(scheduler, Problem(64, 4096)), "fused");
+}
+
+TEST_F(SchedulerTest, FallbackOrderIsFusedDoubleBufferedStripedReference) {
+  AddKernel("reference", KernelVariant::kReference, true);
+  AddKernel("striped", KernelVariant::kStriped, true);
+  AddKernel("double_buffered", KernelVariant::kDoubleBuffered, true);
+  AddKernel("fused", KernelVariant::kFused, false);
+  EXPECT_EQ(PickedName(MakeScheduler(), Problem(1, 4096)), "double_buffered");
+}
+
+TEST_F(SchedulerTest, FallsBackToStripedBeforeTheReference) {
+  AddKernel("reference", KernelVariant::kReference, true);
+  AddKernel("striped", KernelVariant::kStriped, true);
+  AddKernel("double_buffered", KernelVariant::kDoubleBuffered, false);
+  AddKernel("fused", KernelVariant::kFused, false);
+  EXPECT_EQ(PickedName(MakeScheduler(), Problem(1, 4096)), "striped");
+}
+
+TEST_F(SchedulerTest, FallsBackToTheReferenceLast) {
+  AddKernel("reference", KernelVariant::kReference, true);
+  AddKernel("striped", KernelVariant::kStriped, false);
+  AddKernel("double_buffered", KernelVariant::kDoubleBuffered, false);
+  AddKernel("fused", KernelVariant::kFused, false);
+  const Scheduler scheduler = MakeScheduler();
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "reference");
+  EXPECT_EQ(PickedName(scheduler, Problem(64, 4096)), "reference");
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 16)), "reference");
+}
+
+TEST_F(SchedulerTest, StripedPreferenceFallsBackToFused) {
+  AddKernel("reference", KernelVariant::kReference, true);
+  AddKernel("double_buffered", KernelVariant::kDoubleBuffered, true);
+  AddKernel("fused", KernelVariant::kFused, true);
+  EXPECT_EQ(PickedName(MakeScheduler(), Problem(64, 16)), "fused");
+}
+
+TEST_F(SchedulerTest, RegistrationOrderBreaksTies) {
+  AddKernel("fused_first", KernelVariant::kFused, true);
+  AddKernel("fused_second", KernelVariant::kFused, true);
+  EXPECT_EQ(PickedName(MakeScheduler(), Problem(1, 4096)), "fused_first");
+}
+
+TEST_F(SchedulerTest, SkipsKernelsThatDoNotSupportTheProblem) {
+  MockGemmKernel& unsupported =
+      AddKernel("fused_unsupported", KernelVariant::kFused, false);
+  AddKernel("fused_supported", KernelVariant::kFused, true);
+  const GemmProblem problem = Problem(3, 4096);
+  EXPECT_CALL(
+      unsupported,
+      Supports(AllOf(Field(&GemmProblem::m, 3), Field(&GemmProblem::n, 4096),
+                     Field(&GemmProblem::format, WeightFormat::kU4b8),
+                     Field(&GemmProblem::dtype, DType::kF16))))
+      .WillOnce(Return(false));
+  EXPECT_EQ(PickedName(MakeScheduler(), problem), "fused_supported");
+}
+
+TEST_F(SchedulerTest, NotFoundNamesTheProblemWhenNothingSupportsIt) {
+  AddKernel("fused", KernelVariant::kFused, false);
+  AddKernel("reference", KernelVariant::kReference, false);
+  const GemmProblem problem = Problem(3, 40);
+  const absl::StatusOr<const GemmKernel*> kernel =
+      MakeScheduler().Pick(problem);
+  ASSERT_FALSE(kernel.ok());
+  EXPECT_EQ(kernel.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(kernel.status().message()),
+              HasSubstr("m=3 n=40 k=4096 u4b8 group=128 f16 threads=2"));
+}
+
+TEST_F(SchedulerTest, NotFoundWithNoKernels) {
+  const absl::StatusOr<const GemmKernel*> kernel =
+      MakeScheduler().Pick(Problem(1, 4096));
+  EXPECT_EQ(kernel.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, KeepsTheKernelsInRegistrationOrder) {
+  const MockGemmKernel& first =
+      AddKernel("first", KernelVariant::kReference, true);
+  const MockGemmKernel& second =
+      AddKernel("second", KernelVariant::kFused, true);
+  const Scheduler scheduler = MakeScheduler();
+  ASSERT_EQ(scheduler.kernels().size(), 2u);
+  EXPECT_EQ(scheduler.kernels()[0], &first);
+  EXPECT_EQ(scheduler.kernels()[1], &second);
+}
+
+TEST(CpuSchedulerTest, PicksAKernelOfTheProblemsFormat) {
+  const Scheduler scheduler(cpu::CpuKernels());
+  for (WeightFormat format :
+       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    for (int64_t m : {1, 64}) {
+      for (int64_t n : {16, 4096}) {
+        GemmProblem problem = Problem(m, n);
+        problem.format = format;
+        SCOPED_TRACE(problem.DebugString());
+        const absl::StatusOr<const GemmKernel*> kernel =
+            scheduler.Pick(problem);
+        ASSERT_TRUE(kernel.ok()) << kernel.status();
+        EXPECT_THAT(
+            std::string((*kernel)->name()),
+            HasSubstr(absl::StrCat("_", WeightFormatName(format), "_")));
+        EXPECT_TRUE((*kernel)->Supports(problem));
+      }
+    }
+  }
+}
+
+TEST(CpuSchedulerTest, PicksTheScalarReferenceAtTheScalarLevel) {
+  const Scheduler scheduler(cpu::CpuKernels(cpu::Isa::kScalar));
+  for (WeightFormat format :
+       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    GemmProblem problem = Problem(1, 4096);
+    problem.format = format;
+    const absl::StatusOr<const GemmKernel*> kernel = scheduler.Pick(problem);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    EXPECT_EQ((*kernel)->name(),
+              absl::StrCat("reference_", WeightFormatName(format), "_scalar"));
+  }
+}
+
+}  // namespace
+}  // namespace nibble

@@ -1,0 +1,264 @@
+// Tests the 4-bit codes, the canonical layout and its validation
+// (kernels/weight_format.h, kernels/dequant.h).
+#include "kernels/weight_format.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/dequant.h"
+#include "kernels/dtype.h"
+
+namespace nibble {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr WeightFormat kAllFormats[] = {WeightFormat::kFp4, WeightFormat::kU4b8,
+                                        WeightFormat::kU4};
+
+TEST(DequantTest, EveryFp4CodeMatchesTheE2M1Table) {
+  constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                               4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                               -2.0f, -3.0f, -4.0f, -6.0f};
+  for (uint8_t code = 0; code < 16; ++code) {
+    SCOPED_TRACE(absl::StrCat("code ", code));
+    EXPECT_EQ(Fp4CodeToFloat(code), kE2M1[code]);
+    EXPECT_EQ(std::signbit(Fp4CodeToFloat(code)), code >= 8);
+    EXPECT_EQ(DequantizeCode(WeightFormat::kFp4, code, 0.25f, /*zero=*/5),
+              kE2M1[code] * 0.25f);
+  }
+}
+
+TEST(DequantTest, EveryU4b8CodeIsCodeMinusEight) {
+  for (uint8_t code = 0; code < 16; ++code) {
+    SCOPED_TRACE(absl::StrCat("code ", code));
+    EXPECT_EQ(Int4CodeMinusZero(code, 8), code - 8.0f);
+    EXPECT_EQ(DequantizeCode(WeightFormat::kU4b8, code, 1.0f, /*zero=*/3),
+              code - 8.0f);
+    EXPECT_EQ(DequantizeCode(WeightFormat::kU4b8, code, 0.125f, /*zero=*/0),
+              (code - 8.0f) * 0.125f);
+  }
+}
+
+TEST(DequantTest, EveryU4CodeIsCodeMinusEveryZeroPoint) {
+  for (uint8_t code = 0; code < 16; ++code) {
+    for (uint8_t zero = 0; zero < 16; ++zero) {
+      SCOPED_TRACE(absl::StrCat("code ", code, " zero ", zero));
+      EXPECT_EQ(Int4CodeMinusZero(code, zero), static_cast<float>(code - zero));
+      EXPECT_EQ(DequantizeCode(WeightFormat::kU4, code, 0.5f, zero),
+                static_cast<float>(code - zero) * 0.5f);
+    }
+  }
+}
+
+TEST(QuantizedWeightTest, SetCodeWritesTheCanonicalBits) {
+  QuantizedWeight weight;
+  weight.spec = {WeightFormat::kU4b8, /*k=*/32, /*n=*/3, /*group_size=*/32};
+  weight.qweight.assign(weight.spec.qweight_bytes() / 4, 0);
+  weight.SetCode(/*row=*/11, /*col=*/2, 0xa);
+  EXPECT_EQ(weight.qweight[1 * 3 + 2], 0xau << 12);
+  weight.SetCode(/*row=*/31, /*col=*/0, 0xf);
+  EXPECT_EQ(weight.qweight[3 * 3 + 0], 0xfu << 28);
+  weight.SetCode(/*row=*/31, /*col=*/0, 0x1);
+  EXPECT_EQ(weight.qweight[3 * 3 + 0], 0x1u << 28);
+}
+
+TEST(QuantizedWeightTest, SetCodeAndCodeRoundTripAtRandomPositions) {
+  QuantizedWeight weight;
+  weight.spec = {WeightFormat::kU4, /*k=*/64, /*n=*/24, /*group_size=*/32};
+  std::mt19937_64 rng(20240611);
+  weight.qweight.resize(weight.spec.qweight_bytes() / 4);
+  for (uint32_t& word : weight.qweight) word = static_cast<uint32_t>(rng());
+  std::vector<uint8_t> expected(weight.spec.k * weight.spec.n);
+  for (int64_t row = 0; row < weight.spec.k; ++row) {
+    for (int64_t col = 0; col < weight.spec.n; ++col) {
+      expected[row * weight.spec.n + col] = weight.Code(row, col);
+    }
+  }
+  for (int write = 0; write < 2000; ++write) {
+    const int64_t row = rng() % weight.spec.k;
+    const int64_t col = rng() % weight.spec.n;
+    const uint8_t code = rng() & 0xf;
+    weight.SetCode(row, col, code);
+    expected[row * weight.spec.n + col] = code;
+  }
+  for (int64_t row = 0; row < weight.spec.k; ++row) {
+    for (int64_t col = 0; col < weight.spec.n; ++col) {
+      ASSERT_EQ(weight.Code(row, col), expected[row * weight.spec.n + col])
+          << "row " << row << " col " << col;
+    }
+  }
+}
+
+TEST(WeightSpecTest, ByteCountsFollowTheShape) {
+  const WeightSpec u4{WeightFormat::kU4, /*k=*/256, /*n=*/40,
+                      /*group_size=*/64};
+  EXPECT_EQ(u4.groups(), 4);
+  EXPECT_EQ(u4.qweight_bytes(), 256 / 8 * 40 * 4);
+  EXPECT_EQ(u4.scales_bytes(), 4 * 40 * 2);
+  EXPECT_EQ(u4.zeros_bytes(), 4 * 40);
+  EXPECT_EQ(u4.canonical_bytes(), 5120 + 320 + 160);
+  const WeightSpec fp4{WeightFormat::kFp4, /*k=*/256, /*n=*/40,
+                       /*group_size=*/64};
+  EXPECT_EQ(fp4.zeros_bytes(), 0);
+  EXPECT_EQ(fp4.canonical_bytes(), 5120 + 320);
+  EXPECT_EQ(u4.DebugString(), "u4 k=256 n=40 group=64");
+}
+
+TEST(WeightSpecTest, AcceptsEverySupportedGroupSize) {
+  for (WeightFormat format : kAllFormats) {
+    for (int64_t group_size : {32, 64, 128, 384}) {
+      const WeightSpec spec{format, /*k=*/384, /*n=*/40, group_size};
+      EXPECT_TRUE(spec.Validate().ok()) << spec.DebugString();
+    }
+  }
+}
+
+TEST(WeightSpecTest, AcceptsPerChannelGroupForAnyMultipleOfEight) {
+  const WeightSpec spec{WeightFormat::kU4, /*k=*/200, /*n=*/8,
+                        /*group_size=*/200};
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate();
+}
+
+TEST(WeightSpecTest, AcceptsTheLargestDimensions) {
+  const WeightSpec spec{WeightFormat::kU4b8, kMaxDimension, kMaxDimension,
+                        /*group_size=*/128};
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate();
+}
+
+struct InvalidSpec {
+  WeightSpec spec;
+  std::string problem;  // a substring the error message must contain
+};
+
+TEST(WeightSpecTest, RejectsInvalidShapesNamingTheProblem) {
+  const std::vector<InvalidSpec> invalid_specs = {
+      {{WeightFormat::kU4b8, 100, 40, 100}, "k=100 is not a multiple of 8"},
+      {{WeightFormat::kU4b8, 36, 40, 36}, "k=36 is not a multiple of 8"},
+      {{WeightFormat::kU4b8, 96, 40, 64}, "multiple of the group size 64"},
+      {{WeightFormat::kFp4, 160, 40, 128}, "multiple of the group size 128"},
+      {{WeightFormat::kU4, 256, 40, 16}, "group size 16 is not supported"},
+      {{WeightFormat::kU4, 256, 40, 0}, "group size 0 is not supported"},
+      {{WeightFormat::kU4, 256, 40, -32}, "group size -32 is not supported"},
+      {{WeightFormat::kU4, 256, 40, 512}, "group size 512 is not supported"},
+      {{WeightFormat::kU4b8, 0, 40, 32}, "must be positive, got k=0 n=40"},
+      {{WeightFormat::kU4b8, 256, 0, 32}, "must be positive, got k=256 n=0"},
+      {{WeightFormat::kU4b8, -256, 40, 32}, "must be positive"},
+      {{WeightFormat::kU4b8, 256, -1, 32}, "must be positive"},
+      {{WeightFormat::kU4b8, kMaxDimension + 8, 40, 128},
+       absl::StrCat("at most ", kMaxDimension)},
+      {{WeightFormat::kU4b8, 256, kMaxDimension + 1, 128},
+       absl::StrCat("at most ", kMaxDimension)},
+  };
+  for (const InvalidSpec& invalid : invalid_specs) {
+    SCOPED_TRACE(invalid.spec.DebugString());
+    const absl::Status status = invalid.spec.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(invalid.problem));
+  }
+}
+
+TEST(QuantizedWeightTest, RandomWeightsAreValidAndDeterministic) {
+  for (WeightFormat format : kAllFormats) {
+    const WeightSpec spec{format, /*k=*/128, /*n=*/24, /*group_size=*/32};
+    const QuantizedWeight weight = RandomQuantizedWeight(spec, /*seed=*/7);
+    SCOPED_TRACE(spec.DebugString());
+    EXPECT_TRUE(weight.Validate().ok()) << weight.Validate();
+    const QuantizedWeight again = RandomQuantizedWeight(spec, /*seed=*/7);
+    EXPECT_EQ(weight.qweight, again.qweight);
+    EXPECT_EQ(weight.scales, again.scales);
+    EXPECT_EQ(weight.zeros, again.zeros);
+    EXPECT_NE(weight.qweight, RandomQuantizedWeight(spec, 8).qweight);
+    for (uint16_t scale : weight.scales) {
+      EXPECT_GE(HalfToFloat(scale), 0x1p-8f);
+      EXPECT_LE(HalfToFloat(scale), 0x1p-4f);
+    }
+  }
+}
+
+// A valid kU4 weight to break one array of.
+QuantizedWeight ValidU4Weight() {
+  return RandomQuantizedWeight(
+      {WeightFormat::kU4, /*k=*/64, /*n=*/16, /*group_size=*/32}, /*seed=*/3);
+}
+
+TEST(QuantizedWeightTest, RejectsArraysOfTheWrongSize) {
+  QuantizedWeight short_qweight = ValidU4Weight();
+  short_qweight.qweight.pop_back();
+  QuantizedWeight long_scales = ValidU4Weight();
+  long_scales.scales.push_back(0x3c00);
+  QuantizedWeight missing_zeros = ValidU4Weight();
+  missing_zeros.zeros.clear();
+  QuantizedWeight unexpected_zeros = RandomQuantizedWeight(
+      {WeightFormat::kU4b8, /*k=*/64, /*n=*/16, /*group_size=*/32}, 3);
+  unexpected_zeros.zeros.assign(2 * 16, 8);
+
+  const std::vector<std::pair<const QuantizedWeight*, std::string>> cases = {
+      {&short_qweight, "qweight has 508 bytes, the shape needs 512"},
+      {&long_scales, "scales has 66 bytes, the shape needs 64"},
+      {&missing_zeros, "zeros has 0 bytes, the shape needs 32"},
+      {&unexpected_zeros, "zeros has 32 bytes, the shape needs 0"},
+  };
+  for (const auto& [weight, problem] : cases) {
+    SCOPED_TRACE(problem);
+    const absl::Status status = weight->Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(problem));
+  }
+}
+
+TEST(QuantizedWeightTest, RejectsZeroPointsAboveFifteen) {
+  QuantizedWeight weight = ValidU4Weight();
+  weight.zeros[5] = 15;
+  EXPECT_TRUE(weight.Validate().ok()) << weight.Validate();
+  weight.zeros[5] = 16;
+  const absl::Status status = weight.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("zero point 16 at index 5"));
+}
+
+TEST(QuantizedWeightTest, RejectsAnInvalidSpec) {
+  QuantizedWeight weight = ValidU4Weight();
+  weight.spec.group_size = 16;
+  const absl::Status status = weight.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("group size 16"));
+}
+
+TEST(WeightFormatTest, NamesAndParsingRoundTrip) {
+  EXPECT_EQ(WeightFormatName(WeightFormat::kFp4), "fp4");
+  EXPECT_EQ(WeightFormatName(WeightFormat::kU4b8), "u4b8");
+  EXPECT_EQ(WeightFormatName(WeightFormat::kU4), "u4");
+  for (WeightFormat format : kAllFormats) {
+    const absl::StatusOr<WeightFormat> parsed =
+        ParseWeightFormat(WeightFormatName(format));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, format);
+    EXPECT_EQ(HasZeros(format), format == WeightFormat::kU4);
+  }
+}
+
+TEST(WeightFormatTest, ParseRejectsUnknownNamesClearly) {
+  for (absl::string_view name : {"int4", "", "U4", "u4b"}) {
+    SCOPED_TRACE(name);
+    const absl::StatusOr<WeightFormat> parsed = ParseWeightFormat(name);
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()),
+                HasSubstr(absl::StrCat("\"", name, "\"")));
+    EXPECT_THAT(std::string(parsed.status().message()),
+                HasSubstr("fp4, u4b8 or u4"));
+  }
+}
+
+}  // namespace
+}  // namespace nibble

@@ -1,0 +1,190 @@
+// Tests the upload state machine: complete uploads in any chunking, and every
+// way an upload can go wrong.
+#include "server/upload_assembler.h"
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace nibble::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+template <typename T>
+std::string Bytes(const std::vector<T>& array) {
+  return std::string(reinterpret_cast<const char*>(array.data()),
+                     array.size() * sizeof(T));
+}
+
+// Sends `bytes` as chunks of random sizes in 1..max_chunk.
+absl::Status SendInChunks(UploadAssembler& upload, WeightTensorKind tensor,
+                          const std::string& bytes, std::mt19937_64& rng,
+                          size_t max_chunk) {
+  size_t offset = 0;
+  while (offset < bytes.size()) {
+    const size_t size =
+        std::min(bytes.size() - offset, 1 + rng() % max_chunk);
+    if (absl::Status s = upload.OnChunk(
+            tensor, offset, absl::string_view(bytes).substr(offset, size));
+        !s.ok()) {
+      return s;
+    }
+    offset += size;
+  }
+  return absl::OkStatus();
+}
+
+class UploadAssemblerRoundTripTest
+    : public ::testing::TestWithParam<WeightFormat> {};
+
+TEST_P(UploadAssemblerRoundTripTest, ReassemblesTheWeightFromOddChunks) {
+  const uint64_t seed = 7;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const WeightSpec spec{GetParam(), 256, 40, 64};
+  const QuantizedWeight sent = RandomQuantizedWeight(spec, seed);
+  std::mt19937_64 rng(seed);
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec).ok());
+  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kQweight,
+                           Bytes(sent.qweight), rng, 97)
+                  .ok());
+  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kScales,
+                           Bytes(sent.scales), rng, 13)
+                  .ok());
+  if (HasZeros(spec.format)) {
+    ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kZeros,
+                             Bytes(sent.zeros), rng, 5)
+                    .ok());
+  }
+  absl::StatusOr<QuantizedWeight> received = upload.Finish();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->spec, spec);
+  EXPECT_EQ(received->qweight, sent.qweight);
+  EXPECT_EQ(received->scales, sent.scales);
+  EXPECT_EQ(received->zeros, sent.zeros);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, UploadAssemblerRoundTripTest,
+                         ::testing::Values(WeightFormat::kFp4,
+                                           WeightFormat::kU4b8,
+                                           WeightFormat::kU4),
+                         [](const auto& info) {
+                           return std::string(WeightFormatName(info.param));
+                         });
+
+class UploadAssemblerErrorTest : public ::testing::Test {
+ protected:
+  const WeightSpec spec_{WeightFormat::kU4, 64, 8, 32};
+  const QuantizedWeight weight_ = RandomQuantizedWeight(spec_, 3);
+};
+
+TEST_F(UploadAssemblerErrorTest, ChunkBeforeHeader) {
+  UploadAssembler upload;
+  absl::Status status =
+      upload.OnChunk(WeightTensorKind::kQweight, 0, Bytes(weight_.qweight));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("before the header"));
+}
+
+TEST_F(UploadAssemblerErrorTest, SecondHeader) {
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec_).ok());
+  absl::Status status = upload.OnHeader("w", spec_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("second header"));
+}
+
+TEST_F(UploadAssemblerErrorTest, BadNameAndBadSpec) {
+  UploadAssembler upload;
+  EXPECT_THAT(upload.OnHeader("a/../etc/passwd", spec_).message(),
+              HasSubstr("may only contain"));
+  EXPECT_THAT(
+      upload.OnHeader("w", WeightSpec{WeightFormat::kU4, 100, 8, 32}).message(),
+      HasSubstr("multiple of 8"));
+  EXPECT_THAT(
+      upload.OnHeader("w", WeightSpec{WeightFormat::kU4, 96, 8, 64}).message(),
+      HasSubstr("multiple of the group size"));
+  EXPECT_FALSE(upload.has_header());
+}
+
+TEST_F(UploadAssemblerErrorTest, WrongTensorOrder) {
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec_).ok());
+  absl::Status status =
+      upload.OnChunk(WeightTensorKind::kScales, 0, Bytes(weight_.scales));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("before finishing qweight"));
+}
+
+TEST_F(UploadAssemblerErrorTest, GapOrRepeatedOffset) {
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec_).ok());
+  const std::string bytes = Bytes(weight_.qweight);
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kQweight, 0, bytes.substr(0, 10)).ok());
+  EXPECT_THAT(
+      upload.OnChunk(WeightTensorKind::kQweight, 0, bytes.substr(0, 10))
+          .message(),
+      HasSubstr("offset 0 but 10 bytes have arrived"));
+  EXPECT_THAT(
+      upload.OnChunk(WeightTensorKind::kQweight, 20, bytes.substr(20, 10))
+          .message(),
+      HasSubstr("offset 20"));
+}
+
+TEST_F(UploadAssemblerErrorTest, TooManyBytes) {
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec_).ok());
+  absl::Status status = upload.OnChunk(WeightTensorKind::kQweight, 0,
+                                       Bytes(weight_.qweight) + "x");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("needs 256"));
+}
+
+TEST_F(UploadAssemblerErrorTest, ZerosForFormatWithoutZeros) {
+  UploadAssembler upload;
+  const WeightSpec spec{WeightFormat::kU4b8, 64, 8, 32};
+  ASSERT_TRUE(upload.OnHeader("w", spec).ok());
+  EXPECT_THAT(upload.OnChunk(WeightTensorKind::kZeros, 0, "abc").message(),
+              HasSubstr("format u4b8 has none"));
+}
+
+TEST_F(UploadAssemblerErrorTest, EndsEarly) {
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec_).ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kQweight, 0, Bytes(weight_.qweight))
+          .ok());
+  absl::StatusOr<QuantizedWeight> weight = upload.Finish();
+  EXPECT_EQ(weight.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(weight.status().message(),
+              HasSubstr("ended early: 0 of 32 bytes of scales"));
+}
+
+TEST_F(UploadAssemblerErrorTest, NoHeaderAtAll) {
+  UploadAssembler upload;
+  EXPECT_THAT(upload.Finish().status().message(),
+              HasSubstr("without a header"));
+}
+
+TEST_F(UploadAssemblerErrorTest, ZeroPointOutOfRange) {
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec_).ok());
+  std::string zeros = Bytes(weight_.zeros);
+  zeros[3] = 16;
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kQweight, 0, Bytes(weight_.qweight))
+          .ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kScales, 0, Bytes(weight_.scales)).ok());
+  ASSERT_TRUE(upload.OnChunk(WeightTensorKind::kZeros, 0, zeros).ok());
+  EXPECT_THAT(upload.Finish().status().message(),
+              HasSubstr("zero point 16 at index 3"));
+}
+
+}  // namespace
+}  // namespace nibble::server
