@@ -26,7 +26,7 @@
 #include "client/latency_stats.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
-#include "client/proto_conversions.h"
+#include "proto/conversions.h"
 #include "grpc/grpc.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",

@@ -23,7 +23,7 @@
 #include "client/command_line.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
-#include "client/proto_conversions.h"
+#include "proto/conversions.h"
 #include "client/weight_files.h"
 #include "kernels/reference.h"
 

@@ -36,7 +36,7 @@ absl::Status NibbleServiceImpl::Upload(
       }
     } else if (request.has_chunk()) {
       absl::StatusOr<WeightTensorKind> tensor =
-          FromProto(request.chunk().tensor());
+          TensorFromProto(request.chunk().tensor());
       if (!tensor.ok()) return tensor.status();
       if (absl::Status status = upload.OnChunk(*tensor, request.chunk().offset(),
                                                request.chunk().data());
@@ -63,7 +63,7 @@ absl::Status NibbleServiceImpl::Upload(
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored =
       store_->Get(name);
   if (!stored.ok()) return stored.status();
-  ToProto(**stored, response);
+  FillWeightInfo(**stored, response);
   return absl::OkStatus();
 }
 
@@ -80,7 +80,7 @@ grpc::Status NibbleServiceImpl::GetWeight(grpc::ServerContext*,
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       store_->Get(request->name());
   if (!weight.ok()) return ToGrpcStatus(weight.status());
-  ToProto(**weight, response);
+  FillWeightInfo(**weight, response);
   return grpc::Status::OK;
 }
 
@@ -88,7 +88,7 @@ grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext*,
                                             const v1::ListWeightsRequest*,
                                             v1::ListWeightsResponse* response) {
   for (const auto& weight : store_->List()) {
-    ToProto(*weight, response->add_weights());
+    FillWeightInfo(*weight, response->add_weights());
   }
   return grpc::Status::OK;
 }

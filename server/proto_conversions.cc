@@ -7,41 +7,7 @@
 
 namespace nibble::server {
 
-absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
-  switch (format) {
-    case v1::WEIGHT_FORMAT_FP4:
-      return WeightFormat::kFp4;
-    case v1::WEIGHT_FORMAT_U4B8:
-      return WeightFormat::kU4b8;
-    case v1::WEIGHT_FORMAT_U4:
-      return WeightFormat::kU4;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weight format ", v1::WeightFormat_Name(format).empty()
-                                ? std::to_string(format)
-                                : v1::WeightFormat_Name(format),
-          " is not supported: use WEIGHT_FORMAT_FP4, WEIGHT_FORMAT_U4B8 or "
-          "WEIGHT_FORMAT_U4"));
-  }
-}
-
-absl::StatusOr<DType> FromProto(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_F32:
-      return DType::kF32;
-    case v1::DTYPE_F16:
-      return DType::kF16;
-    case v1::DTYPE_BF16:
-      return DType::kBF16;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dtype ", v1::DType_Name(dtype).empty() ? std::to_string(dtype)
-                                                  : v1::DType_Name(dtype),
-          " is not supported: use DTYPE_F32, DTYPE_F16 or DTYPE_BF16"));
-  }
-}
-
-absl::StatusOr<WeightTensorKind> FromProto(v1::WeightTensor tensor) {
+absl::StatusOr<WeightTensorKind> TensorFromProto(v1::WeightTensor tensor) {
   switch (tensor) {
     case v1::WEIGHT_TENSOR_QWEIGHT:
       return WeightTensorKind::kQweight;
@@ -57,40 +23,7 @@ absl::StatusOr<WeightTensorKind> FromProto(v1::WeightTensor tensor) {
   }
 }
 
-absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header) {
-  absl::StatusOr<WeightFormat> format = FromProto(header.format());
-  if (!format.ok()) return format.status();
-  return WeightSpec{.format = *format,
-                    .k = header.k(),
-                    .n = header.n(),
-                    .group_size = header.group_size()};
-}
-
-v1::WeightFormat ToProto(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kFp4:
-      return v1::WEIGHT_FORMAT_FP4;
-    case WeightFormat::kU4b8:
-      return v1::WEIGHT_FORMAT_U4B8;
-    case WeightFormat::kU4:
-      return v1::WEIGHT_FORMAT_U4;
-  }
-  return v1::WEIGHT_FORMAT_UNSPECIFIED;
-}
-
-v1::DType ToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return v1::DTYPE_F32;
-    case DType::kF16:
-      return v1::DTYPE_F16;
-    case DType::kBF16:
-      return v1::DTYPE_BF16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
-void ToProto(const ResidentWeight& weight, v1::WeightInfo* info) {
+void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info) {
   const WeightSpec& spec = weight.packed.spec();
   info->set_name(weight.name);
   info->set_format(ToProto(spec.format));

@@ -1,27 +1,22 @@
-// Translation between the wire contract (nibble.v1 messages) and the kernel
-// library's types, so that neither side depends on the other's vocabulary.
+// The server's side of the wire translation: upload tensors, weight info and
+// status codes. The enum and spec conversions shared with the client are in
+// proto/conversions.h.
 #ifndef NIBBLE_SERVER_PROTO_CONVERSIONS_H_
 #define NIBBLE_SERVER_PROTO_CONVERSIONS_H_
 
 #include "absl/status/statusor.h"
 #include "grpcpp/support/status.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.pb.h"
+#include "proto/conversions.h"
 #include "server/upload_assembler.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
 
 // INVALID_ARGUMENT for UNSPECIFIED or unknown values.
-absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format);
-absl::StatusOr<DType> FromProto(v1::DType dtype);
-absl::StatusOr<WeightTensorKind> FromProto(v1::WeightTensor tensor);
-absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header);
+absl::StatusOr<WeightTensorKind> TensorFromProto(v1::WeightTensor tensor);
 
-v1::WeightFormat ToProto(WeightFormat format);
-v1::DType ToProto(DType dtype);
-void ToProto(const ResidentWeight& weight, v1::WeightInfo* info);
+void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info);
 
 // Same code, same message.
 grpc::Status ToGrpcStatus(const absl::Status& status);

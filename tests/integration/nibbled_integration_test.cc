@@ -15,6 +15,7 @@
 #include "kernels/reference.h"
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
+#include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"
 
 namespace nibble {
@@ -23,30 +24,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr size_t kChunkBytes = 1 << 20;
-
-v1::WeightFormat ToWire(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kFp4:
-      return v1::WEIGHT_FORMAT_FP4;
-    case WeightFormat::kU4b8:
-      return v1::WEIGHT_FORMAT_U4B8;
-    case WeightFormat::kU4:
-      return v1::WEIGHT_FORMAT_U4;
-  }
-  return v1::WEIGHT_FORMAT_UNSPECIFIED;
-}
-
-v1::DType ToWire(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return v1::DTYPE_F32;
-    case DType::kF16:
-      return v1::DTYPE_F16;
-    case DType::kBF16:
-      return v1::DTYPE_BF16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
 
 template <typename T>
 std::string Bytes(const std::vector<T>& array) {
@@ -58,7 +35,7 @@ v1::UploadWeightRequest Header(const std::string& name, const WeightSpec& spec) 
   v1::UploadWeightRequest request;
   v1::WeightHeader* header = request.mutable_header();
   header->set_name(name);
-  header->set_format(ToWire(spec.format));
+  header->set_format(ToProto(spec.format));
   header->set_k(spec.k);
   header->set_n(spec.n);
   header->set_group_size(spec.group_size);
@@ -173,7 +150,7 @@ class NibbledTest : public ::testing::Test {
     v1::MatmulRequest request;
     request.set_weight_name(name);
     request.set_m(m);
-    request.set_dtype(ToWire(dtype));
+    request.set_dtype(ToProto(dtype));
     request.set_a(std::move(a));
     return request;
   }

@@ -1,4 +1,6 @@
-#include "client/proto_conversions.h"
+#include "proto/conversions.h"
+
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -38,8 +40,12 @@ absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
     case v1::WEIGHT_FORMAT_U4:
       return WeightFormat::kU4;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown weight format ", static_cast<int>(format)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight format ", v1::WeightFormat_Name(format).empty()
+                                ? std::to_string(format)
+                                : v1::WeightFormat_Name(format),
+          " is not supported: use WEIGHT_FORMAT_FP4, WEIGHT_FORMAT_U4B8 or "
+          "WEIGHT_FORMAT_U4"));
   }
 }
 
@@ -52,9 +58,20 @@ absl::StatusOr<DType> FromProto(v1::DType dtype) {
     case v1::DTYPE_BF16:
       return DType::kBF16;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dtype ", v1::DType_Name(dtype).empty() ? std::to_string(dtype)
+                                                  : v1::DType_Name(dtype),
+          " is not supported: use DTYPE_F32, DTYPE_F16 or DTYPE_BF16"));
   }
+}
+
+absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header) {
+  absl::StatusOr<WeightFormat> format = FromProto(header.format());
+  if (!format.ok()) return format.status();
+  return WeightSpec{.format = *format,
+                    .k = header.k(),
+                    .n = header.n(),
+                    .group_size = header.group_size()};
 }
 
 absl::StatusOr<WeightSpec> WeightSpecFromInfo(const v1::WeightInfo& info) {

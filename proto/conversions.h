@@ -1,10 +1,12 @@
-// Conversions between the wire enums of nibble.v1 and the kernels' types.
+// Translation between the wire enums and messages of nibble.v1 and the kernel
+// library's types, shared by the server and the client so that both read the
+// contract the same way.
 //
 // Example:
 //   request.set_dtype(nibble::ToProto(nibble::DType::kBF16));
 //   absl::StatusOr<nibble::WeightSpec> spec = nibble::WeightSpecFromInfo(info);
-#ifndef NIBBLE_CLIENT_PROTO_CONVERSIONS_H_
-#define NIBBLE_CLIENT_PROTO_CONVERSIONS_H_
+#ifndef NIBBLE_PROTO_CONVERSIONS_H_
+#define NIBBLE_PROTO_CONVERSIONS_H_
 
 #include "absl/status/statusor.h"
 #include "kernels/dtype.h"
@@ -16,15 +18,17 @@ namespace nibble {
 v1::WeightFormat ToProto(WeightFormat format);
 v1::DType ToProto(DType dtype);
 
-// InvalidArgument for WEIGHT_FORMAT_UNSPECIFIED and values this client does
-// not know.
+// INVALID_ARGUMENT, listing the valid values, for UNSPECIFIED and unknown
+// values.
 absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format);
-// InvalidArgument for DTYPE_UNSPECIFIED and values this client does not know.
 absl::StatusOr<DType> FromProto(v1::DType dtype);
+
+// The spec a header describes; not yet validated (see WeightSpec::Validate).
+absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header);
 
 // The spec a server reports for a resident weight, validated.
 absl::StatusOr<WeightSpec> WeightSpecFromInfo(const v1::WeightInfo& info);
 
 }  // namespace nibble
 
-#endif  // NIBBLE_CLIENT_PROTO_CONVERSIONS_H_
+#endif  // NIBBLE_PROTO_CONVERSIONS_H_
