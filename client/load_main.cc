@@ -26,8 +26,8 @@
 #include "client/latency_stats.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
-#include "proto/conversions.h"
 #include "grpc/grpc.h"
+#include "proto/conversions.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "HOST:PORT of the nibble server");

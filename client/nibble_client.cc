@@ -5,10 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/conversions.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/status.h"
+#include "proto/conversions.h"
 
 namespace nibble {
 namespace {

@@ -23,9 +23,9 @@
 #include "client/command_line.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
-#include "proto/conversions.h"
 #include "client/weight_files.h"
 #include "kernels/reference.h"
+#include "proto/conversions.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "HOST:PORT of the nibble server");

@@ -34,7 +34,7 @@ uint16_t FloatToHalf(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (magnitude >= 0x477ff000u) return sign | 0x7c00u;  // rounds to infinity
   if (magnitude < 0x38800000u) {
     // Result is subnormal or zero: round |f| * 2^24 to an integer mantissa.

@@ -12,9 +12,9 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace nibble {
 

@@ -19,9 +19,9 @@ absl::string_view KernelVariantName(KernelVariant variant) {
 }
 
 std::string GemmProblem::DebugString() const {
-  return absl::StrCat("m=", m, " n=", n, " k=", k, " ", WeightFormatName(format),
-                      " group=", group_size, " ", DTypeName(dtype),
-                      " threads=", threads);
+  return absl::StrCat("m=", m, " n=", n, " k=", k, " ",
+                      WeightFormatName(format), " group=", group_size, " ",
+                      DTypeName(dtype), " threads=", threads);
 }
 
 GemmProblem MakeGemmProblem(const PackedWeight& weight, int64_t m, DType dtype,

@@ -17,9 +17,9 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
 #include "kernels/packed_weight.h"
 #include "kernels/thread_pool.h"

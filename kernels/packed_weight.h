@@ -38,12 +38,13 @@ class PackedWeight {
   }
   // nullptr unless the format has zero points.
   const uint8_t* panel_zeros(int64_t panel) const {
-    return zeros_.empty() ? nullptr
-                          : zeros_.data() + panel * spec_.groups() * kPanelWidth;
+    return zeros_.empty()
+               ? nullptr
+               : zeros_.data() + panel * spec_.groups() * kPanelWidth;
   }
   int64_t resident_bytes() const {
-    return codes_.size() * sizeof(uint32_t) + scales_.size() * sizeof(uint16_t) +
-           zeros_.size();
+    return codes_.size() * sizeof(uint32_t) +
+           scales_.size() * sizeof(uint16_t) + zeros_.size();
   }
 
  private:

@@ -9,7 +9,8 @@ ThreadPool::ThreadPool(int threads) {
     threads = std::max(1u, std::thread::hardware_concurrency());
   }
   workers_.reserve(threads - 1);
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 1; i < threads; ++i)
+    workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -49,12 +50,12 @@ void ThreadPool::ParallelFor(int64_t n,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int64_t i = 1; i < tasks; ++i) {
-      queue_.emplace_back([this, &fn, &remaining, begin = piece(i),
-                           end = piece(i + 1)] {
-        fn(begin, end);
-        std::lock_guard<std::mutex> done_lock(mutex_);
-        if (--remaining == 0) work_done_.notify_all();
-      });
+      queue_.emplace_back(
+          [this, &fn, &remaining, begin = piece(i), end = piece(i + 1)] {
+            fn(begin, end);
+            std::lock_guard<std::mutex> done_lock(mutex_);
+            if (--remaining == 0) work_done_.notify_all();
+          });
     }
   }
   work_available_.notify_all();

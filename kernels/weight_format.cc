@@ -46,10 +46,9 @@ absl::Status WeightSpec::Validate() const {
   }
   if (group_size != 32 && group_size != 64 && group_size != 128 &&
       group_size != k) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group size ", group_size,
-                     " is not supported: use 32, 64, 128 or k (", k,
-                     ") for one scale per column"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group size ", group_size, " is not supported: use 32, 64, 128 or k (",
+        k, ") for one scale per column"));
   }
   if (k % group_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -66,7 +65,8 @@ std::string WeightSpec::DebugString() const {
 void QuantizedWeight::SetCode(int64_t row, int64_t col, uint8_t code) {
   uint32_t& word = qweight[(row / kCodesPerWord) * spec.n + col];
   const int shift = 4 * (row % kCodesPerWord);
-  word = (word & ~(0xfu << shift)) | (static_cast<uint32_t>(code & 0xf) << shift);
+  word =
+      (word & ~(0xfu << shift)) | (static_cast<uint32_t>(code & 0xf) << shift);
 }
 
 absl::Status QuantizedWeight::Validate() const {
@@ -77,8 +77,8 @@ absl::Status QuantizedWeight::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         what, " has ", got_bytes, " bytes, the shape needs ", want_bytes));
   };
-  if (absl::Status s = check_size("qweight", qweight.size() * 4,
-                                  spec.qweight_bytes());
+  if (absl::Status s =
+          check_size("qweight", qweight.size() * 4, spec.qweight_bytes());
       !s.ok()) {
     return s;
   }

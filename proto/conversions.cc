@@ -41,9 +41,9 @@ absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
       return WeightFormat::kU4;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
-          "weight format ", v1::WeightFormat_Name(format).empty()
-                                ? std::to_string(format)
-                                : v1::WeightFormat_Name(format),
+          "weight format ",
+          v1::WeightFormat_Name(format).empty() ? std::to_string(format)
+                                                : v1::WeightFormat_Name(format),
           " is not supported: use WEIGHT_FORMAT_FP4, WEIGHT_FORMAT_U4B8 or "
           "WEIGHT_FORMAT_U4"));
   }
@@ -59,8 +59,9 @@ absl::StatusOr<DType> FromProto(v1::DType dtype) {
       return DType::kBF16;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
-          "dtype ", v1::DType_Name(dtype).empty() ? std::to_string(dtype)
-                                                  : v1::DType_Name(dtype),
+          "dtype ",
+          v1::DType_Name(dtype).empty() ? std::to_string(dtype)
+                                        : v1::DType_Name(dtype),
           " is not supported: use DTYPE_F32, DTYPE_F16 or DTYPE_BF16"));
   }
 }

@@ -38,8 +38,8 @@ absl::Status NibbleServiceImpl::Upload(
       absl::StatusOr<WeightTensorKind> tensor =
           TensorFromProto(request.chunk().tensor());
       if (!tensor.ok()) return tensor.status();
-      if (absl::Status status = upload.OnChunk(*tensor, request.chunk().offset(),
-                                               request.chunk().data());
+      if (absl::Status status = upload.OnChunk(
+              *tensor, request.chunk().offset(), request.chunk().data());
           !status.ok()) {
         return status;
       }
@@ -49,7 +49,8 @@ absl::Status NibbleServiceImpl::Upload(
     }
   }
   if (context->IsCancelled()) {
-    return absl::CancelledError("upload cancelled by the client; nothing was stored");
+    return absl::CancelledError(
+        "upload cancelled by the client; nothing was stored");
   }
   absl::StatusOr<QuantizedWeight> weight = upload.Finish();
   if (!weight.ok()) return weight.status();

@@ -12,8 +12,7 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "Address to serve on, HOST:PORT; port 0 picks a free port.");
-ABSL_FLAG(int, threads, 0,
-          "Kernel threads; 0 means one per hardware thread.");
+ABSL_FLAG(int, threads, 0, "Kernel threads; 0 means one per hardware thread.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest request or response message in bytes (activations and "
           "outputs travel in one message).");

@@ -16,10 +16,10 @@ absl::StatusOr<WeightTensorKind> TensorFromProto(v1::WeightTensor tensor) {
     case v1::WEIGHT_TENSOR_ZEROS:
       return WeightTensorKind::kZeros;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chunk names tensor ", static_cast<int>(tensor),
-          ": use WEIGHT_TENSOR_QWEIGHT, WEIGHT_TENSOR_SCALES or "
-          "WEIGHT_TENSOR_ZEROS"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk names tensor ", static_cast<int>(tensor),
+                       ": use WEIGHT_TENSOR_QWEIGHT, WEIGHT_TENSOR_SCALES or "
+                       "WEIGHT_TENSOR_ZEROS"));
   }
 }
 

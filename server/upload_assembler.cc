@@ -10,9 +10,9 @@
 namespace nibble::server {
 namespace {
 
-constexpr WeightTensorKind kTensorOrder[] = {
-    WeightTensorKind::kQweight, WeightTensorKind::kScales,
-    WeightTensorKind::kZeros};
+constexpr WeightTensorKind kTensorOrder[] = {WeightTensorKind::kQweight,
+                                             WeightTensorKind::kScales,
+                                             WeightTensorKind::kZeros};
 
 // Appends raw little-endian bytes to an array of T that already holds
 // `received` bytes; the last element may stay partly filled until the next
@@ -98,7 +98,8 @@ absl::Status UploadAssembler::OnChunk(WeightTensorKind tensor, uint64_t offset,
         " but ", received_[index],
         " bytes have arrived: send chunks in order, without gaps or repeats"));
   }
-  if (static_cast<int64_t>(data.size()) > ExpectedBytes(tensor) - received_[index]) {
+  if (static_cast<int64_t>(data.size()) >
+      ExpectedBytes(tensor) - received_[index]) {
     return absl::InvalidArgumentError(absl::StrCat(
         "upload sent ", received_[index] + data.size(), " bytes of ",
         WeightTensorName(tensor), " but ", weight_.spec.DebugString(),

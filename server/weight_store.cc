@@ -16,8 +16,9 @@ bool IsNameCharacter(char c) {
 }
 
 absl::Status NotFound(absl::string_view name) {
-  return absl::NotFoundError(absl::StrCat(
-      "no weight named \"", name, "\": upload it first or check `nibble list`"));
+  return absl::NotFoundError(
+      absl::StrCat("no weight named \"", name,
+                   "\": upload it first or check `nibble list`"));
 }
 
 }  // namespace
@@ -28,8 +29,8 @@ absl::Status ValidateWeightName(absl::string_view name) {
   }
   if (name.size() > kMaxNameLength) {
     return absl::InvalidArgumentError(
-        absl::StrCat("weight name has ", name.size(),
-                     " characters, at most ", kMaxNameLength, " are allowed"));
+        absl::StrCat("weight name has ", name.size(), " characters, at most ",
+                     kMaxNameLength, " are allowed"));
   }
   if (name.front() == '.') {
     return absl::InvalidArgumentError(
@@ -53,9 +54,9 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed) {
       ResidentWeight{name, std::move(packed)});
   absl::MutexLock lock(&mutex_);
   if (weights_.contains(name)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("a weight named \"", name,
-                     "\" already exists: delete it first or pick another name"));
+    return absl::AlreadyExistsError(absl::StrCat(
+        "a weight named \"", name,
+        "\" already exists: delete it first or pick another name"));
   }
   weights_.emplace(std::move(name), std::move(weight));
   return absl::OkStatus();

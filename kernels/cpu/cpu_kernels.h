@@ -7,9 +7,9 @@
 #ifndef NIBBLE_KERNELS_CPU_CPU_KERNELS_H_
 #define NIBBLE_KERNELS_CPU_CPU_KERNELS_H_
 
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "kernels/gemm_kernel.h"
 
 namespace nibble::cpu {

@@ -7,7 +7,8 @@ namespace nibble::cpu {
 void WithFloatOperands(const GemmProblem& problem, const GemmOperands& operands,
                        absl::FunctionRef<void(const float* a, float* c)> body) {
   if (problem.dtype == DType::kF32) {
-    body(static_cast<const float*>(operands.a), static_cast<float*>(operands.c));
+    body(static_cast<const float*>(operands.a),
+         static_cast<float*>(operands.c));
     return;
   }
   std::vector<float> a(problem.m * problem.k);

@@ -23,10 +23,10 @@ constexpr int kMaxRows = 4;
 template <WeightFormat kFormat>
 NIBBLE_AVX2 inline __m256i NibblesToHalves(__m256i words) {
   if constexpr (kFormat == WeightFormat::kFp4) {
-    const __m256i sign =
-        _mm256_and_si256(_mm256_slli_epi32(words, 12), _mm256_set1_epi32(0x8000));
-    const __m256i magnitude =
-        _mm256_and_si256(_mm256_slli_epi32(words, 9), _mm256_set1_epi32(0x0e00));
+    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(words, 12),
+                                          _mm256_set1_epi32(0x8000));
+    const __m256i magnitude = _mm256_and_si256(_mm256_slli_epi32(words, 9),
+                                               _mm256_set1_epi32(0x0e00));
     return _mm256_or_si256(sign, magnitude);
   } else {
     return _mm256_or_si256(_mm256_and_si256(words, _mm256_set1_epi32(0xf)),
@@ -45,8 +45,8 @@ NIBBLE_AVX2 void MultiplyPanel(const PackedWeight& b, int64_t panel,
   const uint8_t* zeros = b.panel_zeros(panel);
   const int64_t group_size = b.spec().group_size;
   const int64_t words_per_group = group_size / kCodesPerWord;
-  const __m256 rebias = _mm256_set1_ps(
-      kFormat == WeightFormat::kFp4 ? kFp4Rebias : 1.0f);
+  const __m256 rebias =
+      _mm256_set1_ps(kFormat == WeightFormat::kFp4 ? kFp4Rebias : 1.0f);
 
   __m256 out[kRows][2];
   for (int r = 0; r < kRows; ++r) out[r][0] = out[r][1] = _mm256_setzero_ps();
@@ -60,7 +60,8 @@ NIBBLE_AVX2 void MultiplyPanel(const PackedWeight& b, int64_t panel,
       const __m128i z = _mm_loadu_si128(
           reinterpret_cast<const __m128i*>(zeros + group * kWidth));
       const __m256 base = _mm256_set1_ps(1024.0f);
-      offset[0] = _mm256_add_ps(base, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)));
+      offset[0] =
+          _mm256_add_ps(base, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)));
       offset[1] = _mm256_add_ps(
           base, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(z, 8))));
     }
@@ -68,7 +69,8 @@ NIBBLE_AVX2 void MultiplyPanel(const PackedWeight& b, int64_t panel,
     for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 
     const int64_t first_word = group * words_per_group;
-    for (int64_t word = first_word; word < first_word + words_per_group; ++word) {
+    for (int64_t word = first_word; word < first_word + words_per_group;
+         ++word) {
       __m256i lo = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(codes + word * kWidth));
       __m256i hi = _mm256_loadu_si256(
@@ -98,7 +100,8 @@ NIBBLE_AVX2 void MultiplyPanel(const PackedWeight& b, int64_t panel,
     }
     const __m256i s = _mm256_loadu_si256(
         reinterpret_cast<const __m256i*>(scales + group * kWidth));
-    const __m256 s0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(s)), rebias);
+    const __m256 s0 =
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(s)), rebias);
     const __m256 s1 =
         _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(s, 1)), rebias);
     for (int r = 0; r < kRows; ++r) {

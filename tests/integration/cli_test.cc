@@ -71,12 +71,12 @@ TEST_P(CliTest, MatmulOnFilesMatchesTheFloat64Reference) {
     WriteFile(prefix + ".zeros", weight.zeros);
     zeros_flag = absl::StrCat(" --zeros=", prefix, ".zeros");
   }
-  ASSERT_EQ(Nibble(absl::StrCat(
-                "upload --name=w --format=", WeightFormatName(format),
-                " --k=", spec.k, " --n=", spec.n, " --group=", spec.group_size,
-                " --qweight=", prefix, ".qweight --scales=", prefix, ".scales",
-                zeros_flag)),
-            0)
+  ASSERT_EQ(
+      Nibble(absl::StrCat("upload --name=w --format=", WeightFormatName(format),
+                          " --k=", spec.k, " --n=", spec.n,
+                          " --group=", spec.group_size, " --qweight=", prefix,
+                          ".qweight --scales=", prefix, ".scales", zeros_flag)),
+      0)
       << output_;
 
   const int64_t m = 3;

@@ -31,7 +31,8 @@ std::string Bytes(const std::vector<T>& array) {
                      array.size() * sizeof(T));
 }
 
-v1::UploadWeightRequest Header(const std::string& name, const WeightSpec& spec) {
+v1::UploadWeightRequest Header(const std::string& name,
+                               const WeightSpec& spec) {
   v1::UploadWeightRequest request;
   v1::WeightHeader* header = request.mutable_header();
   header->set_name(name);
@@ -61,7 +62,8 @@ std::vector<v1::UploadWeightRequest> UploadMessages(
       {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
   for (const auto& [tensor, bytes] : tensors) {
     for (size_t offset = 0; offset < bytes.size(); offset += kChunkBytes) {
-      messages.push_back(Chunk(tensor, offset, bytes.substr(offset, kChunkBytes)));
+      messages.push_back(
+          Chunk(tensor, offset, bytes.substr(offset, kChunkBytes)));
     }
   }
   return messages;
@@ -168,8 +170,7 @@ TEST_F(NibbledTest, HealthIsServing) {
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
   ASSERT_TRUE(health->Check(&context, request, &response).ok());
-  EXPECT_EQ(response.status(),
-            grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 struct MatmulCase {
@@ -198,7 +199,8 @@ TEST_P(NibbledMatmulTest, MatchesTheFloat64Reference) {
   const int64_t m = 5;
   const Activations a = RandomActivations(m, k, param.dtype, seed + 1);
   v1::MatmulResponse response;
-  grpc::Status status = Matmul(MatmulRequest(name, m, param.dtype, a.bytes), &response);
+  grpc::Status status =
+      Matmul(MatmulRequest(name, m, param.dtype, a.bytes), &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.m(), m);
   EXPECT_EQ(response.n(), spec.n);
@@ -224,14 +226,16 @@ std::vector<MatmulCase> AllMatmulCases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryFormatGroupAndDtype, NibbledMatmulTest,
-    ::testing::ValuesIn(AllMatmulCases()), [](const auto& info) {
-      const MatmulCase& c = info.param;
-      return absl::StrCat(WeightFormatName(c.format), "_g",
-                          c.group_size == 0 ? "K" : absl::StrCat(c.group_size),
-                          "_", DTypeName(c.dtype));
-    });
+INSTANTIATE_TEST_SUITE_P(EveryFormatGroupAndDtype, NibbledMatmulTest,
+                         ::testing::ValuesIn(AllMatmulCases()),
+                         [](const auto& info) {
+                           const MatmulCase& c = info.param;
+                           return absl::StrCat(WeightFormatName(c.format), "_g",
+                                               c.group_size == 0
+                                                   ? "K"
+                                                   : absl::StrCat(c.group_size),
+                                               "_", DTypeName(c.dtype));
+                         });
 
 TEST_F(NibbledTest, UploadsAWeightFarAboveOneMessage) {
   const WeightSpec spec{WeightFormat::kU4b8, 4096, 4096, 128};
@@ -244,7 +248,8 @@ TEST_F(NibbledTest, UploadsAWeightFarAboveOneMessage) {
 
   const Activations a = RandomActivations(1, spec.k, DType::kF32, 12);
   v1::MatmulResponse response;
-  ASSERT_TRUE(Matmul(MatmulRequest("big", 1, DType::kF32, a.bytes), &response).ok());
+  ASSERT_TRUE(
+      Matmul(MatmulRequest("big", 1, DType::kF32, a.bytes), &response).ok());
   EXPECT_LE(MaxRelativeError(OutputValues(response.c(), DType::kF32),
                              ReferenceMatmul(a.values, 1, weight)),
             1e-4);
@@ -252,8 +257,10 @@ TEST_F(NibbledTest, UploadsAWeightFarAboveOneMessage) {
 
 TEST_F(NibbledTest, ListGetAndDelete) {
   const WeightSpec spec{WeightFormat::kU4, 64, 16, 32};
-  ASSERT_TRUE(Upload(UploadMessages("list-b", RandomQuantizedWeight(spec, 1))).ok());
-  ASSERT_TRUE(Upload(UploadMessages("list-a", RandomQuantizedWeight(spec, 2))).ok());
+  ASSERT_TRUE(
+      Upload(UploadMessages("list-b", RandomQuantizedWeight(spec, 1))).ok());
+  ASSERT_TRUE(
+      Upload(UploadMessages("list-a", RandomQuantizedWeight(spec, 2))).ok());
   {
     grpc::ClientContext context;
     v1::ListWeightsResponse list;
@@ -284,7 +291,8 @@ TEST_F(NibbledTest, ConcurrentMatmulsAreEachCorrect) {
       const int64_t m = 1 + i;
       const Activations a = RandomActivations(m, spec.k, DType::kF32, 30 + i);
       v1::MatmulResponse response;
-      if (Matmul(MatmulRequest("shared", m, DType::kF32, a.bytes), &response).ok()) {
+      if (Matmul(MatmulRequest("shared", m, DType::kF32, a.bytes), &response)
+              .ok()) {
         errors[i] = MaxRelativeError(OutputValues(response.c(), DType::kF32),
                                      ReferenceMatmul(a.values, m, weight));
       }

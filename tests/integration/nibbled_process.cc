@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<NibbledProcess>> NibbledProcess::Start(
     _exit(127);
   }
   close(pipe_fds[1]);
-  // The first line says where it listens: "nibbled: listening on HOST:PORT ...".
+  // The first line says where it listens: "nibbled: listening on HOST:PORT
+  // ...".
   FILE* out = fdopen(pipe_fds[0], "r");
   char line[512] = {};
   const bool got_line = fgets(line, sizeof(line), out) != nullptr;

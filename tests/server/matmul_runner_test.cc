@@ -70,14 +70,16 @@ TEST_F(MatmulRunnerTest, RunsThePickedKernelOnTheRequestShape) {
 TEST_F(MatmulRunnerTest, ZeroKMeansTheWeightsK) {
   EXPECT_CALL(kernel_, Run).WillOnce(Return(absl::OkStatus()));
   EXPECT_TRUE(
-      runner_.Run(weight_, "w", 1, 0, DType::kF32, Activations(1, 64, DType::kF32))
+      runner_
+          .Run(weight_, "w", 1, 0, DType::kF32, Activations(1, 64, DType::kF32))
           .ok());
 }
 
 TEST_F(MatmulRunnerTest, RefusesBadShapesWithoutRunning) {
   EXPECT_CALL(kernel_, Run).Times(0);
   const std::string a = Activations(2, 64, DType::kF32);
-  absl::Status status = runner_.Run(weight_, "w", 0, 64, DType::kF32, "").status();
+  absl::Status status =
+      runner_.Run(weight_, "w", 0, 64, DType::kF32, "").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("m=0"));
 
@@ -93,17 +95,19 @@ TEST_F(MatmulRunnerTest, RefusesBadShapesWithoutRunning) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("A has 512 bytes"));
 
-  status = runner_.Run(weight_, "w", std::numeric_limits<int64_t>::max(), 64,
-                       DType::kF32, a)
+  status = runner_
+               .Run(weight_, "w", std::numeric_limits<int64_t>::max(), 64,
+                    DType::kF32, a)
                .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(MatmulRunnerTest, KernelFailureIsReturned) {
   EXPECT_CALL(kernel_, Run).WillOnce(Return(absl::InternalError("boom")));
-  absl::Status status =
-      runner_.Run(weight_, "w", 1, 64, DType::kF32, Activations(1, 64, DType::kF32))
-          .status();
+  absl::Status status = runner_
+                            .Run(weight_, "w", 1, 64, DType::kF32,
+                                 Activations(1, 64, DType::kF32))
+                            .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(status.message(), "boom");
 }
@@ -111,9 +115,10 @@ TEST_F(MatmulRunnerTest, KernelFailureIsReturned) {
 TEST_F(MatmulRunnerTest, NoSupportingKernelIsNotFound) {
   ON_CALL(kernel_, Supports).WillByDefault(Return(false));
   EXPECT_CALL(kernel_, Run).Times(0);
-  absl::Status status =
-      runner_.Run(weight_, "w", 1, 64, DType::kF32, Activations(1, 64, DType::kF32))
-          .status();
+  absl::Status status = runner_
+                            .Run(weight_, "w", 1, 64, DType::kF32,
+                                 Activations(1, 64, DType::kF32))
+                            .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("no kernel supports m=1 n=24 k=64"));
 }

@@ -26,8 +26,7 @@ absl::Status SendInChunks(UploadAssembler& upload, WeightTensorKind tensor,
                           size_t max_chunk) {
   size_t offset = 0;
   while (offset < bytes.size()) {
-    const size_t size =
-        std::min(bytes.size() - offset, 1 + rng() % max_chunk);
+    const size_t size = std::min(bytes.size() - offset, 1 + rng() % max_chunk);
     if (absl::Status s = upload.OnChunk(
             tensor, offset, absl::string_view(bytes).substr(offset, size));
         !s.ok()) {
@@ -126,10 +125,9 @@ TEST_F(UploadAssemblerErrorTest, GapOrRepeatedOffset) {
   const std::string bytes = Bytes(weight_.qweight);
   ASSERT_TRUE(
       upload.OnChunk(WeightTensorKind::kQweight, 0, bytes.substr(0, 10)).ok());
-  EXPECT_THAT(
-      upload.OnChunk(WeightTensorKind::kQweight, 0, bytes.substr(0, 10))
-          .message(),
-      HasSubstr("offset 0 but 10 bytes have arrived"));
+  EXPECT_THAT(upload.OnChunk(WeightTensorKind::kQweight, 0, bytes.substr(0, 10))
+                  .message(),
+              HasSubstr("offset 0 but 10 bytes have arrived"));
   EXPECT_THAT(
       upload.OnChunk(WeightTensorKind::kQweight, 20, bytes.substr(20, 10))
           .message(),
