@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/cpu/float_operands.h"
 #include "kernels/dequant.h"
 
@@ -156,14 +155,6 @@ void MultiplyPanels(const PackedWeight& b, int64_t first_panel,
 
 }  // namespace
 
-FusedAvx2Kernel::FusedAvx2Kernel(WeightFormat format)
-    : format_(format),
-      name_(absl::StrCat("fused_", WeightFormatName(format), "_avx2")) {}
-
-bool FusedAvx2Kernel::Supports(const GemmProblem& problem) const {
-  return problem.format == format_ && problem.m > 0;
-}
-
 absl::Status FusedAvx2Kernel::Run(const GemmProblem& problem,
                                   const GemmOperands& operands,
                                   ThreadPool& pool) const {
@@ -179,7 +170,7 @@ absl::Status FusedAvx2Kernel::Run(const GemmProblem& problem,
           problem.threads);
     });
   };
-  switch (format_) {
+  switch (format()) {
     case WeightFormat::kFp4:
       multiply(std::integral_constant<WeightFormat, WeightFormat::kFp4>());
       break;

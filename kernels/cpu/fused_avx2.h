@@ -9,25 +9,17 @@
 #ifndef NIBBLE_KERNELS_CPU_FUSED_AVX2_H_
 #define NIBBLE_KERNELS_CPU_FUSED_AVX2_H_
 
-#include <string>
-
-#include "kernels/gemm_kernel.h"
+#include "kernels/cpu/format_kernel.h"
 
 namespace nibble::cpu {
 
-class FusedAvx2Kernel final : public GemmKernel {
+class FusedAvx2Kernel final : public FormatKernel {
  public:
-  explicit FusedAvx2Kernel(WeightFormat format);
+  explicit FusedAvx2Kernel(WeightFormat format)
+      : FormatKernel(KernelVariant::kFused, format, "avx2") {}
 
-  absl::string_view name() const override { return name_; }
-  KernelVariant variant() const override { return KernelVariant::kFused; }
-  bool Supports(const GemmProblem& problem) const override;
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
                    ThreadPool& pool) const override;
-
- private:
-  WeightFormat format_;
-  std::string name_;
 };
 
 }  // namespace nibble::cpu

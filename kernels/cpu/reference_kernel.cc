@@ -2,19 +2,10 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/cpu/float_operands.h"
 #include "kernels/dequant.h"
 
 namespace nibble::cpu {
-
-ReferenceKernel::ReferenceKernel(WeightFormat format)
-    : format_(format),
-      name_(absl::StrCat("reference_", WeightFormatName(format), "_scalar")) {}
-
-bool ReferenceKernel::Supports(const GemmProblem& problem) const {
-  return problem.format == format_ && problem.m > 0;
-}
 
 absl::Status ReferenceKernel::Run(const GemmProblem& problem,
                                   const GemmOperands& operands,
@@ -43,7 +34,7 @@ absl::Status ReferenceKernel::Run(const GemmProblem& problem,
                       (word >> (4 * (kk % kCodesPerWord))) & 0xf;
                   const int64_t at = kk / group_size * kWidth + col;
                   const float weight =
-                      DequantizeCode(format_, code, HalfToFloat(scales[at]),
+                      DequantizeCode(format(), code, HalfToFloat(scales[at]),
                                      zeros != nullptr ? zeros[at] : 0);
                   sum += a[row * k + kk] * weight;
                 }

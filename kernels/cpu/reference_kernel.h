@@ -8,25 +8,17 @@
 #ifndef NIBBLE_KERNELS_CPU_REFERENCE_KERNEL_H_
 #define NIBBLE_KERNELS_CPU_REFERENCE_KERNEL_H_
 
-#include <string>
-
-#include "kernels/gemm_kernel.h"
+#include "kernels/cpu/format_kernel.h"
 
 namespace nibble::cpu {
 
-class ReferenceKernel final : public GemmKernel {
+class ReferenceKernel final : public FormatKernel {
  public:
-  explicit ReferenceKernel(WeightFormat format);
+  explicit ReferenceKernel(WeightFormat format)
+      : FormatKernel(KernelVariant::kReference, format, "scalar") {}
 
-  absl::string_view name() const override { return name_; }
-  KernelVariant variant() const override { return KernelVariant::kReference; }
-  bool Supports(const GemmProblem& problem) const override;
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
                    ThreadPool& pool) const override;
-
- private:
-  WeightFormat format_;
-  std::string name_;
 };
 
 }  // namespace nibble::cpu

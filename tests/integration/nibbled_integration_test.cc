@@ -179,6 +179,12 @@ struct MatmulCase {
   DType dtype;
 };
 
+void PrintTo(const MatmulCase& c, std::ostream* os) {
+  *os << WeightFormatName(c.format) << " group "
+      << (c.group_size == 0 ? "K" : absl::StrCat(c.group_size)) << " "
+      << DTypeName(c.dtype);
+}
+
 class NibbledMatmulTest : public NibbledTest,
                           public ::testing::WithParamInterface<MatmulCase> {};
 

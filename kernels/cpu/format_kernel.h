@@ -1,0 +1,50 @@
+// The common shape of the CPU kernels: one variant, one weight format, one
+// ISA, named "<variant>_<format>_<isa>" (e.g. "fused_u4b8_avx2"). A kernel
+// derives from it and implements Run.
+//
+// Example:
+//   class FusedAvx2Kernel final : public FormatKernel {
+//    public:
+//     explicit FusedAvx2Kernel(WeightFormat format)
+//         : FormatKernel(KernelVariant::kFused, format, "avx2") {}
+//     absl::Status Run(...) const override;
+//   };
+#ifndef NIBBLE_KERNELS_CPU_FORMAT_KERNEL_H_
+#define NIBBLE_KERNELS_CPU_FORMAT_KERNEL_H_
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/gemm_kernel.h"
+
+namespace nibble::cpu {
+
+class FormatKernel : public GemmKernel {
+ public:
+  FormatKernel(KernelVariant variant, WeightFormat format,
+               absl::string_view isa)
+      : variant_(variant),
+        format_(format),
+        name_(absl::StrCat(KernelVariantName(variant), "_",
+                           WeightFormatName(format), "_", isa)) {}
+
+  absl::string_view name() const override { return name_; }
+  KernelVariant variant() const override { return variant_; }
+  // Any problem of the kernel's format with at least one row.
+  bool Supports(const GemmProblem& problem) const override {
+    return problem.format == format_ && problem.m > 0;
+  }
+
+ protected:
+  WeightFormat format() const { return format_; }
+
+ private:
+  KernelVariant variant_;
+  WeightFormat format_;
+  std::string name_;
+};
+
+}  // namespace nibble::cpu
+
+#endif  // NIBBLE_KERNELS_CPU_FORMAT_KERNEL_H_
