@@ -1,5 +1,4 @@
-// Tests the kernel variant names and GemmProblem helpers of
-// kernels/gemm_kernel.h.
+// Tests the kernel variant names and the GemmProblem helpers.
 #include "kernels/gemm_kernel.h"
 
 #include "absl/status/statusor.h"

@@ -1,8 +1,8 @@
-// Tests every CPU kernel against the float64 reference, for every format,
-// group size, dtype and awkward shape.
+// Tests every CPU kernel against the float64 reference on random problems.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,6 +47,11 @@ struct KernelCase {
   GemmProblem problem;
   uint64_t seed;
 };
+
+void PrintTo(const KernelCase& kernel_case, std::ostream* os) {
+  *os << kernel_case.entry->kernel->name() << " "
+      << kernel_case.problem.DebugString() << " seed=" << kernel_case.seed;
+}
 
 std::vector<KernelCase> AllKernelCases() {
   std::vector<KernelCase> cases;

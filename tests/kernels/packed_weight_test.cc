@@ -2,6 +2,7 @@
 #include "kernels/packed_weight.h"
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,18 @@ namespace {
 
 constexpr int64_t kWidth = PackedWeight::kPanelWidth;
 
-class PackedWeightTest : public ::testing::TestWithParam<WeightSpec> {};
+struct PackCase {
+  WeightSpec spec;
+};
+
+void PrintTo(const PackCase& pack_case, std::ostream* os) {
+  *os << pack_case.spec.DebugString();
+}
+
+class PackedWeightTest : public ::testing::TestWithParam<PackCase> {};
 
 TEST_P(PackedWeightTest, EveryCodeScaleAndZeroSitsAtItsPanelPosition) {
-  const WeightSpec& spec = GetParam();
+  const WeightSpec& spec = GetParam().spec;
   const QuantizedWeight weight = RandomQuantizedWeight(spec, /*seed=*/99);
   const absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
   ASSERT_TRUE(packed.ok()) << packed.status();
@@ -62,13 +71,13 @@ TEST_P(PackedWeightTest, EveryCodeScaleAndZeroSitsAtItsPanelPosition) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PackedWeightTest,
-    ::testing::Values(WeightSpec{WeightFormat::kFp4, 128, 40, 32},
-                      WeightSpec{WeightFormat::kU4b8, 64, 16, 64},
-                      WeightSpec{WeightFormat::kU4, 256, 40, 256},
-                      WeightSpec{WeightFormat::kU4, 96, 8, 32},
-                      WeightSpec{WeightFormat::kU4b8, 384, 72, 128}),
-    [](const ::testing::TestParamInfo<WeightSpec>& info) {
-      const WeightSpec& spec = info.param;
+    ::testing::Values(PackCase{{WeightFormat::kFp4, 128, 40, 32}},
+                      PackCase{{WeightFormat::kU4b8, 64, 16, 64}},
+                      PackCase{{WeightFormat::kU4, 256, 40, 256}},
+                      PackCase{{WeightFormat::kU4, 96, 8, 32}},
+                      PackCase{{WeightFormat::kU4b8, 384, 72, 128}}),
+    [](const ::testing::TestParamInfo<PackCase>& info) {
+      const WeightSpec& spec = info.param.spec;
       return absl::StrCat(WeightFormatName(spec.format), "_k", spec.k, "_n",
                           spec.n, "_g", spec.group_size);
     });

@@ -16,8 +16,7 @@
 namespace nibble {
 namespace {
 
-// Runs ParallelFor and returns how often each index of [0, n) was visited and
-// the ranges fn received.
+// How often ParallelFor visited each index of [0, n), and the ranges it gave.
 struct Coverage {
   std::vector<int> visits;
   std::vector<std::pair<int64_t, int64_t>> ranges;

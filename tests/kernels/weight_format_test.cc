@@ -1,5 +1,4 @@
-// Tests the 4-bit codes, the canonical layout and its validation
-// (kernels/weight_format.h, kernels/dequant.h).
+// Tests 4-bit code dequantization and the canonical weight layout.
 #include "kernels/weight_format.h"
 
 #include <cmath>
