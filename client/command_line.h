@@ -21,6 +21,12 @@
 
 namespace nibble {
 
+// The tools' exit codes: success, a refused request or failed check, and a
+// usage mistake.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
 struct CommandLine {
   // The arguments that are not flags, without the program name.
   std::vector<std::string> positional;

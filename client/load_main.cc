@@ -46,10 +46,6 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
 namespace nibble {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
 constexpr absl::string_view kFlags[] = {
     "target",      "name",     "m",      "dtype",  "concurrency",
     "connections", "duration", "warmup", "timeout"};

@@ -69,10 +69,6 @@ ABSL_FLAG(std::optional<double>, tolerance, std::nullopt,
 namespace nibble {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
 // Every subcommand takes these, besides the flags its synopsis names.
 constexpr absl::string_view kConnectionFlags[] = {"target", "timeout"};
 
