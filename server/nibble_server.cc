@@ -28,6 +28,9 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &server->port_);
+  // Without this a second nibbled on the same port would start too and
+  // silently take half of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(&server->service_);

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "server/nibble_server.h"
@@ -16,14 +17,42 @@ ABSL_FLAG(int, threads, 0, "Kernel threads; 0 means one per hardware thread.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest request or response message in bytes (activations and "
           "outputs travel in one message).");
+// Room for a header and a small matmul; anything smaller is a mistake.
+constexpr int kMinMessageBytes = 4096;
+
 ABSL_FLAG(double, shutdown_grace_seconds, 5.0,
           "On SIGTERM or SIGINT, how long in-flight calls may take to finish.");
+
+// Every flag value that cannot work, one line each; empty when all can.
+std::string FlagProblems() {
+  std::string problems;
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    absl::StrAppend(&problems, "--threads=", absl::GetFlag(FLAGS_threads),
+                    " is negative: give a count, or 0 for one per core\n");
+  }
+  if (absl::GetFlag(FLAGS_max_message_bytes) < kMinMessageBytes) {
+    absl::StrAppend(
+        &problems,
+        "--max_message_bytes=", absl::GetFlag(FLAGS_max_message_bytes),
+        " is below the least useful size, ", kMinMessageBytes, "\n");
+  }
+  if (!(absl::GetFlag(FLAGS_shutdown_grace_seconds) >= 0)) {
+    absl::StrAppend(&problems,
+                    "--shutdown_grace_seconds must not be negative\n");
+  }
+  return problems;
+}
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves 4-bit quantized matrix multiplication over gRPC.\n"
       "Usage: nibbled [--listen=HOST:PORT] [--threads=N] ...");
   absl::ParseCommandLine(argc, argv);
+  if (std::string problem = FlagProblems(); !problem.empty()) {
+    absl::FPrintF(stderr, "nibbled: %s(`nibbled --help` lists the flags)\n",
+                  problem);
+    return 2;
+  }
 
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t stop_signals;

@@ -173,6 +173,26 @@ TEST_F(NibbledTest, HealthIsServing) {
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+TEST_F(NibbledTest, SecondServerOnTheSamePortRefusesToStart) {
+  std::string output;
+  const int exit_code =
+      testing::RunCommand(absl::StrCat("timeout 10 ", NIBBLED_PATH,
+                                       " --listen=", server_->target()),
+                          &output);
+  EXPECT_EQ(exit_code, 1) << output;
+  EXPECT_THAT(output, HasSubstr("cannot listen on " + server_->target()));
+}
+
+TEST_F(NibbledTest, BadFlagsAreUsageErrors) {
+  std::string output;
+  EXPECT_EQ(
+      testing::RunCommand(
+          absl::StrCat(NIBBLED_PATH, " --threads=-3 --listen=127.0.0.1:0"),
+          &output),
+      2);
+  EXPECT_THAT(output, HasSubstr("--threads=-3 is negative"));
+}
+
 struct MatmulCase {
   WeightFormat format;
   int64_t group_size;  // 0: per-channel (group = K)
