@@ -29,10 +29,9 @@ absl::Status NibbleServiceImpl::Upload(
         return status;
       }
       // Refused before any data is sent; Insert checks again at the end.
-      if (store_->Contains(upload.name())) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "a weight named \"", upload.name(),
-            "\" already exists: delete it first or pick another name"));
+      if (absl::Status status = store_->CheckNameFree(upload.name());
+          !status.ok()) {
+        return status;
       }
     } else if (request.has_chunk()) {
       absl::StatusOr<WeightTensorKind> tensor =

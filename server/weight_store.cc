@@ -21,6 +21,12 @@ absl::Status NotFound(absl::string_view name) {
                    "\": upload it first or check `nibble list`"));
 }
 
+absl::Status AlreadyExists(absl::string_view name) {
+  return absl::AlreadyExistsError(
+      absl::StrCat("a weight named \"", name,
+                   "\" already exists: delete it first or pick another name"));
+}
+
 }  // namespace
 
 absl::Status ValidateWeightName(absl::string_view name) {
@@ -53,11 +59,7 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed) {
   auto weight = std::make_shared<const ResidentWeight>(
       ResidentWeight{name, std::move(packed)});
   absl::MutexLock lock(&mutex_);
-  if (weights_.contains(name)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "a weight named \"", name,
-        "\" already exists: delete it first or pick another name"));
-  }
+  if (weights_.contains(name)) return AlreadyExists(name);
   weights_.emplace(std::move(name), std::move(weight));
   return absl::OkStatus();
 }
@@ -70,9 +72,10 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> WeightStore::Get(
   return it->second;
 }
 
-bool WeightStore::Contains(absl::string_view name) const {
+absl::Status WeightStore::CheckNameFree(absl::string_view name) const {
   absl::MutexLock lock(&mutex_);
-  return weights_.find(name) != weights_.end();
+  if (weights_.find(name) != weights_.end()) return AlreadyExists(name);
+  return absl::OkStatus();
 }
 
 absl::Status WeightStore::Remove(absl::string_view name) {

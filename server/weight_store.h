@@ -41,7 +41,9 @@ class WeightStore {
   // NOT_FOUND, naming the weight, when there is none by that name.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Get(
       absl::string_view name) const;
-  bool Contains(absl::string_view name) const;
+  // OK when no weight has this name; ALREADY_EXISTS, as Insert would answer,
+  // when one does. Lets an upload be refused before its data is sent.
+  absl::Status CheckNameFree(absl::string_view name) const;
   absl::Status Remove(absl::string_view name);
   // Sorted by name.
   std::vector<std::shared_ptr<const ResidentWeight>> List() const;

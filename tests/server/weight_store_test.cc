@@ -52,8 +52,8 @@ TEST(WeightStoreTest, InsertGetListRemove) {
   EXPECT_EQ(listed[0]->name, "a");
   EXPECT_EQ(listed[1]->name, "b");
   ASSERT_TRUE(store.Remove("a").ok());
-  EXPECT_FALSE(store.Contains("a"));
-  EXPECT_TRUE(store.Contains("b"));
+  EXPECT_TRUE(store.CheckNameFree("a").ok());
+  EXPECT_EQ(store.CheckNameFree("b").code(), absl::StatusCode::kAlreadyExists);
 }
 
 TEST(WeightStoreTest, DuplicateNameIsRefusedAndKeepsTheFirst) {
