@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo kernels clean format
+.PHONY: all deps configure build test demo bench kernels clean format
 
 all: build
 
@@ -24,6 +24,13 @@ test: build
 
 demo: build
 	deploy/demo.sh $(BUILD_DIR)/bin
+
+# The kernels on the default grid against the machine's limits and OpenBLAS:
+# the table on stdout, the JSON lines in $(BUILD_DIR)/bench/results.jsonl.
+bench: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibble-bench
+	@mkdir -p $(BUILD_DIR)/bench
+	$(BUILD_DIR)/bin/nibble-bench --json=$(BUILD_DIR)/bench/results.jsonl
 
 # The kernels alone, their tests and benchmark: no gRPC needed (GPU machines).
 kernels:

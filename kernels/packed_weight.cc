@@ -22,6 +22,15 @@ std::vector<T> ToPanels(const std::vector<T>& src, int64_t rows, int64_t n,
   return dst;
 }
 
+// Moves code j of a canonical word (bits 4j..4j+3) to CodeShift(j).
+uint32_t ReorderCodes(uint32_t word) {
+  uint32_t packed = 0;
+  for (int j = 0; j < kCodesPerWord; ++j) {
+    packed |= ((word >> (4 * j)) & 0xfu) << PackedWeight::CodeShift(j);
+  }
+  return packed;
+}
+
 }  // namespace
 
 absl::StatusOr<PackedWeight> PackedWeight::Pack(
@@ -33,6 +42,7 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
   packed.panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
   packed.codes_ = ToPanels(canonical.qweight, spec.k / kCodesPerWord, spec.n,
                            packed.panels_);
+  for (uint32_t& word : packed.codes_) word = ReorderCodes(word);
   packed.scales_ =
       ToPanels(canonical.scales, spec.groups(), spec.n, packed.panels_);
   if (HasZeros(spec.format)) {

@@ -1,7 +1,8 @@
 // The layout the CPU kernels read, made once from the canonical layout when a
 // weight is uploaded. Columns are grouped into panels of kPanelWidth, and each
 // panel is contiguous, so a kernel streams one panel front to back:
-//   codes  [panels][K/8][kPanelWidth] uint32 (the canonical words, regrouped)
+//   codes  [panels][K/8][kPanelWidth] uint32, the canonical words with their
+//          codes reordered (CodeShift)
 //   scales [panels][K/group][kPanelWidth] fp16 bits
 //   zeros  [panels][K/group][kPanelWidth] uint8 (kU4 only)
 // Columns past N in the last panel have code 0 and scale 0, so they add 0.
@@ -24,6 +25,12 @@ namespace nibble {
 class PackedWeight {
  public:
   static constexpr int64_t kPanelWidth = 16;
+
+  // Bit offset of code j (row k = 8 * word + j) in a packed word. Even codes
+  // fill the low 16 bits and odd codes the high 16 bits, so one 16-bit shift
+  // by 4 * i brings codes 2i and 2i + 1 to the bottom of the two halves: the
+  // (k, k + 1) pairs that bf16 tiles take side by side.
+  static constexpr int CodeShift(int j) { return (j % 2) * 16 + (j / 2) * 4; }
 
   // Fails when `canonical` does not pass QuantizedWeight::Validate().
   static absl::StatusOr<PackedWeight> Pack(const QuantizedWeight& canonical);

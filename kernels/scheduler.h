@@ -16,20 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/tuning_table.h"
 
 namespace nibble {
-
-struct TuningTable {
-  // Problems with m <= fused_max_m prefer kFused; larger ones
-  // kDoubleBuffered, where dequantization is amortized over many rows.
-  int64_t fused_max_m = 32;
-  // Problems whose N gives fewer than this many panels per thread cannot keep
-  // every thread busy by splitting N alone, and prefer kStriped.
-  int64_t striped_below_panels_per_thread = 2;
-
-  // The built-in table, used when none is given.
-  static TuningTable Default() { return TuningTable(); }
-};
 
 class Scheduler {
  public:
@@ -37,7 +26,8 @@ class Scheduler {
   explicit Scheduler(std::vector<const GemmKernel*> kernels,
                      TuningTable table = TuningTable::Default());
 
-  // The variant the table prefers for the problem's shape.
+  // The variant the table prefers for the problem's shape; without a rule for
+  // the problem's format, fused for small M and double_buffered above.
   KernelVariant PreferredVariant(const GemmProblem& problem) const;
 
   // NOT_FOUND, naming the problem, when no kernel supports it.

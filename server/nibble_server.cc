@@ -12,7 +12,7 @@ namespace nibble::server {
 NibbleServer::NibbleServer(const ServerOptions& options,
                            std::vector<const GemmKernel*> kernels)
     : pool_(options.threads),
-      scheduler_(std::move(kernels)),
+      scheduler_(std::move(kernels), options.tuning_table),
       runner_(&scheduler_, &pool_),
       service_(&store_, &runner_) {}
 

@@ -21,6 +21,7 @@
 #include "kernels/gemm_kernel.h"
 #include "kernels/scheduler.h"
 #include "kernels/thread_pool.h"
+#include "kernels/tuning_table.h"
 #include "server/matmul_runner.h"
 #include "server/nibble_service.h"
 #include "server/weight_store.h"
@@ -34,6 +35,8 @@ struct ServerOptions {
   int threads = 0;
   // Largest request or response message, so that large activations fit.
   int max_message_bytes = 64 << 20;
+  // Which kernel variant wins for which shape (nibbled --tuning_table).
+  TuningTable tuning_table = TuningTable::Default();
 };
 
 class NibbleServer {

@@ -1,7 +1,9 @@
 // nibbled: serves C = A · dequant(B) on resident 4-bit weights over gRPC.
 #include <csignal>
 #include <cstdio>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/tuning_table.h"
 #include "server/nibble_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -22,6 +25,9 @@ constexpr int kMinMessageBytes = 4096;
 
 ABSL_FLAG(double, shutdown_grace_seconds, 5.0,
           "On SIGTERM or SIGINT, how long in-flight calls may take to finish.");
+ABSL_FLAG(std::string, tuning_table, "",
+          "Which kernel variant wins for which shape: a file written by "
+          "nibble-bench --write_tuning_table; empty for the built-in table.");
 
 // Every flag value that cannot work, one line each; empty when all can.
 std::string FlagProblems() {
@@ -53,6 +59,18 @@ int main(int argc, char** argv) {
                   problem);
     return 2;
   }
+  const std::string tuning_table_path = absl::GetFlag(FLAGS_tuning_table);
+  nibble::TuningTable tuning_table = nibble::TuningTable::Default();
+  if (!tuning_table_path.empty()) {
+    absl::StatusOr<nibble::TuningTable> loaded =
+        nibble::TuningTable::Load(tuning_table_path);
+    if (!loaded.ok()) {
+      absl::FPrintF(stderr, "nibbled: --tuning_table: %s\n",
+                    loaded.status().message());
+      return 2;
+    }
+    tuning_table = *std::move(loaded);
+  }
 
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t stop_signals;
@@ -66,16 +84,20 @@ int main(int argc, char** argv) {
       nibble::server::NibbleServer::Start(
           {.listen = absl::GetFlag(FLAGS_listen),
            .threads = absl::GetFlag(FLAGS_threads),
-           .max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes)},
+           .max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes),
+           .tuning_table = std::move(tuning_table)},
           nibble::cpu::CpuKernels(isa));
   if (!server.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", server.status().message());
     return 1;
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  absl::PrintF("nibbled: listening on %s:%d (%d threads, %s kernels)\n",
-               listen.substr(0, listen.rfind(':')), (*server)->port(),
-               (*server)->threads(), nibble::cpu::IsaName(isa));
+  absl::PrintF(
+      "nibbled: listening on %s:%d (%d threads, %s kernels, tuning table "
+      "%s)\n",
+      listen.substr(0, listen.rfind(':')), (*server)->port(),
+      (*server)->threads(), nibble::cpu::IsaName(isa),
+      tuning_table_path.empty() ? "built-in" : tuning_table_path);
   std::fflush(stdout);
 
   std::thread stopper([&server, &stop_signals] {

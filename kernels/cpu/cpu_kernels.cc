@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "kernels/cpu/fused_avx2.h"
 #include "kernels/cpu/reference_kernel.h"
+#include "kernels/cpu/simd_kernels.h"
 
 namespace nibble::cpu {
 
@@ -15,6 +15,10 @@ absl::string_view IsaName(Isa isa) {
       return "scalar";
     case Isa::kAvx2:
       return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAmx:
+      return "amx";
   }
   return "unknown";
 }
@@ -25,9 +29,20 @@ Isa DetectIsa() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
     isa = Isa::kAvx2;
+    if (__builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq")) {
+      isa = Isa::kAvx512;
+      if (__builtin_cpu_supports("avx512bf16") &&
+          __builtin_cpu_supports("amx-tile") &&
+          __builtin_cpu_supports("amx-bf16") && RequestAmxPermission()) {
+        isa = Isa::kAmx;
+      }
+    }
   }
   if (const char* cap = std::getenv("NIBBLE_ISA")) {
-    for (Isa level : {Isa::kScalar, Isa::kAvx2}) {
+    for (Isa level : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
       if (IsaName(level) == cap) isa = std::min(isa, level);
     }
   }
@@ -37,9 +52,14 @@ Isa DetectIsa() {
 const std::vector<CpuKernel>& AllCpuKernels() {
   static const std::vector<CpuKernel>* const kernels = [] {
     auto* list = new std::vector<CpuKernel>;
-    for (WeightFormat format :
-         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
-      list->push_back({new FusedAvx2Kernel(format), Isa::kAvx2});
+    for (auto& kernel : MakeAmxKernels()) {
+      list->push_back({kernel.release(), Isa::kAmx});
+    }
+    for (auto& kernel : MakeAvx512Kernels()) {
+      list->push_back({kernel.release(), Isa::kAvx512});
+    }
+    for (auto& kernel : MakeAvx2Kernels()) {
+      list->push_back({kernel.release(), Isa::kAvx2});
     }
     for (WeightFormat format :
          {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {

@@ -31,7 +31,8 @@ absl::Status ReferenceKernel::Run(const GemmProblem& problem,
                   const uint32_t word =
                       codes[kk / kCodesPerWord * kWidth + col];
                   const uint8_t code =
-                      (word >> (4 * (kk % kCodesPerWord))) & 0xf;
+                      (word >> PackedWeight::CodeShift(kk % kCodesPerWord)) &
+                      0xf;
                   const int64_t at = kk / group_size * kWidth + col;
                   const float weight =
                       DequantizeCode(format(), code, HalfToFloat(scales[at]),

@@ -2,6 +2,9 @@
 // against the float64 reference for every format, group size and dtype, and
 // every bad input answered with its status code while the server stays up.
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -11,7 +14,9 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dtype.h"
+#include "kernels/gemm_kernel.h"
 #include "kernels/reference.h"
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
@@ -70,6 +75,20 @@ std::vector<v1::UploadWeightRequest> UploadMessages(
   return messages;
 }
 
+// Sends an upload on `stub`; the server's answer.
+grpc::Status Upload(v1::NibbleService::Stub& stub,
+                    const std::vector<v1::UploadWeightRequest>& messages,
+                    v1::WeightInfo* info = nullptr) {
+  grpc::ClientContext context;
+  v1::WeightInfo ignored;
+  auto writer = stub.UploadWeight(&context, info != nullptr ? info : &ignored);
+  for (const v1::UploadWeightRequest& message : messages) {
+    if (!writer->Write(message)) break;  // the server has already answered
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 // Activations in [-1, 1) in `dtype`, and the same values in double.
 struct Activations {
   std::string bytes;
@@ -123,15 +142,7 @@ class NibbledTest : public ::testing::Test {
 
   grpc::Status Upload(const std::vector<v1::UploadWeightRequest>& messages,
                       v1::WeightInfo* info = nullptr) {
-    grpc::ClientContext context;
-    v1::WeightInfo ignored;
-    auto writer =
-        stub_->UploadWeight(&context, info != nullptr ? info : &ignored);
-    for (const v1::UploadWeightRequest& message : messages) {
-      if (!writer->Write(message)) break;  // the server has already answered
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    return nibble::Upload(*stub_, messages, info);
   }
 
   grpc::Status Matmul(const v1::MatmulRequest& request,
@@ -212,6 +223,89 @@ TEST_F(NibbledTest, BadFlagsAreUsageErrors) {
           &output),
       2);
   EXPECT_THAT(output, HasSubstr("--threads=-3 is negative"));
+}
+
+TEST_F(NibbledTest, StartupLineNamesTheBuiltInTuningTable) {
+  EXPECT_THAT(server_->startup_line(), HasSubstr("tuning table built-in"));
+}
+
+TEST(NibbledTuningTableTest, MissingOrMalformedTableIsAUsageError) {
+  const std::string missing = ::testing::TempDir() + "/no_such_tuning.txt";
+  std::string output;
+  EXPECT_EQ(testing::RunCommand(absl::StrCat(NIBBLED_PATH,
+                                             " --listen=127.0.0.1:0"
+                                             " --tuning_table=",
+                                             missing),
+                                &output),
+            2);
+  EXPECT_THAT(output, HasSubstr("--tuning_table: " + missing));
+
+  const std::string malformed = ::testing::TempDir() + "/bad_tuning.txt";
+  std::ofstream(malformed) << "# format group k n threads max_m variant\n"
+                           << "u4b8 128 4096 4096 2 fused\n";
+  EXPECT_EQ(testing::RunCommand(absl::StrCat(NIBBLED_PATH,
+                                             " --listen=127.0.0.1:0"
+                                             " --tuning_table=",
+                                             malformed),
+                                &output),
+            2);
+  EXPECT_THAT(output, HasSubstr(malformed + ": line 2: expected 7 columns"));
+  std::remove(malformed.c_str());
+}
+
+TEST(NibbledTuningTableTest, TheTableChoosesTheKernel) {
+  const WeightSpec spec{WeightFormat::kU4b8, 256, 64, 128};
+  const std::vector<int64_t> ms = {1, 64};
+  for (int64_t m : ms) {
+    const GemmProblem problem{.m = m,
+                              .n = spec.n,
+                              .k = spec.k,
+                              .format = spec.format,
+                              .group_size = spec.group_size,
+                              .dtype = DType::kF32,
+                              .threads = 2};
+    const std::vector<const GemmKernel*> kernels = cpu::CpuKernels();
+    if (std::none_of(kernels.begin(), kernels.end(), [&](const auto* kernel) {
+          return kernel->variant() == KernelVariant::kStriped &&
+                 kernel->Supports(problem);
+        })) {
+      GTEST_SKIP() << "no striped kernel runs " << problem.DebugString()
+                   << " on this CPU";
+    }
+  }
+  const std::string path = ::testing::TempDir() + "/striped_tuning.txt";
+  std::ofstream(path) << "# every u4b8 problem to striped\n"
+                      << "u4b8 128 4096 4096 2 0 striped\n";
+  absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+      testing::NibbledProcess::Start(NIBBLED_PATH,
+                                     {"--threads=2", "--tuning_table=" + path});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->startup_line(), HasSubstr("tuning table " + path));
+  auto stub = v1::NibbleService::NewStub(grpc::CreateChannel(
+      (*server)->target(), grpc::InsecureChannelCredentials()));
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, 51);
+  ASSERT_TRUE(Upload(*stub, UploadMessages("striped", weight)).ok());
+  for (int64_t m : ms) {
+    SCOPED_TRACE(::testing::Message() << "m=" << m);
+    const Activations a = RandomActivations(m, spec.k, DType::kF32, 52);
+    v1::MatmulRequest request;
+    request.set_weight_name("striped");
+    request.set_m(m);
+    request.set_dtype(ToProto(DType::kF32));
+    request.set_a(a.bytes);
+    grpc::ClientContext context;
+    v1::MatmulResponse response;
+    const grpc::Status status = stub->Matmul(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_THAT(response.kernel(), ::testing::StartsWith("striped_"));
+    EXPECT_LE(MaxRelativeError(OutputValues(response.c(), DType::kF32),
+                               ReferenceMatmul(a.values, m, weight)),
+              1e-4);
+  }
+  // An open channel would hold nibbled for its shutdown grace period.
+  stub.reset();
+  EXPECT_EQ((*server)->Stop(), 0);
+  std::remove(path.c_str());
 }
 
 struct MatmulCase {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -49,7 +50,8 @@ absl::StatusOr<std::unique_ptr<NibbledProcess>> NibbledProcess::Start(
   }
   const std::string target(
       std::vector<absl::string_view>(absl::StrSplit(text, ' '))[0]);
-  return std::unique_ptr<NibbledProcess>(new NibbledProcess(pid, target));
+  return std::unique_ptr<NibbledProcess>(new NibbledProcess(
+      pid, target, std::string(absl::StripTrailingAsciiWhitespace(line))));
 }
 
 NibbledProcess::~NibbledProcess() {

@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,16 +31,21 @@ class NibbledProcess {
 
   // "127.0.0.1:PORT".
   const std::string& target() const { return target_; }
+  // What nibbled printed first: "nibbled: listening on ...".
+  const std::string& startup_line() const { return startup_line_; }
   bool Running();
   // SIGTERM, then waits; the exit code, or -1 when killed by a signal.
   int Stop();
 
  private:
-  NibbledProcess(pid_t pid, std::string target)
-      : pid_(pid), target_(std::move(target)) {}
+  NibbledProcess(pid_t pid, std::string target, std::string startup_line)
+      : pid_(pid),
+        target_(std::move(target)),
+        startup_line_(std::move(startup_line)) {}
 
   pid_t pid_;
   std::string target_;
+  std::string startup_line_;
 };
 
 // Runs a command line through the shell; its exit code, with stdout and

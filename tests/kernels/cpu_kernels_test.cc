@@ -1,6 +1,7 @@
 // Tests the CPU kernel registry and ISA detection of kernels/cpu/cpu_kernels.h.
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -29,6 +30,8 @@ std::vector<std::string> Names(const std::vector<const GemmKernel*>& kernels) {
 TEST(CpuKernelsTest, IsaNames) {
   EXPECT_EQ(IsaName(Isa::kScalar), "scalar");
   EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
+  EXPECT_EQ(IsaName(Isa::kAvx512), "avx512");
+  EXPECT_EQ(IsaName(Isa::kAmx), "amx");
 }
 
 TEST(CpuKernelsTest, ScalarLevelHasOnlyTheReferences) {
@@ -37,11 +40,34 @@ TEST(CpuKernelsTest, ScalarLevelHasOnlyTheReferences) {
                           "reference_u4_scalar"));
 }
 
-TEST(CpuKernelsTest, Avx2LevelListsFusedKernelsBeforeTheReferences) {
-  EXPECT_THAT(Names(CpuKernels(Isa::kAvx2)),
-              ElementsAre("fused_fp4_avx2", "fused_u4b8_avx2", "fused_u4_avx2",
-                          "reference_fp4_scalar", "reference_u4b8_scalar",
-                          "reference_u4_scalar"));
+TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
+  const std::vector<std::string> avx2 = Names(CpuKernels(Isa::kAvx2));
+  ASSERT_EQ(avx2.size(), 12u);
+  EXPECT_EQ(avx2.front(), "fused_fp4_avx2");
+  EXPECT_EQ(avx2.back(), "reference_u4_scalar");
+  const std::vector<std::string> avx512 = Names(CpuKernels(Isa::kAvx512));
+  ASSERT_EQ(avx512.size(), 21u);
+  EXPECT_EQ(avx512.front(), "fused_fp4_avx512");
+  EXPECT_EQ(avx512[9], "fused_fp4_avx2");
+  const std::vector<std::string> amx = Names(CpuKernels(Isa::kAmx));
+  ASSERT_EQ(amx.size(), 24u);
+  EXPECT_EQ(amx.front(), "double_buffered_fp4_amx");
+}
+
+TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    for (KernelVariant variant :
+         {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
+          KernelVariant::kStriped}) {
+      for (WeightFormat format :
+           {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+        const std::string name =
+            absl::StrCat(KernelVariantName(variant), "_",
+                         WeightFormatName(format), "_", IsaName(isa));
+        EXPECT_THAT(Names(CpuKernels(isa)), ::testing::Contains(name));
+      }
+    }
+  }
 }
 
 TEST(CpuKernelsTest, EveryKernelNamesItsVariantAndIsa) {
@@ -66,8 +92,10 @@ TEST(CpuKernelsTest, NibbleIsaEnvironmentVariableCapsTheLevel) {
   EXPECT_EQ(DetectIsa(), Isa::kScalar);
   EXPECT_EQ(Names(CpuKernels()), Names(CpuKernels(Isa::kScalar)));
   ASSERT_EQ(setenv("NIBBLE_ISA", "avx2", /*overwrite=*/1), 0);
-  EXPECT_EQ(DetectIsa(), hardware);
+  EXPECT_EQ(DetectIsa(), std::min(hardware, Isa::kAvx2));
   ASSERT_EQ(setenv("NIBBLE_ISA", "avx512", /*overwrite=*/1), 0);
+  EXPECT_EQ(DetectIsa(), std::min(hardware, Isa::kAvx512));
+  ASSERT_EQ(setenv("NIBBLE_ISA", "amx", /*overwrite=*/1), 0);
   EXPECT_EQ(DetectIsa(), hardware);
 
   if (saved.has_value()) {

@@ -50,7 +50,8 @@ TEST_P(PackedWeightTest, EveryCodeScaleAndZeroSitsAtItsPanelPosition) {
       SCOPED_TRACE(absl::StrCat("panel ", panel, " lane ", lane, " col ", col));
       for (int64_t row = 0; row < spec.k; ++row) {
         const uint32_t word = words[row / kCodesPerWord * kWidth + lane];
-        const uint8_t code = (word >> (4 * (row % kCodesPerWord))) & 0xf;
+        const uint8_t code =
+            (word >> PackedWeight::CodeShift(row % kCodesPerWord)) & 0xf;
         ASSERT_EQ(code, col < spec.n ? weight.Code(row, col) : 0)
             << "row " << row;
       }

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/tuning_table.h"
 #include "tests/kernels/mock_gemm_kernel.h"
 
 namespace nibble {
@@ -35,6 +36,18 @@ GemmProblem Problem(int64_t m, int64_t n, int threads = 2) {
                      .group_size = 128,
                      .dtype = DType::kF16,
                      .threads = threads};
+}
+
+// A rule for u4b8, group 128, 2 threads, like Problem().
+TuningRule U4b8Rule(int64_t k, int64_t n, int64_t max_m,
+                    KernelVariant variant) {
+  return TuningRule{.format = WeightFormat::kU4b8,
+                    .group_size = 128,
+                    .k = k,
+                    .n = n,
+                    .threads = 2,
+                    .max_m = max_m,
+                    .variant = variant};
 }
 
 class SchedulerTest : public ::testing::Test {
@@ -82,59 +95,82 @@ TEST_F(SchedulerTest, PreferredVariantFollowsTheDefaultTable) {
   const Scheduler scheduler = MakeScheduler();
   EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 4096)),
             KernelVariant::kFused);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(32, 4096)),
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(8, 4096)),
             KernelVariant::kFused);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(33, 4096)),
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(9, 4096)),
             KernelVariant::kDoubleBuffered);
-  // 2 threads want at least 4 panels of 16 columns.
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 48)),
-            KernelVariant::kStriped);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(64, 48)),
-            KernelVariant::kStriped);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 49)), KernelVariant::kFused);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 64)), KernelVariant::kFused);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 64, /*threads=*/3)),
-            KernelVariant::kStriped);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(4096, 4096)),
+            KernelVariant::kDoubleBuffered);
 }
 
 TEST_F(SchedulerTest, PreferredVariantFollowsAGivenTable) {
-  const Scheduler scheduler = MakeScheduler(
-      TuningTable{.fused_max_m = 4, .striped_below_panels_per_thread = 1});
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(4, 32)), KernelVariant::kFused);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(5, 32)),
+  const Scheduler scheduler = MakeScheduler(TuningTable({
+      U4b8Rule(4096, 4096, 4, KernelVariant::kFused),
+      U4b8Rule(4096, 4096, 0, KernelVariant::kDoubleBuffered),
+      U4b8Rule(4096, 32, 0, KernelVariant::kStriped),
+  }));
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(4, 4096)),
+            KernelVariant::kFused);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(5, 4096)),
             KernelVariant::kDoubleBuffered);
-  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 16)),
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 32)),
             KernelVariant::kStriped);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(64, 16)),
+            KernelVariant::kStriped);
+}
+
+TEST_F(SchedulerTest, WithoutRulesForTheFormatFusedWinsUpToMOf8) {
+  const Scheduler scheduler = MakeScheduler(
+      TuningTable({TuningRule{.format = WeightFormat::kFp4,
+                              .group_size = 128,
+                              .k = 4096,
+                              .n = 4096,
+                              .threads = 2,
+                              .max_m = 0,
+                              .variant = KernelVariant::kStriped}}));
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(8, 4096)),
+            KernelVariant::kFused);
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(9, 4096)),
+            KernelVariant::kDoubleBuffered);
+  const Scheduler empty = MakeScheduler(TuningTable());
+  EXPECT_EQ(empty.PreferredVariant(Problem(1, 4096)), KernelVariant::kFused);
+  EXPECT_EQ(empty.PreferredVariant(Problem(64, 4096)),
+            KernelVariant::kDoubleBuffered);
 }
 
 TEST_F(SchedulerTest, PicksFusedForSmallM) {
   AddOneKernelPerVariant();
   const Scheduler scheduler = MakeScheduler();
   EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "fused");
-  EXPECT_EQ(PickedName(scheduler, Problem(32, 4096)), "fused");
+  EXPECT_EQ(PickedName(scheduler, Problem(8, 4096)), "fused");
 }
 
 TEST_F(SchedulerTest, PicksDoubleBufferedForLargeM) {
   AddOneKernelPerVariant();
   const Scheduler scheduler = MakeScheduler();
-  EXPECT_EQ(PickedName(scheduler, Problem(33, 4096)), "double_buffered");
+  EXPECT_EQ(PickedName(scheduler, Problem(9, 4096)), "double_buffered");
   EXPECT_EQ(PickedName(scheduler, Problem(4096, 4096)), "double_buffered");
 }
 
-TEST_F(SchedulerTest, FusedMaxMComesFromTheTable) {
+TEST_F(SchedulerTest, MaxMComesFromTheTable) {
   AddOneKernelPerVariant();
-  const Scheduler scheduler = MakeScheduler(TuningTable{.fused_max_m = 8});
-  EXPECT_EQ(PickedName(scheduler, Problem(8, 4096)), "fused");
-  EXPECT_EQ(PickedName(scheduler, Problem(9, 4096)), "double_buffered");
+  const Scheduler scheduler = MakeScheduler(TuningTable({
+      U4b8Rule(4096, 4096, 32, KernelVariant::kFused),
+      U4b8Rule(4096, 4096, 0, KernelVariant::kDoubleBuffered),
+  }));
+  EXPECT_EQ(PickedName(scheduler, Problem(32, 4096)), "fused");
+  EXPECT_EQ(PickedName(scheduler, Problem(33, 4096)), "double_buffered");
 }
 
-TEST_F(SchedulerTest, PicksStripedWhenNGivesTooFewPanelsPerThread) {
+TEST_F(SchedulerTest, PicksStripedWhereTheTableSaysSo) {
   AddOneKernelPerVariant();
-  const Scheduler scheduler = MakeScheduler();
+  const Scheduler scheduler = MakeScheduler(TuningTable({
+      U4b8Rule(4096, 4096, 0, KernelVariant::kFused),
+      U4b8Rule(4096, 32, 0, KernelVariant::kStriped),
+  }));
   EXPECT_EQ(PickedName(scheduler, Problem(1, 32)), "striped");
-  EXPECT_EQ(PickedName(scheduler, Problem(256, 32)), "striped");
-  EXPECT_EQ(PickedName(scheduler, Problem(1, 128, /*threads=*/8)), "striped");
-  EXPECT_EQ(PickedName(scheduler, Problem(1, 128, /*threads=*/4)), "fused");
+  EXPECT_EQ(PickedName(scheduler, Problem(256, 48)), "striped");
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "fused");
 }
 
 TEST_F(SchedulerTest, FallsBackToOtherVariantsThenTheReference) {
@@ -177,7 +213,9 @@ TEST_F(SchedulerTest, StripedPreferenceFallsBackToFused) {
   AddKernel("reference", KernelVariant::kReference, true);
   AddKernel("double_buffered", KernelVariant::kDoubleBuffered, true);
   AddKernel("fused", KernelVariant::kFused, true);
-  EXPECT_EQ(PickedName(MakeScheduler(), Problem(64, 16)), "fused");
+  const Scheduler scheduler = MakeScheduler(
+      TuningTable({U4b8Rule(4096, 16, 0, KernelVariant::kStriped)}));
+  EXPECT_EQ(PickedName(scheduler, Problem(64, 16)), "fused");
 }
 
 TEST_F(SchedulerTest, RegistrationOrderBreaksTies) {

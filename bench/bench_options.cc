@@ -1,0 +1,326 @@
+#include "bench/bench_options.h"
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+
+namespace nibble::bench {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxRepeats = 100000;
+
+// The default grid: Llama-like projections at decode and prefill sizes.
+BenchOptions DefaultGrid() {
+  BenchOptions options;
+  options.ms = {1, 4, 16, 64, 256};
+  options.shapes = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {8192, 28672}};
+  options.weights = {{WeightFormat::kFp4, 128},
+                     {WeightFormat::kFp4, 32},
+                     {WeightFormat::kU4b8, 128},
+                     {WeightFormat::kU4, 128}};
+  options.threads =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return options;
+}
+
+// --quick: a grid that runs in seconds, for CI.
+void ApplyQuickGrid(BenchOptions& options) {
+  options.ms = {1, 16};
+  options.shapes = {{1024, 1024}};
+  options.weights = {{WeightFormat::kFp4, 128},
+                     {WeightFormat::kU4b8, 128},
+                     {WeightFormat::kU4, 128}};
+  options.repeats = 3;
+}
+
+absl::Status FlagError(absl::string_view flag, absl::string_view value,
+                       absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", value, ": ", what));
+}
+
+absl::StatusOr<int64_t> ParsePositive(absl::string_view flag,
+                                      absl::string_view value,
+                                      absl::string_view item, int64_t max) {
+  int64_t number = 0;
+  if (!absl::SimpleAtoi(item, &number) || number <= 0) {
+    return FlagError(flag, value,
+                     absl::StrCat("\"", item, "\" is not a positive integer"));
+  }
+  if (number > max) {
+    return FlagError(
+        flag, value,
+        absl::StrCat(item, " is above the largest allowed, ", max));
+  }
+  return number;
+}
+
+// A comma-separated list of at least one item.
+absl::StatusOr<std::vector<absl::string_view>> SplitList(
+    absl::string_view flag, absl::string_view value) {
+  std::vector<absl::string_view> items = absl::StrSplit(value, ',');
+  for (absl::string_view item : items) {
+    if (item.empty()) {
+      return FlagError(flag, value,
+                       "give a comma-separated list without empty items");
+    }
+  }
+  return items;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParsePositiveList(absl::string_view flag,
+                                                       absl::string_view value,
+                                                       int64_t max) {
+  absl::StatusOr<std::vector<absl::string_view>> items = SplitList(flag, value);
+  if (!items.ok()) return items.status();
+  std::vector<int64_t> numbers;
+  for (absl::string_view item : *items) {
+    absl::StatusOr<int64_t> number = ParsePositive(flag, value, item, max);
+    if (!number.ok()) return number.status();
+    numbers.push_back(*number);
+  }
+  return numbers;
+}
+
+absl::StatusOr<std::vector<Shape>> ParseShapes(absl::string_view value) {
+  absl::StatusOr<std::vector<absl::string_view>> items =
+      SplitList("shapes", value);
+  if (!items.ok()) return items.status();
+  std::vector<Shape> shapes;
+  for (absl::string_view item : *items) {
+    const std::vector<absl::string_view> sides = absl::StrSplit(item, 'x');
+    Shape shape;
+    if (sides.size() != 2 || !absl::SimpleAtoi(sides[0], &shape.k) ||
+        !absl::SimpleAtoi(sides[1], &shape.n) || shape.k <= 0 || shape.n <= 0) {
+      return FlagError("shapes", value,
+                       absl::StrCat("\"", item,
+                                    "\" is not KxN with positive K and N "
+                                    "(e.g. 4096x14336)"));
+    }
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+absl::StatusOr<std::vector<WeightFormat>> ParseFormats(
+    absl::string_view value) {
+  absl::StatusOr<std::vector<absl::string_view>> items =
+      SplitList("formats", value);
+  if (!items.ok()) return items.status();
+  std::vector<WeightFormat> formats;
+  for (absl::string_view item : *items) {
+    absl::StatusOr<WeightFormat> format = ParseWeightFormat(item);
+    if (!format.ok()) {
+      return FlagError("formats", value, format.status().message());
+    }
+    formats.push_back(*format);
+  }
+  return formats;
+}
+
+template <typename T>
+void Deduplicate(std::vector<T>& items) {
+  std::vector<T> unique;
+  for (const T& item : items) {
+    if (std::find(unique.begin(), unique.end(), item) == unique.end()) {
+      unique.push_back(item);
+    }
+  }
+  items = std::move(unique);
+}
+
+// The flags given, before they are combined into the grid.
+struct GivenFlags {
+  std::optional<std::vector<int64_t>> ms;
+  std::optional<std::vector<Shape>> shapes;
+  std::optional<std::vector<WeightFormat>> formats;
+  std::optional<std::vector<int64_t>> groups;
+  std::optional<int> threads;
+  std::optional<int> repeats;
+  bool quick = false;
+};
+
+absl::Status ApplyValueFlag(absl::string_view name, absl::string_view value,
+                            GivenFlags& given, BenchOptions& options) {
+  if (name == "m") {
+    absl::StatusOr<std::vector<int64_t>> ms =
+        ParsePositiveList(name, value, kMaxDimension);
+    if (!ms.ok()) return ms.status();
+    given.ms = *std::move(ms);
+  } else if (name == "shapes") {
+    absl::StatusOr<std::vector<Shape>> shapes = ParseShapes(value);
+    if (!shapes.ok()) return shapes.status();
+    given.shapes = *std::move(shapes);
+  } else if (name == "formats") {
+    absl::StatusOr<std::vector<WeightFormat>> formats = ParseFormats(value);
+    if (!formats.ok()) return formats.status();
+    given.formats = *std::move(formats);
+  } else if (name == "groups") {
+    absl::StatusOr<std::vector<int64_t>> groups =
+        ParsePositiveList(name, value, kMaxDimension);
+    if (!groups.ok()) return groups.status();
+    given.groups = *std::move(groups);
+  } else if (name == "threads") {
+    absl::StatusOr<int64_t> threads =
+        ParsePositive(name, value, value, kMaxThreads);
+    if (!threads.ok()) return threads.status();
+    given.threads = static_cast<int>(*threads);
+  } else if (name == "repeats") {
+    absl::StatusOr<int64_t> repeats =
+        ParsePositive(name, value, value, kMaxRepeats);
+    if (!repeats.ok()) return repeats.status();
+    given.repeats = static_cast<int>(*repeats);
+  } else if (name == "tuning_table") {
+    options.tuning_table_path = std::string(value);
+  } else if (name == "write_tuning_table") {
+    options.write_tuning_table_path = std::string(value);
+  }
+  return absl::OkStatus();
+}
+
+// Builds the grid from the defaults, --quick and the narrowing flags.
+absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
+  if (given.quick) ApplyQuickGrid(options);
+  if (given.ms) options.ms = *given.ms;
+  std::sort(options.ms.begin(), options.ms.end());
+  options.ms.erase(std::unique(options.ms.begin(), options.ms.end()),
+                   options.ms.end());
+  if (given.shapes) options.shapes = *given.shapes;
+  Deduplicate(options.shapes);
+  if (given.groups) {
+    // Explicit groups apply to every format.
+    std::vector<WeightFormat> formats;
+    for (const WeightKind& kind : options.weights) {
+      formats.push_back(kind.format);
+    }
+    if (given.formats) formats = *given.formats;
+    Deduplicate(formats);
+    options.weights.clear();
+    for (WeightFormat format : formats) {
+      for (int64_t group : *given.groups) {
+        options.weights.push_back({format, group});
+      }
+    }
+  } else if (given.formats) {
+    // Every format has a group in the default and the quick grid.
+    std::vector<WeightKind> kept;
+    for (WeightFormat format : *given.formats) {
+      for (const WeightKind& kind : options.weights) {
+        if (kind.format == format) kept.push_back(kind);
+      }
+    }
+    options.weights = std::move(kept);
+  }
+  Deduplicate(options.weights);
+  if (given.threads) options.threads = *given.threads;
+  if (given.repeats) options.repeats = *given.repeats;
+
+  for (const Shape& shape : options.shapes) {
+    for (const WeightKind& kind : options.weights) {
+      const WeightSpec spec{kind.format, shape.k, shape.n, kind.group_size};
+      if (absl::Status status = spec.Validate(); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cannot time ", WeightFormatName(kind.format), " group ",
+            kind.group_size, " at ", shape.k, "x", shape.n, ": ",
+            status.message(), "; change --shapes or --groups"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BenchOptions> ParseBenchOptions(
+    const std::vector<std::string>& args) {
+  BenchOptions options = DefaultGrid();
+  GivenFlags given;
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      options.help = true;
+      return options;
+    }
+    if (arg.size() < 3 || arg.substr(0, 2) != "--") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument \"", arg,
+                       "\": nibble-bench takes only --flags"));
+    }
+    arg.remove_prefix(2);
+    const size_t equals = arg.find('=');
+    const absl::string_view name = arg.substr(0, equals);
+    std::optional<absl::string_view> value;
+    if (equals != absl::string_view::npos) value = arg.substr(equals + 1);
+
+    if (name == "quick") {
+      if (value) return FlagError(name, *value, "--quick takes no value");
+      given.quick = true;
+    } else if (name == "json") {
+      if (value && value->empty()) {
+        return FlagError(name, *value,
+                         "give a file, or --json alone for stdout");
+      }
+      options.json_to_stdout = !value.has_value();
+      options.json_path = value ? std::string(*value) : "";
+    } else if (name == "m" || name == "shapes" || name == "formats" ||
+               name == "groups" || name == "threads" || name == "repeats" ||
+               name == "tuning_table" || name == "write_tuning_table") {
+      if (!value) {
+        if (i + 1 == args.size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--", name, " needs a value"));
+        }
+        value = args[++i];
+      }
+      if (value->empty()) return FlagError(name, *value, "the value is empty");
+      if (absl::Status status = ApplyValueFlag(name, *value, given, options);
+          !status.ok()) {
+        return status;
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+  }
+  if (absl::Status status = BuildGrid(given, options); !status.ok()) {
+    return status;
+  }
+  return options;
+}
+
+std::string BenchUsage() {
+  return R"(nibble-bench: times the CPU kernels on a grid of problems against the
+machine's limits (DRAM read bandwidth, fp32 FMA peak) and OpenBLAS sgemm.
+
+Usage: nibble-bench [flags]
+  --m=1,4,16,64,256     rows of A
+  --shapes=KxN,...      weight shapes (default 4096x4096,4096x14336,
+                        14336x4096,8192x28672)
+  --formats=fp4,u4b8,u4 weight formats (default: fp4, u4b8 and u4 at group
+                        128, and fp4 at group 32 too)
+  --groups=128,...      group sizes, applied to every format
+  --threads=N           kernel threads (default: one per hardware thread)
+  --repeats=N           timed calls per kernel and problem (default 10; fewer,
+                        but at least 3, once they pass 2 s)
+  --quick               a grid of seconds, for CI (the flags above still
+                        narrow or change it)
+  --tuning_table=FILE   the scheduler's table (default: the built-in one)
+  --json                JSON lines on stdout instead of the table
+  --json=FILE           JSON lines into FILE, the table on stdout
+  --write_tuning_table=FILE
+                        the fastest variant per shape and M, as a tuning
+                        table for nibbled --tuning_table
+  --help                this text
+
+Exit codes: 0 done, 1 a measurement failed, 2 a usage mistake.
+)";
+}
+
+}  // namespace nibble::bench

@@ -1,0 +1,30 @@
+// The vector kernels of each instruction set, every variant for every format.
+// Each list comes from its own file, compiled for its own target; call one
+// only on a CPU that has the instruction set (see cpu_kernels.h).
+//
+// Example:
+//   for (auto& kernel : nibble::cpu::MakeAvx512Kernels()) { ... }
+#ifndef NIBBLE_KERNELS_CPU_SIMD_KERNELS_H_
+#define NIBBLE_KERNELS_CPU_SIMD_KERNELS_H_
+
+#include <memory>
+#include <vector>
+
+#include "kernels/gemm_kernel.h"
+
+namespace nibble::cpu {
+
+// AVX2 with FMA and F16C.
+std::vector<std::unique_ptr<GemmKernel>> MakeAvx2Kernels();
+// AVX-512 F, BW, VL and DQ.
+std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Kernels();
+// AMX-BF16 with AVX-512 BF16: double-buffered only, for large M. They round
+// A to bf16 (fp32 accumulation); the 4-bit weights stay exact.
+std::vector<std::unique_ptr<GemmKernel>> MakeAmxKernels();
+
+// Asks Linux for the AMX tile state (once per process); false when refused.
+bool RequestAmxPermission();
+
+}  // namespace nibble::cpu
+
+#endif  // NIBBLE_KERNELS_CPU_SIMD_KERNELS_H_

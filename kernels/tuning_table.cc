@@ -1,0 +1,216 @@
+#include "kernels/tuning_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace nibble {
+namespace {
+
+constexpr char kColumns[] = "format group k n threads max_m variant";
+
+constexpr char kDefaultTableText[] =
+#include "kernels/default_tuning_table.inc"
+    ;
+
+absl::StatusOr<KernelVariant> ParseKernelVariant(absl::string_view name) {
+  for (KernelVariant variant :
+       {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
+        KernelVariant::kStriped, KernelVariant::kReference}) {
+    if (name == KernelVariantName(variant)) return variant;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown variant \"", name,
+                   "\": use fused, double_buffered, striped or reference"));
+}
+
+// A column holding an integer in [min, max]; min is 0 or 1.
+absl::StatusOr<int64_t> ParseCount(absl::string_view column,
+                                   absl::string_view text, int64_t min,
+                                   int64_t max) {
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < min) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        column, " must be ",
+        min == 0 ? "0 (no bound) or a positive integer" : "a positive integer",
+        ", got \"", text, "\""));
+  }
+  if (value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(column, " must be at most ", max, ", got \"", text, "\""));
+  }
+  return value;
+}
+
+absl::StatusOr<TuningRule> ParseRule(absl::string_view line) {
+  const std::vector<absl::string_view> columns =
+      absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+  if (columns.size() != 7) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected 7 columns (", kColumns, "), got ", columns.size()));
+  }
+  TuningRule rule;
+  absl::StatusOr<WeightFormat> format = ParseWeightFormat(columns[0]);
+  if (!format.ok()) return format.status();
+  rule.format = *format;
+  constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+  const std::pair<absl::string_view, int64_t*> dimensions[] = {
+      {"group", &rule.group_size}, {"k", &rule.k}, {"n", &rule.n}};
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<int64_t> value =
+        ParseCount(dimensions[i].first, columns[1 + i], 1, kMaxDimension);
+    if (!value.ok()) return value.status();
+    *dimensions[i].second = *value;
+  }
+  absl::StatusOr<int64_t> threads =
+      ParseCount("threads", columns[4], 1, std::numeric_limits<int>::max());
+  if (!threads.ok()) return threads.status();
+  rule.threads = static_cast<int>(*threads);
+  absl::StatusOr<int64_t> max_m = ParseCount("max_m", columns[5], 0, kNoMax);
+  if (!max_m.ok()) return max_m.status();
+  rule.max_m = *max_m;
+  absl::StatusOr<KernelVariant> variant = ParseKernelVariant(columns[6]);
+  if (!variant.ok()) return variant.status();
+  rule.variant = *variant;
+  return rule;
+}
+
+// How far apart two positive sizes are on a log scale: 1 per factor of two.
+double LogDistance(int64_t a, int64_t b) {
+  return std::abs(std::log2(static_cast<double>(std::max<int64_t>(a, 1)) /
+                            static_cast<double>(std::max<int64_t>(b, 1))));
+}
+
+// Sorts max_m ascending with 0 (unbounded) last.
+bool CoversLess(const TuningRule* a, const TuningRule* b) {
+  if (a->max_m == 0) return false;
+  return b->max_m == 0 || a->max_m < b->max_m;
+}
+
+}  // namespace
+
+TuningTable::TuningTable(std::vector<TuningRule> rules)
+    : rules_(std::move(rules)) {}
+
+const TuningTable& TuningTable::Default() {
+  static const TuningTable* const table = [] {
+    absl::StatusOr<TuningTable> parsed = Parse(kDefaultTableText);
+    if (!parsed.ok()) {
+      // Only an edit of default_tuning_table.inc gets here; the tests catch it.
+      std::fprintf(stderr, "nibble: built-in tuning table is broken: %s\n",
+                   std::string(parsed.status().message()).c_str());
+      std::abort();
+    }
+    return new TuningTable(*std::move(parsed));
+  }();
+  return *table;
+}
+
+absl::StatusOr<TuningTable> TuningTable::Parse(absl::string_view text) {
+  std::vector<TuningRule> rules;
+  std::vector<int> rule_lines;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = line.substr(0, line.find('#'));
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    absl::StatusOr<TuningRule> rule = ParseRule(line);
+    if (!rule.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_number, ": ", rule.status().message()));
+    }
+    // Two rules for the same problems would make the table ambiguous.
+    for (size_t i = 0; i < rules.size(); ++i) {
+      const TuningRule& other = rules[i];
+      if (other.format == rule->format &&
+          other.group_size == rule->group_size && other.k == rule->k &&
+          other.n == rule->n && other.threads == rule->threads &&
+          other.max_m == rule->max_m) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", line_number, ": repeats the format, group, k, n, threads ",
+            "and max_m of line ", rule_lines[i], "; keep one of them"));
+      }
+    }
+    rules.push_back(*rule);
+    rule_lines.push_back(line_number);
+  }
+  return TuningTable(std::move(rules));
+}
+
+absl::StatusOr<TuningTable> TuningTable::Load(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot open the tuning table"));
+  }
+  std::stringstream contents;
+  contents << file.rdbuf();
+  if (file.bad()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot read the tuning table"));
+  }
+  absl::StatusOr<TuningTable> table = Parse(contents.str());
+  if (!table.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", table.status().message()));
+  }
+  return table;
+}
+
+std::string TuningTable::Serialize() const {
+  std::string text = absl::StrCat("# ", kColumns, "\n");
+  for (const TuningRule& rule : rules_) {
+    absl::StrAppend(&text, WeightFormatName(rule.format), " ", rule.group_size,
+                    " ", rule.k, " ", rule.n, " ", rule.threads, " ",
+                    rule.max_m, " ", KernelVariantName(rule.variant), "\n");
+  }
+  return text;
+}
+
+std::optional<KernelVariant> TuningTable::Lookup(
+    const GemmProblem& problem) const {
+  // The closest measured key; ties go to the rule listed first.
+  const TuningRule* nearest = nullptr;
+  double best[3] = {};
+  for (const TuningRule& rule : rules_) {
+    if (rule.format != problem.format) continue;
+    const double distance[3] = {
+        LogDistance(rule.group_size, problem.group_size),
+        LogDistance(rule.k, problem.k) + LogDistance(rule.n, problem.n),
+        LogDistance(rule.threads, problem.threads)};
+    if (nearest == nullptr ||
+        std::lexicographical_compare(distance, distance + 3, best, best + 3)) {
+      nearest = &rule;
+      std::copy(distance, distance + 3, best);
+    }
+  }
+  if (nearest == nullptr) return std::nullopt;
+
+  std::vector<const TuningRule*> candidates;
+  for (const TuningRule& rule : rules_) {
+    if (rule.format == nearest->format &&
+        rule.group_size == nearest->group_size && rule.k == nearest->k &&
+        rule.n == nearest->n && rule.threads == nearest->threads) {
+      candidates.push_back(&rule);
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), CoversLess);
+  for (const TuningRule* rule : candidates) {
+    if (rule->max_m == 0 || problem.m <= rule->max_m) return rule->variant;
+  }
+  // Past every bound: the rule measured at the largest m is the best guess.
+  return candidates.back()->variant;
+}
+
+}  // namespace nibble
