@@ -46,7 +46,15 @@ struct Avx2 {
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static F Fms(F a, F b, F c) { return _mm256_fmsub_ps(a, b, c); }
   static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F Set1(float x) { return _mm256_set1_ps(x); }
+  static F Add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F Fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static float ReduceAdd(F v) {
+    const __m128 half =
+        _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+  }
 
   static I LoadWords(const uint32_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));

@@ -46,7 +46,10 @@ struct Avx512 {
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F Fms(F a, F b, F c) { return _mm512_fmsub_ps(a, b, c); }
   static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
-  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F Set1(float x) { return _mm512_set1_ps(x); }
+  static F Add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F Fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static float ReduceAdd(F v) { return _mm512_reduce_add_ps(v); }
 
   static I LoadWords(const uint32_t* p) { return _mm512_loadu_si512(p); }
   template <int kBits>

@@ -6,7 +6,8 @@
 //
 // V provides, for V::kLanes fp32 lanes (kPanelWidth / kLanes vectors cover a
 // panel): F (float vector) and I (int32 vector); Zero, Load, Store,
-// StoreFirst(p, v, count), Broadcast, Fma(a, b, c) = a * b + c, Sub;
+// StoreFirst(p, v, count), Set1, Broadcast, Add, Mul, ReduceAdd,
+// Fma(a, b, c) = a * b + c, Fms = a * b - c, Fnma = c - a * b;
 // LoadWords (uint32), ShiftRight<bits>; Table, MakeTable(16 floats) and
 // Lookup(table, words), which maps the low 4 bits of every lane through the
 // table; LoadHalves (fp16) and LoadBytes (uint8) widened to fp32. And the
@@ -67,7 +68,7 @@ inline void ForEachCode(Fn&& fn) {
 }
 
 // What each code stands for before the group scale: the FP4 value, q - 8
-// for kU4b8, and q for kU4 (whose zero point is subtracted per group).
+// for kU4b8, and q for kU4 (whose zero point the loops apply per group).
 template <class V>
 typename V::Table FormatTable(WeightFormat format) {
   float values[16];
@@ -85,6 +86,18 @@ typename V::Table FormatTable(WeightFormat format) {
     }
   }
   return V::MakeTable(values);
+}
+
+// a[0] + ... + a[len - 1].
+template <class V>
+float SegmentSum(const float* a, int64_t len) {
+  typename V::F sum = V::Zero();
+  int64_t i = 0;
+  for (; i + V::kLanes <= len; i += V::kLanes)
+    sum = V::Add(sum, V::Load(a + i));
+  float total = V::ReduceAdd(sum);
+  for (; i < len; ++i) total += a[i];
+  return total;
 }
 
 // The inputs every loop shares. A is [m, k] fp32, row-major.
@@ -133,14 +146,6 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
   for (int64_t begin = k_begin; begin < k_end;) {
     const int64_t group = begin / group_size;
     const int64_t end = std::min(k_end, (group + 1) * group_size);
-    F zero_point[kVecs];
-    if constexpr (kFormat == WeightFormat::kU4) {
-      for (int vec = 0; vec < kVecs; ++vec) {
-        zero_point[vec] = V::LoadBytes(
-            ctx.b.panel_zeros(first_panel + vec / kVecsPerPanel<V>) +
-            group * kWidth + vec % kVecsPerPanel<V> * V::kLanes);
-      }
-    }
     F sum[kRows][kVecs];
     for (auto& sum_row : sum) {
       for (F& value : sum_row) value = V::Zero();
@@ -160,12 +165,9 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
       const float* a_word = a + word * kCodesPerWord;
       ForEachCode([&](auto j) {
         for (int vec = 0; vec < kVecs; ++vec) {
-          F value = V::Lookup(
+          const F value = V::Lookup(
               ctx.table,
               V::template ShiftRight<PackedWeight::CodeShift(j)>(words[vec]));
-          if constexpr (kFormat == WeightFormat::kU4) {
-            value = V::Sub(value, zero_point[vec]);
-          }
           for (int r = 0; r < kRows; ++r) {
             sum[r][vec] = V::Fma(V::Broadcast(a_word + r * ctx.k + j), value,
                                  sum[r][vec]);
@@ -173,12 +175,27 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
         }
       });
     }
+    // kU4: sum(a (q - z)) s = sum(a q) s - z s sum(a), so the inner loop is
+    // the same as for the other formats.
+    F a_sum[kRows];
+    if constexpr (kFormat == WeightFormat::kU4) {
+      for (int r = 0; r < kRows; ++r) {
+        a_sum[r] = V::Set1(SegmentSum<V>(a + r * ctx.k + begin, end - begin));
+      }
+    }
     for (int vec = 0; vec < kVecs; ++vec) {
-      const F scale = V::LoadHalves(
-          ctx.b.panel_scales(first_panel + vec / kVecsPerPanel<V>) +
-          group * kWidth + vec % kVecsPerPanel<V> * V::kLanes);
+      const int64_t panel = first_panel + vec / kVecsPerPanel<V>;
+      const int64_t at = group * kWidth + vec % kVecsPerPanel<V> * V::kLanes;
+      const F scale = V::LoadHalves(ctx.b.panel_scales(panel) + at);
       for (int r = 0; r < kRows; ++r) {
         acc[r][vec] = V::Fma(sum[r][vec], scale, acc[r][vec]);
+      }
+      if constexpr (kFormat == WeightFormat::kU4) {
+        const F zero_times_scale =
+            V::Mul(V::LoadBytes(ctx.b.panel_zeros(panel) + at), scale);
+        for (int r = 0; r < kRows; ++r) {
+          acc[r][vec] = V::Fnma(zero_times_scale, a_sum[r], acc[r][vec]);
+        }
       }
     }
     begin = end;
