@@ -101,17 +101,7 @@ struct Avx2 {
 namespace nibble::cpu {
 
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx2Kernels() {
-  std::vector<std::unique_ptr<GemmKernel>> kernels;
-  for (KernelVariant variant :
-       {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
-        KernelVariant::kStriped}) {
-    for (WeightFormat format :
-         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
-      kernels.push_back(
-          std::make_unique<simd::SimdKernel<Avx2>>(variant, format, "avx2"));
-    }
-  }
-  return kernels;
+  return simd::MakeSimdKernels<Avx2>("avx2");
 }
 
 }  // namespace nibble::cpu

@@ -92,17 +92,7 @@ struct Avx512 {
 namespace nibble::cpu {
 
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Kernels() {
-  std::vector<std::unique_ptr<GemmKernel>> kernels;
-  for (KernelVariant variant :
-       {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
-        KernelVariant::kStriped}) {
-    for (WeightFormat format :
-         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
-      kernels.push_back(std::make_unique<simd::SimdKernel<Avx512>>(
-          variant, format, "avx512"));
-    }
-  }
-  return kernels;
+  return simd::MakeSimdKernels<Avx512>("avx512");
 }
 
 }  // namespace nibble::cpu

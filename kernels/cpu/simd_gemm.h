@@ -23,13 +23,13 @@
 //   #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 //   struct Avx512 { ... };
 //   #include "kernels/cpu/simd_gemm.h"
-//   kernels.push_back(std::make_unique<SimdKernel<Avx512>>(
-//       KernelVariant::kFused, WeightFormat::kFp4, "avx512"));
+//   return simd::MakeSimdKernels<Avx512>("avx512");
 #ifndef NIBBLE_KERNELS_CPU_SIMD_GEMM_H_
 #define NIBBLE_KERNELS_CPU_SIMD_GEMM_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -551,6 +551,22 @@ class SimdKernel final : public FormatKernel {
  private:
   typename V::Table table_;
 };
+
+// Every variant for every format, named with `isa`.
+template <class V>
+std::vector<std::unique_ptr<GemmKernel>> MakeSimdKernels(
+    absl::string_view isa) {
+  std::vector<std::unique_ptr<GemmKernel>> kernels;
+  for (KernelVariant variant :
+       {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
+        KernelVariant::kStriped}) {
+    for (WeightFormat format :
+         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+      kernels.push_back(std::make_unique<SimdKernel<V>>(variant, format, isa));
+    }
+  }
+  return kernels;
+}
 
 }  // namespace nibble::cpu::simd
 
