@@ -1,6 +1,7 @@
 // nibble-load: a closed-loop load generator for a nibble server. Each worker
 // thread sends Matmul requests back to back over one of a few connections;
-// the report gives throughput and exact latency percentiles.
+// the report gives throughput, latency percentiles from a log-bucketed
+// histogram merged from per-worker ones, and errors by status code.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/command_line.h"
-#include "client/latency_stats.h"
+#include "client/latency_histogram.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
 #include "grpc/grpc.h"
@@ -67,7 +68,8 @@ struct LoadConfig {
 
 // What one worker saw inside the measured window.
 struct WorkerResult {
-  LatencyStats latencies;
+  // Microseconds. One per worker, so that recording takes no lock.
+  client::LatencyHistogram latencies;
   absl::flat_hash_map<absl::StatusCode, int64_t> errors;
   absl::flat_hash_map<std::string, int64_t> kernels;
 };
@@ -169,7 +171,9 @@ void RunWorker(NibbleClient& client, const LoadConfig& config,
     // is completions per second of the window.
     if (finish < measure_start || finish >= measure_end) continue;
     if (response.ok()) {
-      result.latencies.Add(absl::FromChrono(finish - start));
+      result.latencies.Record(
+          std::chrono::duration_cast<std::chrono::microseconds>(finish - start)
+              .count());
       ++result.kernels[response->kernel()];
     } else {
       ++result.errors[response.status().code()];
@@ -196,16 +200,43 @@ void ShowProgress(const Progress& progress, Clock::time_point start,
   std::cerr << "\r\x1b[K";
 }
 
-// "name (count), ..." with the most frequent first.
+// The entries of `counts`, the most frequent first and ties by key, so that
+// the report does not depend on hash order.
 template <typename Key>
-std::string FormatCounts(const absl::flat_hash_map<Key, int64_t>& counts,
-                         std::string (*key_name)(const Key&)) {
+std::vector<std::pair<Key, int64_t>> ByCount(
+    const absl::flat_hash_map<Key, int64_t>& counts) {
   std::vector<std::pair<Key, int64_t>> sorted(counts.begin(), counts.end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.second > b.second; });
-  return absl::StrJoin(sorted, ", ", [&](std::string* out, const auto& entry) {
-    absl::StrAppend(out, key_name(entry.first), " (", entry.second, ")");
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
+  return sorted;
+}
+
+// "3 (DEADLINE_EXCEEDED 2, UNAVAILABLE 1)", or "none".
+std::string FormatErrors(
+    const absl::flat_hash_map<absl::StatusCode, int64_t>& errors) {
+  if (errors.empty()) return "none";
+  int64_t total = 0;
+  for (const auto& [code, count] : errors) total += count;
+  return absl::StrCat(total, " (",
+                      absl::StrJoin(ByCount(errors), ", ",
+                                    [](std::string* out, const auto& entry) {
+                                      absl::StrAppend(
+                                          out,
+                                          absl::StatusCodeToString(entry.first),
+                                          " ", entry.second);
+                                    }),
+                      ")");
+}
+
+// "striped_u4b8_avx512 (12298), ...", or "none".
+std::string FormatKernels(
+    const absl::flat_hash_map<std::string, int64_t>& kernels) {
+  if (kernels.empty()) return "none";
+  return absl::StrJoin(
+      ByCount(kernels), ", ", [](std::string* out, const auto& entry) {
+        absl::StrAppend(out, entry.first, " (", entry.second, ")");
+      });
 }
 
 int Main(int argc, char* argv[]) {
@@ -267,20 +298,7 @@ int Main(int argc, char* argv[]) {
       total.kernels[kernel] += count;
     }
   }
-  const LatencySummary latency = total.latencies.Summarize();
-  const std::string errors =
-      total.errors.empty()
-          ? "none"
-          : FormatCounts<absl::StatusCode>(
-                total.errors, [](const absl::StatusCode& code) {
-                  return absl::StatusCodeToString(code);
-                });
-  const std::string kernels =
-      total.kernels.empty() ? "none"
-                            : FormatCounts<std::string>(
-                                  total.kernels, [](const std::string& kernel) {
-                                    return kernel;
-                                  });
+  const client::LatencyHistogram& latency = total.latencies;
   std::cout << absl::StrFormat(
       "target:      %s\n"
       "weight:      %s (%s)\n"
@@ -291,19 +309,19 @@ int Main(int argc, char* argv[]) {
       "requests ok: %d\n"
       "errors:      %s\n"
       "throughput:  %.1f requests/s\n"
-      "latency us:  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n"
+      "latency us:  p50 %d  p90 %d  p99 %d  p99.9 %d  max %d\n"
       "kernel:      %s\n",
       config->target, config->name, spec->DebugString(), config->m,
       DTypeName(config->dtype), config->concurrency, config->connections,
       absl::ToDoubleSeconds(config->duration),
-      absl::ToDoubleSeconds(config->warmup), latency.count, errors,
-      static_cast<double>(latency.count) /
+      absl::ToDoubleSeconds(config->warmup), latency.count(),
+      FormatErrors(total.errors),
+      static_cast<double>(latency.count()) /
           absl::ToDoubleSeconds(config->duration),
-      absl::ToDoubleMicroseconds(latency.p50),
-      absl::ToDoubleMicroseconds(latency.p90),
-      absl::ToDoubleMicroseconds(latency.p99),
-      absl::ToDoubleMicroseconds(latency.max), kernels);
-  if (latency.count == 0) {
+      latency.ValueAtQuantile(0.5), latency.ValueAtQuantile(0.9),
+      latency.ValueAtQuantile(0.99), latency.ValueAtQuantile(0.999),
+      latency.max(), FormatKernels(total.kernels));
+  if (latency.count() == 0) {
     std::cerr << "nibble-load: no request succeeded in the measured window; "
                  "see the errors line\n";
     return kExitFailure;
