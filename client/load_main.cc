@@ -1,15 +1,22 @@
-// nibble-load: a closed-loop load generator for a nibble server. Each worker
-// thread sends Matmul requests back to back over one of a few connections;
-// the report gives throughput, latency percentiles from a log-bucketed
-// histogram merged from per-worker ones, and errors by status code.
+// nibble-load: a load generator for a nibble server. Closed loop, each worker
+// thread sends Matmul requests back to back over one of a few connections.
+// Open loop (--rate), one thread sends asynchronous requests at scheduled
+// times whatever the replies do, and latency counts from each request's
+// scheduled send time, so a stalled server shows in the percentiles. The
+// report gives throughput, latency percentiles from log-bucketed histograms,
+// and errors by status code; --json writes it as one JSON object.
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,11 +30,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/arrival_schedule.h"
 #include "client/command_line.h"
+#include "client/json_text.h"
 #include "client/latency_histogram.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
 #include "grpc/grpc.h"
+#include "grpcpp/client_context.h"
+#include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
@@ -36,20 +47,43 @@ ABSL_FLAG(std::string, name, "", "resident weight to multiply with");
 ABSL_FLAG(int64_t, m, 1, "rows of A per request");
 ABSL_FLAG(std::string, dtype, "f32", "type of A and C: f32, f16 or bf16");
 ABSL_FLAG(int, concurrency, 8,
-          "worker threads, each keeping one request in flight");
-ABSL_FLAG(int, connections, 4,
-          "separate connections the workers are spread over");
+          "closed loop: worker threads, each keeping one request in flight");
+ABSL_FLAG(double, rate, 0,
+          "requests per second; when given, open loop instead of "
+          "--concurrency: requests go out on schedule however slow the "
+          "replies");
+ABSL_FLAG(std::string, arrival, "constant",
+          "open loop: constant gaps, or poisson (exponential gaps)");
+ABSL_FLAG(uint64_t, seed, 1, "open loop: seed of the poisson arrivals");
+ABSL_FLAG(int64_t, requests, 0,
+          "open loop: stop after this many measured sends instead of "
+          "--duration");
+ABSL_FLAG(int, max_in_flight, 10000,
+          "open loop: most requests outstanding; sends beyond it count as "
+          "client-side RESOURCE_EXHAUSTED errors");
+ABSL_FLAG(int, connections, 4, "separate connections the load is spread over");
 ABSL_FLAG(double, duration, 10, "seconds measured");
 ABSL_FLAG(double, warmup, 1, "seconds of load before measuring, not counted");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
           "deadline of each request, e.g. 500ms or 10s");
+ABSL_FLAG(std::string, json, "",
+          "also write the whole result to this file as one JSON object");
 
 namespace nibble {
 namespace {
 
 constexpr absl::string_view kFlags[] = {
-    "target",      "name",     "m",      "dtype",  "concurrency",
-    "connections", "duration", "warmup", "timeout"};
+    "target",      "name",     "m",      "dtype",    "concurrency",
+    "rate",        "arrival",  "seed",   "requests", "max_in_flight",
+    "connections", "duration", "warmup", "timeout",  "json"};
+
+// Flags that only make sense with --rate.
+constexpr absl::string_view kOpenLoopFlags[] = {"arrival", "seed", "requests",
+                                                "max_in_flight"};
+
+// The error a send refused by --max_in_flight counts as; not the server's.
+constexpr absl::string_view kClientInFlightError =
+    "RESOURCE_EXHAUSTED (client: too many in flight)";
 
 // Steady, unlike absl::Now(), so that clock adjustments cannot skew latencies.
 using Clock = std::chrono::steady_clock;
@@ -60,18 +94,39 @@ struct LoadConfig {
   int64_t m = 1;
   DType dtype = DType::kF32;
   int concurrency = 1;
+  // Open loop, from --rate; the fields below it apply only then.
+  bool open_loop = false;
+  double rate = 0;
+  client::ArrivalProcess arrival = client::ArrivalProcess::kConstant;
+  uint64_t seed = 1;
+  // 0: run for `duration`.
+  int64_t requests = 0;
+  int max_in_flight = 1;
   int connections = 1;
   absl::Duration duration;
   absl::Duration warmup;
   absl::Duration timeout;
+  std::string json_path;
 };
 
 // What one worker saw inside the measured window.
 struct WorkerResult {
   // Microseconds. One per worker, so that recording takes no lock.
   client::LatencyHistogram latencies;
-  absl::flat_hash_map<absl::StatusCode, int64_t> errors;
+  // By status code name, or kClientInFlightError.
+  absl::flat_hash_map<std::string, int64_t> errors;
   absl::flat_hash_map<std::string, int64_t> kernels;
+};
+
+// What the report says about a whole run.
+struct LoadReport {
+  WorkerResult total;
+  // The measured window: --duration, or the scheduled time of --requests.
+  absl::Duration window;
+  double throughput_rps = 0;
+  // Open loop only: the requests sent in the window, and their rate.
+  int64_t sent = 0;
+  double sent_rps = 0;
 };
 
 // Requests finished so far, warmup included, for the progress line.
@@ -90,16 +145,69 @@ std::string Usage() {
   return absl::StrCat(
       "usage: nibble-load --name NAME [--target HOST:PORT] [--m M] "
       "[--dtype f32|f16|bf16]\n"
-      "                   [--concurrency C] [--connections N] "
+      "                   [--concurrency C | --rate R [--arrival "
+      "constant|poisson] [--seed S]\n"
+      "                   [--requests N] [--max_in_flight F]] [--connections "
+      "N] "
       "[--timeout DURATION]\n"
-      "                   [--duration SECONDS] [--warmup SECONDS]\n\n"
+      "                   [--duration SECONDS] [--warmup SECONDS] "
+      "[--json FILE]\n\n"
       "Sends Matmul requests on a resident weight back to back from C "
-      "threads, then reports\nthroughput and latency percentiles. Exits 1 "
-      "when no request succeeded.\n\nflags:\n",
+      "threads (closed loop), or\nat R requests/s whatever the replies "
+      "(open loop; latency counts from each request's\nscheduled send time), "
+      "then reports throughput and latency percentiles. Exits 1 when\nno "
+      "request succeeded.\n\nflags:\n",
       DescribeFlags(kFlags));
 }
 
-absl::StatusOr<LoadConfig> ConfigFromFlags() {
+bool FlagGiven(const CommandLine& command_line, absl::string_view name) {
+  return std::find(command_line.flags_given.begin(),
+                   command_line.flags_given.end(),
+                   name) != command_line.flags_given.end();
+}
+
+// The open-loop part of the config, when --rate is given.
+absl::Status OpenLoopFromFlags(const CommandLine& command_line,
+                               LoadConfig& config) {
+  config.open_loop = FlagGiven(command_line, "rate");
+  if (!config.open_loop) {
+    for (absl::string_view flag : kOpenLoopFlags) {
+      if (FlagGiven(command_line, flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, " applies to the open loop only; add --rate"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (FlagGiven(command_line, "concurrency")) {
+    return absl::InvalidArgumentError(
+        "--rate and --concurrency exclude each other: --rate sends on a "
+        "schedule, --concurrency keeps C requests in flight");
+  }
+  config.rate = absl::GetFlag(FLAGS_rate);
+  if (!(config.rate > 0) || !std::isfinite(config.rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rate must be a positive number of requests/s, got ", config.rate));
+  }
+  absl::StatusOr<client::ArrivalProcess> arrival =
+      client::ParseArrivalProcess(absl::GetFlag(FLAGS_arrival));
+  if (!arrival.ok()) return arrival.status();
+  config.arrival = *arrival;
+  config.seed = absl::GetFlag(FLAGS_seed);
+  config.requests = absl::GetFlag(FLAGS_requests);
+  if (FlagGiven(command_line, "requests") && config.requests <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--requests must be positive, got ", config.requests));
+  }
+  config.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  if (config.max_in_flight <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_in_flight must be positive, got ", config.max_in_flight));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
   LoadConfig config;
   config.target = absl::GetFlag(FLAGS_target);
   config.name = absl::GetFlag(FLAGS_name);
@@ -122,8 +230,14 @@ absl::StatusOr<LoadConfig> ConfigFromFlags() {
         absl::StrCat("--concurrency and --connections must be positive, got ",
                      config.concurrency, " and ", config.connections));
   }
-  // More connections than workers would leave some idle.
-  config.connections = std::min(config.connections, config.concurrency);
+  if (absl::Status status = OpenLoopFromFlags(command_line, config);
+      !status.ok()) {
+    return status;
+  }
+  // More connections than closed-loop workers would leave some idle.
+  if (!config.open_loop) {
+    config.connections = std::min(config.connections, config.concurrency);
+  }
   const double duration = absl::GetFlag(FLAGS_duration);
   const double warmup = absl::GetFlag(FLAGS_warmup);
   if (!(duration > 0) || !(warmup >= 0)) {
@@ -139,21 +253,26 @@ absl::StatusOr<LoadConfig> ConfigFromFlags() {
         absl::StrCat("--timeout must be positive, got ",
                      absl::FormatDuration(config.timeout)));
   }
+  config.json_path = absl::GetFlag(FLAGS_json);
   return config;
 }
 
-// One client per connection: distinct channel arguments with a local
-// subchannel pool keep gRPC from sharing one connection between channels.
-std::vector<std::unique_ptr<NibbleClient>> ConnectClients(
+// One channel per connection: a local subchannel pool keeps gRPC from
+// sharing one connection between channels.
+std::vector<std::shared_ptr<grpc::Channel>> ConnectChannels(
     const LoadConfig& config) {
-  std::vector<std::unique_ptr<NibbleClient>> clients;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < config.connections; ++i) {
     grpc::ChannelArguments arguments = DefaultChannelArguments();
     arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    clients.push_back(std::make_unique<NibbleClient>(
-        CreateChannel(config.target, arguments), config.timeout));
+    channels.push_back(CreateChannel(config.target, arguments));
   }
-  return clients;
+  return channels;
+}
+
+int64_t Microseconds(Clock::duration duration) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(duration)
+      .count();
 }
 
 void RunWorker(NibbleClient& client, const LoadConfig& config,
@@ -171,14 +290,124 @@ void RunWorker(NibbleClient& client, const LoadConfig& config,
     // is completions per second of the window.
     if (finish < measure_start || finish >= measure_end) continue;
     if (response.ok()) {
-      result.latencies.Record(
-          std::chrono::duration_cast<std::chrono::microseconds>(finish - start)
-              .count());
+      result.latencies.Record(Microseconds(finish - start));
       ++result.kernels[response->kernel()];
     } else {
-      ++result.errors[response.status().code()];
+      ++result.errors[absl::StatusCodeToString(response.status().code())];
     }
   }
+}
+
+// One open-loop request, from its send until its callback deletes it.
+struct OpenLoopCall {
+  grpc::ClientContext context;
+  v1::MatmulResponse response;
+  // When the schedule said to send it; its latency counts from here.
+  Clock::time_point intended;
+  // Scheduled inside the measured window.
+  bool measured = false;
+};
+
+// Shared between the sending thread and the callbacks, which gRPC runs on its
+// own threads.
+struct OpenLoopState {
+  std::mutex mutex;
+  std::condition_variable drained;
+  int in_flight = 0;
+  // Of the measured requests.
+  WorkerResult result;
+  Clock::time_point last_completion;
+};
+
+void OnOpenLoopDone(OpenLoopCall* call, const grpc::Status& status,
+                    OpenLoopState& state, Progress& progress) {
+  const Clock::time_point finish = Clock::now();
+  (status.ok() ? progress.ok : progress.failed)
+      .fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (call->measured) {
+    if (status.ok()) {
+      state.result.latencies.Record(Microseconds(finish - call->intended));
+      ++state.result.kernels[call->response.kernel()];
+    } else {
+      ++state.result.errors[absl::StatusCodeToString(
+          static_cast<absl::StatusCode>(status.error_code()))];
+    }
+    state.last_completion = std::max(state.last_completion, finish);
+  }
+  delete call;
+  if (--state.in_flight == 0) state.drained.notify_all();
+}
+
+// Sends `request` on the schedule, from `start`, spread over `stubs` in turn,
+// without waiting for replies; then waits for the outstanding ones. Requests
+// scheduled before `measure_start` are warmup and not counted.
+LoadReport RunOpenLoop(
+    const std::vector<std::unique_ptr<v1::NibbleService::Stub>>& stubs,
+    const LoadConfig& config, const v1::MatmulRequest& request,
+    Clock::time_point start, Clock::time_point measure_start,
+    Progress& progress) {
+  const Clock::time_point measure_end =
+      measure_start + absl::ToChronoNanoseconds(config.duration);
+  client::ArrivalSchedule schedule(config.arrival, config.rate, config.seed);
+  OpenLoopState state;
+  LoadReport report;
+  int64_t scheduled = 0;  // Measured, refused ones included.
+  Clock::time_point window_end;
+  Clock::time_point last_send = measure_start;
+  for (size_t i = 0;; ++i) {
+    const Clock::time_point intended =
+        start + absl::ToChronoNanoseconds(schedule.Next());
+    const bool measured = intended >= measure_start;
+    if (measured && (config.requests > 0 ? scheduled == config.requests
+                                         : intended >= measure_end)) {
+      window_end = config.requests > 0 ? intended : measure_end;
+      break;
+    }
+    // A sender running late sends at once; the latency still counts from
+    // `intended`.
+    std::this_thread::sleep_until(intended);
+    if (measured) ++scheduled;
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      if (state.in_flight >= config.max_in_flight) {
+        progress.failed.fetch_add(1, std::memory_order_relaxed);
+        if (measured) ++state.result.errors[kClientInFlightError];
+        continue;
+      }
+      ++state.in_flight;
+    }
+    // Owned by the call from here on; OnOpenLoopDone deletes it.
+    auto* call = new OpenLoopCall;
+    call->intended = intended;
+    call->measured = measured;
+    call->context.set_deadline(
+        absl::ToChronoTime(absl::Now() + config.timeout));
+    stubs[i % stubs.size()]->async()->Matmul(
+        &call->context, &request, &call->response,
+        [call, &state, &progress](grpc::Status status) {
+          OnOpenLoopDone(call, status, state, progress);
+        });
+    if (measured) {
+      ++report.sent;
+      last_send = Clock::now();
+    }
+  }
+  std::unique_lock<std::mutex> lock(state.mutex);
+  state.drained.wait(lock, [&state] { return state.in_flight == 0; });
+
+  report.total = std::move(state.result);
+  report.window = absl::FromChrono(window_end - measure_start);
+  const double window = absl::ToDoubleSeconds(report.window);
+  // A sender or server that fell behind stretches the time taken.
+  report.sent_rps =
+      report.sent / std::max(window, absl::ToDoubleSeconds(absl::FromChrono(
+                                         last_send - measure_start)));
+  report.throughput_rps =
+      report.total.latencies.count() /
+      std::max(window, absl::ToDoubleSeconds(absl::FromChrono(
+                           state.last_completion - measure_start)));
+  return report;
 }
 
 // Prints a line a second from `start` until `end`, overwriting the last one.
@@ -213,18 +442,20 @@ std::vector<std::pair<Key, int64_t>> ByCount(
 }
 
 // "3 (DEADLINE_EXCEEDED 2, UNAVAILABLE 1)", or "none".
-std::string FormatErrors(
-    const absl::flat_hash_map<absl::StatusCode, int64_t>& errors) {
-  if (errors.empty()) return "none";
+int64_t TotalErrors(const absl::flat_hash_map<std::string, int64_t>& errors) {
   int64_t total = 0;
-  for (const auto& [code, count] : errors) total += count;
-  return absl::StrCat(total, " (",
+  for (const auto& [label, count] : errors) total += count;
+  return total;
+}
+
+std::string FormatErrors(
+    const absl::flat_hash_map<std::string, int64_t>& errors) {
+  if (errors.empty()) return "none";
+  return absl::StrCat(TotalErrors(errors), " (",
                       absl::StrJoin(ByCount(errors), ", ",
                                     [](std::string* out, const auto& entry) {
-                                      absl::StrAppend(
-                                          out,
-                                          absl::StatusCodeToString(entry.first),
-                                          " ", entry.second);
+                                      absl::StrAppend(out, entry.first, " ",
+                                                      entry.second);
                                     }),
                       ")");
 }
@@ -239,6 +470,163 @@ std::string FormatKernels(
       });
 }
 
+// How far the sent rate fell short of the offered one, in percent; 0 when it
+// kept up.
+double ShortfallPercent(const LoadConfig& config, const LoadReport& report) {
+  return std::max(0.0, 100 * (1 - report.sent_rps / config.rate));
+}
+
+// {"a": 1, ...} from a count per label, the most frequent first.
+std::string JsonCounts(
+    const absl::flat_hash_map<std::string, int64_t>& counts) {
+  return absl::StrCat("{",
+                      absl::StrJoin(ByCount(counts), ", ",
+                                    [](std::string* out, const auto& entry) {
+                                      absl::StrAppend(
+                                          out, client::JsonString(entry.first),
+                                          ": ", entry.second);
+                                    }),
+                      "}");
+}
+
+std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
+                       const LoadReport& report) {
+  using client::JsonNumber;
+  using client::JsonString;
+  const client::LatencyHistogram& latency = report.total.latencies;
+  const std::string null = "null";
+  const std::string config_json = absl::StrCat(
+      "{\"target\": ", JsonString(config.target),
+      ", \"weight\": ", JsonString(config.name),
+      ", \"weight_spec\": ", JsonString(spec.DebugString()),
+      ", \"m\": ", config.m,
+      ", \"dtype\": ", JsonString(DTypeName(config.dtype)),
+      ", \"mode\": ", JsonString(config.open_loop ? "open" : "closed"),
+      ", \"rate\": ", config.open_loop ? JsonNumber(config.rate) : null,
+      ", \"arrival\": ",
+      config.open_loop ? JsonString(client::ArrivalProcessName(config.arrival))
+                       : null,
+      ", \"seed\": ", config.open_loop ? absl::StrCat(config.seed) : null,
+      ", \"requests\": ",
+      config.open_loop && config.requests > 0 ? absl::StrCat(config.requests)
+                                              : null,
+      ", \"max_in_flight\": ",
+      config.open_loop ? absl::StrCat(config.max_in_flight) : null,
+      ", \"concurrency\": ",
+      config.open_loop ? null : absl::StrCat(config.concurrency),
+      ", \"connections\": ", config.connections,
+      ", \"duration_s\": ", JsonNumber(absl::ToDoubleSeconds(report.window)),
+      ", \"warmup_s\": ", JsonNumber(absl::ToDoubleSeconds(config.warmup)),
+      ", \"timeout_s\": ", JsonNumber(absl::ToDoubleSeconds(config.timeout)),
+      "}");
+  const std::string latency_json = absl::StrCat(
+      "{\"min\": ", latency.min(), ", \"mean\": ", JsonNumber(latency.mean()),
+      ", \"p50\": ", latency.ValueAtQuantile(0.5),
+      ", \"p90\": ", latency.ValueAtQuantile(0.9),
+      ", \"p99\": ", latency.ValueAtQuantile(0.99),
+      ", \"p999\": ", latency.ValueAtQuantile(0.999),
+      ", \"max\": ", latency.max(), "}");
+  const std::string histogram_json = absl::StrCat(
+      "[",
+      absl::StrJoin(latency.NonEmptyBuckets(), ", ",
+                    [](std::string* out, const auto& bucket) {
+                      absl::StrAppend(out, "{\"lower\": ", bucket.lower,
+                                      ", \"upper\": ", bucket.upper,
+                                      ", \"count\": ", bucket.count, "}");
+                    }),
+      "]");
+  return absl::StrCat(
+      "{\"config\": ", config_json,
+      ", \"offered_rps\": ", config.open_loop ? JsonNumber(config.rate) : null,
+      ", \"sent_rps\": ", config.open_loop ? JsonNumber(report.sent_rps) : null,
+      ", \"send_shortfall_percent\": ",
+      config.open_loop ? JsonNumber(ShortfallPercent(config, report)) : null,
+      ", \"throughput_rps\": ", JsonNumber(report.throughput_rps),
+      ", \"requests_ok\": ", latency.count(),
+      ", \"errors\": ", TotalErrors(report.total.errors),
+      ", \"errors_by_code\": ", JsonCounts(report.total.errors),
+      ", \"latency_us\": ", latency_json, ", \"latency_from\": ",
+      JsonString(config.open_loop ? "scheduled send" : "actual send"),
+      ", \"kernels\": ", JsonCounts(report.total.kernels),
+      ", \"histogram\": ", histogram_json, "}\n");
+}
+
+// Runs the closed loop: `concurrency` workers over the connections.
+LoadReport RunClosedLoop(
+    const std::vector<std::unique_ptr<NibbleClient>>& clients,
+    const LoadConfig& config, absl::string_view a, Clock::time_point start,
+    Clock::time_point measure_start, Progress& progress) {
+  const Clock::time_point measure_end =
+      measure_start + absl::ToChronoNanoseconds(config.duration);
+  std::vector<WorkerResult> results(config.concurrency);
+  std::vector<std::thread> workers;
+  for (int i = 0; i < config.concurrency; ++i) {
+    workers.emplace_back(RunWorker, std::ref(*clients[i % clients.size()]),
+                         std::cref(config), a, measure_start, measure_end,
+                         std::ref(progress), std::ref(results[i]));
+  }
+  if (isatty(STDERR_FILENO))
+    ShowProgress(progress, start, measure_start, measure_end);
+  for (std::thread& worker : workers) worker.join();
+
+  LoadReport report;
+  for (const WorkerResult& result : results) {
+    report.total.latencies.Merge(result.latencies);
+    for (const auto& [label, count] : result.errors) {
+      report.total.errors[label] += count;
+    }
+    for (const auto& [kernel, count] : result.kernels) {
+      report.total.kernels[kernel] += count;
+    }
+  }
+  report.window = config.duration;
+  report.throughput_rps = static_cast<double>(report.total.latencies.count()) /
+                          absl::ToDoubleSeconds(config.duration);
+  return report;
+}
+
+void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
+                  const LoadReport& report) {
+  const client::LatencyHistogram& latency = report.total.latencies;
+  std::cout << absl::StrFormat(
+      "target:      %s\n"
+      "weight:      %s (%s)\n"
+      "m:           %d\n"
+      "dtype:       %s\n",
+      config.target, config.name, spec.DebugString(), config.m,
+      DTypeName(config.dtype));
+  if (config.open_loop) {
+    std::cout << absl::StrFormat(
+        "rate:        %.1f requests/s offered, %s arrivals (seed %d), at most "
+        "%d in flight over %d connections\n",
+        config.rate, client::ArrivalProcessName(config.arrival), config.seed,
+        config.max_in_flight, config.connections);
+  } else {
+    std::cout << absl::StrFormat("concurrency: %d over %d connections\n",
+                                 config.concurrency, config.connections);
+  }
+  std::cout << absl::StrFormat("duration:    %.1f s after %.1f s warmup\n",
+                               absl::ToDoubleSeconds(report.window),
+                               absl::ToDoubleSeconds(config.warmup));
+  if (config.open_loop) {
+    std::cout << absl::StrFormat(
+        "sent:        %d at %.1f requests/s (%.1f %% short of the offered "
+        "rate)\n",
+        report.sent, report.sent_rps, ShortfallPercent(config, report));
+  }
+  std::cout << absl::StrFormat(
+      "requests ok: %d\n"
+      "errors:      %s\n"
+      "throughput:  %.1f requests/s\n"
+      "latency us:  p50 %d  p90 %d  p99 %d  p99.9 %d  max %d%s\n"
+      "kernel:      %s\n",
+      latency.count(), FormatErrors(report.total.errors), report.throughput_rps,
+      latency.ValueAtQuantile(0.5), latency.ValueAtQuantile(0.9),
+      latency.ValueAtQuantile(0.99), latency.ValueAtQuantile(0.999),
+      latency.max(), config.open_loop ? "  (from scheduled send times)" : "",
+      FormatKernels(report.total.kernels));
+}
+
 int Main(int argc, char* argv[]) {
   absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
   if (!command_line.ok()) return UsageError(command_line.status().message());
@@ -251,10 +639,25 @@ int Main(int argc, char* argv[]) {
                                    command_line->positional[0],
                                    "\": every value goes with a flag"));
   }
-  absl::StatusOr<LoadConfig> config = ConfigFromFlags();
+  absl::StatusOr<LoadConfig> config = ConfigFromFlags(*command_line);
   if (!config.ok()) return UsageError(config.status().message());
+  // Opened first, so that a bad path fails before the run, not after.
+  std::ofstream json_file;
+  if (!config->json_path.empty()) {
+    json_file.open(config->json_path);
+    if (!json_file.is_open()) {
+      return UsageError(absl::StrCat("cannot write --json file \"",
+                                     config->json_path,
+                                     "\"; check that its directory exists"));
+    }
+  }
 
-  std::vector<std::unique_ptr<NibbleClient>> clients = ConnectClients(*config);
+  const std::vector<std::shared_ptr<grpc::Channel>> channels =
+      ConnectChannels(*config);
+  std::vector<std::unique_ptr<NibbleClient>> clients;
+  for (const auto& channel : channels) {
+    clients.push_back(std::make_unique<NibbleClient>(channel, config->timeout));
+  }
   absl::StatusOr<v1::WeightInfo> info = clients[0]->GetWeight(config->name);
   if (!info.ok()) {
     std::cerr << "nibble-load: looking up weight \"" << config->name << "\" on "
@@ -275,53 +678,47 @@ int Main(int argc, char* argv[]) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point measure_start =
       start + absl::ToChronoNanoseconds(config->warmup);
-  const Clock::time_point measure_end =
-      measure_start + absl::ToChronoNanoseconds(config->duration);
   Progress progress;
-  std::vector<WorkerResult> results(config->concurrency);
-  std::vector<std::thread> workers;
-  for (int i = 0; i < config->concurrency; ++i) {
-    workers.emplace_back(RunWorker, std::ref(*clients[i % clients.size()]),
-                         std::cref(*config), absl::string_view(a),
-                         measure_start, measure_end, std::ref(progress),
-                         std::ref(results[i]));
+  LoadReport report;
+  if (config->open_loop) {
+    std::vector<std::unique_ptr<v1::NibbleService::Stub>> stubs;
+    for (const auto& channel : channels) {
+      stubs.push_back(v1::NibbleService::NewStub(channel));
+    }
+    v1::MatmulRequest request;
+    request.set_weight_name(config->name);
+    request.set_m(config->m);
+    request.set_dtype(ToProto(config->dtype));
+    request.set_a(a);
+    // With --requests the end is only known once sent; this is its schedule.
+    const Clock::time_point progress_end =
+        measure_start + absl::ToChronoNanoseconds(
+                            config->requests > 0
+                                ? absl::Seconds(config->requests / config->rate)
+                                : config->duration);
+    std::thread progress_thread;
+    if (isatty(STDERR_FILENO)) {
+      progress_thread = std::thread(ShowProgress, std::cref(progress), start,
+                                    measure_start, progress_end);
+    }
+    report =
+        RunOpenLoop(stubs, *config, request, start, measure_start, progress);
+    if (progress_thread.joinable()) progress_thread.join();
+  } else {
+    report = RunClosedLoop(clients, *config, a, start, measure_start, progress);
   }
-  if (isatty(STDERR_FILENO))
-    ShowProgress(progress, start, measure_start, measure_end);
-  for (std::thread& worker : workers) worker.join();
 
-  WorkerResult total;
-  for (const WorkerResult& result : results) {
-    total.latencies.Merge(result.latencies);
-    for (const auto& [code, count] : result.errors) total.errors[code] += count;
-    for (const auto& [kernel, count] : result.kernels) {
-      total.kernels[kernel] += count;
+  PrintSummary(*config, *spec, report);
+  if (json_file.is_open()) {
+    json_file << ReportJson(*config, *spec, report);
+    json_file.close();
+    if (json_file.fail()) {
+      std::cerr << "nibble-load: writing " << config->json_path
+                << " failed; is the disk full?\n";
+      return kExitFailure;
     }
   }
-  const client::LatencyHistogram& latency = total.latencies;
-  std::cout << absl::StrFormat(
-      "target:      %s\n"
-      "weight:      %s (%s)\n"
-      "m:           %d\n"
-      "dtype:       %s\n"
-      "concurrency: %d over %d connections\n"
-      "duration:    %.1f s after %.1f s warmup\n"
-      "requests ok: %d\n"
-      "errors:      %s\n"
-      "throughput:  %.1f requests/s\n"
-      "latency us:  p50 %d  p90 %d  p99 %d  p99.9 %d  max %d\n"
-      "kernel:      %s\n",
-      config->target, config->name, spec->DebugString(), config->m,
-      DTypeName(config->dtype), config->concurrency, config->connections,
-      absl::ToDoubleSeconds(config->duration),
-      absl::ToDoubleSeconds(config->warmup), latency.count(),
-      FormatErrors(total.errors),
-      static_cast<double>(latency.count()) /
-          absl::ToDoubleSeconds(config->duration),
-      latency.ValueAtQuantile(0.5), latency.ValueAtQuantile(0.9),
-      latency.ValueAtQuantile(0.99), latency.ValueAtQuantile(0.999),
-      latency.max(), FormatKernels(total.kernels));
-  if (latency.count() == 0) {
+  if (report.total.latencies.count() == 0) {
     std::cerr << "nibble-load: no request succeeded in the measured window; "
                  "see the errors line\n";
     return kExitFailure;

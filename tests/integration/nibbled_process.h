@@ -31,6 +31,8 @@ class NibbledProcess {
 
   // "127.0.0.1:PORT".
   const std::string& target() const { return target_; }
+  // For signals such as SIGSTOP; -1 once stopped.
+  pid_t pid() const { return pid_; }
   // What nibbled printed first: "nibbled: listening on ...".
   const std::string& startup_line() const { return startup_line_; }
   bool Running();

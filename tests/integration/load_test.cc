@@ -1,0 +1,149 @@
+// Drives a real nibbled with nibble-load's open loop and checks its --json
+// report: the asked rate is met, and a server stalled with SIGSTOP shows in
+// the percentiles, since latency counts from each request's scheduled time.
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/nibbled_process.h"
+
+namespace nibble {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+// The number after `"key": ` following the first `"within":` (the whole text
+// when empty); NaN when absent or null.
+double JsonValue(const std::string& json, const std::string& key,
+                 const std::string& within = "") {
+  size_t from = 0;
+  if (!within.empty()) {
+    from = json.find(absl::StrCat("\"", within, "\":"));
+    if (from == std::string::npos) return std::nan("");
+  }
+  const std::string needle = absl::StrCat("\"", key, "\": ");
+  const size_t at = json.find(needle, from);
+  if (at == std::string::npos) return std::nan("");
+  const char* begin = json.c_str() + at + needle.size();
+  char* end = nullptr;
+  const double value = std::strtod(begin, &end);
+  return end == begin ? std::nan("") : value;
+}
+
+class LoadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+        testing::NibbledProcess::Start(NIBBLED_PATH, {"--threads=2"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    std::string output;
+    ASSERT_EQ(testing::RunCommand(
+                  absl::StrCat(NIBBLE_CLI_PATH,
+                               " upload --target=", server_->target(),
+                               " --name=w --format=u4b8 --k=256 --n=256 "
+                               "--group=128 --random=1"),
+                  &output),
+              0)
+        << output;
+    json_path_ = absl::StrCat(
+        ::testing::TempDir(), "/load_",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+        ".json");
+  }
+
+  // Runs `nibble-load <args>` against the server with --json; its exit code,
+  // output in `output_` and the JSON in `json_`.
+  int Load(const std::string& args) {
+    const int code = testing::RunCommand(
+        absl::StrCat(NIBBLE_LOAD_PATH, " --target=", server_->target(),
+                     " --name=w --m=1 --dtype=f32 --json=", json_path_, " ",
+                     args),
+        &output_);
+    json_ = ReadFile(json_path_);
+    return code;
+  }
+
+  std::unique_ptr<testing::NibbledProcess> server_;
+  std::string json_path_;
+  std::string output_;
+  std::string json_;
+};
+
+TEST_F(LoadTest, OpenLoopMeetsTheAskedRate) {
+  ASSERT_EQ(Load("--rate=200 --duration=2 --warmup=0.5"), 0) << output_;
+  EXPECT_THAT(output_, HasSubstr("requests/s offered"));
+  EXPECT_THAT(output_, HasSubstr("short of the offered rate"));
+  for (const char* key :
+       {"\"config\":", "\"mode\": \"open\"", "\"throughput_rps\":",
+        "\"offered_rps\": 200", "\"errors\": 0", "\"errors_by_code\": {}",
+        "\"latency_us\":", "\"p50\":", "\"p90\":", "\"p99\":", "\"p999\":",
+        "\"max\":", "\"mean\":", "\"min\":", "\"histogram\": [{\"lower\":"}) {
+    EXPECT_THAT(json_, HasSubstr(key)) << json_;
+  }
+  EXPECT_NEAR(JsonValue(json_, "throughput_rps"), 200, 10) << json_;
+  EXPECT_NEAR(JsonValue(json_, "sent_rps"), 200, 10) << json_;
+  EXPECT_NEAR(JsonValue(json_, "requests_ok"), 400, 2) << json_;
+}
+
+TEST_F(LoadTest, OpenLoopStopsAfterTheAskedRequests) {
+  ASSERT_EQ(Load("--rate=500 --arrival=poisson --seed=3 --requests=300 "
+                 "--warmup=0"),
+            0)
+      << output_;
+  EXPECT_EQ(JsonValue(json_, "requests_ok"), 300) << json_;
+  EXPECT_THAT(json_, HasSubstr("\"arrival\": \"poisson\""));
+}
+
+TEST_F(LoadTest, ClosedLoopWritesJsonToo) {
+  ASSERT_EQ(Load("--concurrency=2 --duration=1 --warmup=0"), 0) << output_;
+  EXPECT_THAT(output_, HasSubstr("concurrency: 2 over 2 connections"));
+  EXPECT_THAT(json_, HasSubstr("\"offered_rps\": null"));
+  EXPECT_THAT(json_, HasSubstr("\"mode\": \"closed\""));
+  EXPECT_GT(JsonValue(json_, "throughput_rps"), 0) << json_;
+}
+
+TEST_F(LoadTest, OpenLoopFlagsNeedRate) {
+  EXPECT_EQ(Load("--requests=10"), 2);
+  EXPECT_THAT(output_, HasSubstr("add --rate"));
+  EXPECT_EQ(Load("--rate=10 --concurrency=2"), 2);
+  EXPECT_THAT(output_, HasSubstr("exclude each other"));
+}
+
+TEST_F(LoadTest, StalledServerShowsInTheTailLatency) {
+  const pid_t pid = server_->pid();
+  std::thread stall([pid] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    kill(pid, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    kill(pid, SIGCONT);
+  });
+  const int code = Load("--rate=200 --duration=4 --warmup=0");
+  stall.join();
+  ASSERT_EQ(code, 0) << output_;
+  // About 200 requests were scheduled while the server slept; the first of
+  // them waited about a second.
+  EXPECT_GE(JsonValue(json_, "p99", "latency_us"), 500000) << json_;
+  EXPECT_GE(JsonValue(json_, "max", "latency_us"), 800000) << json_;
+  EXPECT_EQ(JsonValue(json_, "errors"), 0) << json_;
+}
+
+}  // namespace
+}  // namespace nibble
