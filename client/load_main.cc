@@ -4,7 +4,10 @@
 // times whatever the replies do, and latency counts from each request's
 // scheduled send time, so a stalled server shows in the percentiles. The
 // report gives throughput, latency percentiles from log-bucketed histograms,
-// and errors by status code; --json writes it as one JSON object.
+// and errors by status code; --json writes it as one JSON object. A sweep
+// (--sweep_rate, --sweep_concurrency) runs one such step per load level, stops
+// at the first step over the --slo or with errors, and can also write a CSV
+// row per step and an SVG plot of throughput and latency against load.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -36,6 +40,8 @@
 #include "client/latency_histogram.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
+#include "client/svg_plot.h"
+#include "client/sweep_range.h"
 #include "grpc/grpc.h"
 #include "grpcpp/client_context.h"
 #include "nibble/v1/nibble.grpc.pb.h"
@@ -68,14 +74,42 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
           "deadline of each request, e.g. 500ms or 10s");
 ABSL_FLAG(std::string, json, "",
           "also write the whole result to this file as one JSON object");
+ABSL_FLAG(std::string, csv, "",
+          "also write a header and one row per step (a single run is one "
+          "step) to this CSV file");
+ABSL_FLAG(std::string, sweep_rate, "",
+          "FROM:TO:STEP: open loop at rates FROM, FROM+STEP, ... up to TO "
+          "requests/s, one step each");
+ABSL_FLAG(std::string, sweep_concurrency, "",
+          "FROM:TO:STEP: closed loop at concurrency FROM, FROM+STEP, ... up "
+          "to TO, one step each");
+ABSL_FLAG(double, step_duration, 5,
+          "sweep: seconds measured per step, after --warmup");
+ABSL_FLAG(double, slo, 0,
+          "sweep: milliseconds; stop after the first step whose p99 exceeds "
+          "it");
+ABSL_FLAG(std::string, plot, "",
+          "sweep: write throughput and p50/p99 latency against the offered "
+          "load to this SVG file");
 
 namespace nibble {
 namespace {
 
 constexpr absl::string_view kFlags[] = {
-    "target",      "name",     "m",      "dtype",    "concurrency",
-    "rate",        "arrival",  "seed",   "requests", "max_in_flight",
-    "connections", "duration", "warmup", "timeout",  "json"};
+    "target",        "name",        "m",
+    "dtype",         "concurrency", "rate",
+    "arrival",       "seed",        "requests",
+    "max_in_flight", "connections", "duration",
+    "warmup",        "timeout",     "json",
+    "csv",           "sweep_rate",  "sweep_concurrency",
+    "step_duration", "slo",         "plot"};
+
+// Flags that only make sense in a sweep.
+constexpr absl::string_view kSweepFlags[] = {"step_duration", "slo", "plot"};
+
+// Flags that a sweep sets per step instead.
+constexpr absl::string_view kNotInSweepFlags[] = {"rate", "concurrency",
+                                                  "duration", "requests"};
 
 // Flags that only make sense with --rate.
 constexpr absl::string_view kOpenLoopFlags[] = {"arrival", "seed", "requests",
@@ -87,6 +121,9 @@ constexpr absl::string_view kClientInFlightError =
 
 // Steady, unlike absl::Now(), so that clock adjustments cannot skew latencies.
 using Clock = std::chrono::steady_clock;
+
+// What a sweep varies from step to step.
+enum class SweepOver { kNone, kRate, kConcurrency };
 
 struct LoadConfig {
   std::string target;
@@ -107,6 +144,14 @@ struct LoadConfig {
   absl::Duration warmup;
   absl::Duration timeout;
   std::string json_path;
+  std::string csv_path;
+  // A sweep sets `rate` or `concurrency` to each value of `sweep` in turn and
+  // runs each step for `duration`.
+  SweepOver sweep_over = SweepOver::kNone;
+  client::SweepRange sweep;
+  // Milliseconds of p99 above which a sweep stops; 0 for no SLO.
+  double slo_ms = 0;
+  std::string plot_path;
 };
 
 // What one worker saw inside the measured window.
@@ -151,12 +196,18 @@ std::string Usage() {
       "N] "
       "[--timeout DURATION]\n"
       "                   [--duration SECONDS] [--warmup SECONDS] "
-      "[--json FILE]\n\n"
+      "[--json FILE] [--csv FILE]\n"
+      "       nibble-load --name NAME (--sweep_rate FROM:TO:STEP | "
+      "--sweep_concurrency FROM:TO:STEP)\n"
+      "                   [--step_duration SECONDS] [--slo MS] [--plot "
+      "FILE.svg] [other flags as above]\n\n"
       "Sends Matmul requests on a resident weight back to back from C "
       "threads (closed loop), or\nat R requests/s whatever the replies "
       "(open loop; latency counts from each request's\nscheduled send time), "
-      "then reports throughput and latency percentiles. Exits 1 when\nno "
-      "request succeeded.\n\nflags:\n",
+      "then reports throughput and latency percentiles. A sweep runs\none "
+      "step per rate or concurrency and stops at the first step whose p99 "
+      "exceeds --slo\nor that has errors. Exits 1 when no request "
+      "succeeded.\n\nflags:\n",
       DescribeFlags(kFlags));
 }
 
@@ -169,12 +220,15 @@ bool FlagGiven(const CommandLine& command_line, absl::string_view name) {
 // The open-loop part of the config, when --rate is given.
 absl::Status OpenLoopFromFlags(const CommandLine& command_line,
                                LoadConfig& config) {
-  config.open_loop = FlagGiven(command_line, "rate");
+  config.open_loop =
+      FlagGiven(command_line, "rate") || config.sweep_over == SweepOver::kRate;
   if (!config.open_loop) {
     for (absl::string_view flag : kOpenLoopFlags) {
       if (FlagGiven(command_line, flag)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", flag, " applies to the open loop only; add --rate"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag,
+                         " applies to the open loop only; add --rate or "
+                         "--sweep_rate"));
       }
     }
     return absl::OkStatus();
@@ -184,10 +238,13 @@ absl::Status OpenLoopFromFlags(const CommandLine& command_line,
         "--rate and --concurrency exclude each other: --rate sends on a "
         "schedule, --concurrency keeps C requests in flight");
   }
-  config.rate = absl::GetFlag(FLAGS_rate);
-  if (!(config.rate > 0) || !std::isfinite(config.rate)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rate must be a positive number of requests/s, got ", config.rate));
+  // A sweep has set the rate of its first step.
+  if (config.sweep_over == SweepOver::kNone) {
+    config.rate = absl::GetFlag(FLAGS_rate);
+    if (!(config.rate > 0) || !std::isfinite(config.rate)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rate must be a positive number of requests/s, got ", config.rate));
+    }
   }
   absl::StatusOr<client::ArrivalProcess> arrival =
       client::ParseArrivalProcess(absl::GetFlag(FLAGS_arrival));
@@ -204,6 +261,72 @@ absl::Status OpenLoopFromFlags(const CommandLine& command_line,
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_in_flight must be positive, got ", config.max_in_flight));
   }
+  return absl::OkStatus();
+}
+
+// The sweep part of the config, when --sweep_rate or --sweep_concurrency is
+// given; it sets the first step's load and the step duration.
+absl::Status SweepFromFlags(const CommandLine& command_line,
+                            LoadConfig& config) {
+  const bool over_rate = FlagGiven(command_line, "sweep_rate");
+  const bool over_concurrency = FlagGiven(command_line, "sweep_concurrency");
+  if (!over_rate && !over_concurrency) {
+    for (absl::string_view flag : kSweepFlags) {
+      if (FlagGiven(command_line, flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag,
+                         " applies to sweeps only; add --sweep_rate or "
+                         "--sweep_concurrency"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (over_rate && over_concurrency) {
+    return absl::InvalidArgumentError(
+        "--sweep_rate and --sweep_concurrency exclude each other; sweep one "
+        "at a time");
+  }
+  const absl::string_view sweep_flag =
+      over_rate ? "sweep_rate" : "sweep_concurrency";
+  for (absl::string_view flag : kNotInSweepFlags) {
+    if (FlagGiven(command_line, flag)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " does not go with --", sweep_flag,
+          ": the sweep sets each step's load, and --step_duration its "
+          "length"));
+    }
+  }
+  absl::StatusOr<client::SweepRange> range = client::ParseSweepRange(
+      absl::GetFlag(over_rate ? FLAGS_sweep_rate : FLAGS_sweep_concurrency),
+      /*integers=*/over_concurrency);
+  if (!range.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", sweep_flag, ": ", range.status().message()));
+  }
+  config.sweep = *range;
+  if (over_rate) {
+    config.sweep_over = SweepOver::kRate;
+    config.rate = range->from;
+  } else {
+    config.sweep_over = SweepOver::kConcurrency;
+    config.concurrency = static_cast<int>(range->from);
+  }
+  const double step_duration = absl::GetFlag(FLAGS_step_duration);
+  if (!(step_duration > 0) || !std::isfinite(step_duration)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--step_duration must be a positive number of seconds, got ",
+        step_duration));
+  }
+  config.duration = absl::Seconds(step_duration);
+  if (FlagGiven(command_line, "slo")) {
+    config.slo_ms = absl::GetFlag(FLAGS_slo);
+    if (!(config.slo_ms > 0) || !std::isfinite(config.slo_ms)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--slo must be a positive number of milliseconds, got ",
+                       config.slo_ms));
+    }
+  }
+  config.plot_path = absl::GetFlag(FLAGS_plot);
   return absl::OkStatus();
 }
 
@@ -230,13 +353,20 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
         absl::StrCat("--concurrency and --connections must be positive, got ",
                      config.concurrency, " and ", config.connections));
   }
+  if (absl::Status status = SweepFromFlags(command_line, config);
+      !status.ok()) {
+    return status;
+  }
   if (absl::Status status = OpenLoopFromFlags(command_line, config);
       !status.ok()) {
     return status;
   }
   // More connections than closed-loop workers would leave some idle.
   if (!config.open_loop) {
-    config.connections = std::min(config.connections, config.concurrency);
+    config.connections = std::min(config.connections,
+                                  config.sweep_over == SweepOver::kConcurrency
+                                      ? static_cast<int>(config.sweep.to)
+                                      : config.concurrency);
   }
   const double duration = absl::GetFlag(FLAGS_duration);
   const double warmup = absl::GetFlag(FLAGS_warmup);
@@ -245,7 +375,9 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
         "--duration must be positive and --warmup not negative, got ", duration,
         " and ", warmup));
   }
-  config.duration = absl::Seconds(duration);
+  if (config.sweep_over == SweepOver::kNone) {
+    config.duration = absl::Seconds(duration);
+  }
   config.warmup = absl::Seconds(warmup);
   config.timeout = absl::GetFlag(FLAGS_timeout);
   if (config.timeout <= absl::ZeroDuration()) {
@@ -254,6 +386,7 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
                      absl::FormatDuration(config.timeout)));
   }
   config.json_path = absl::GetFlag(FLAGS_json);
+  config.csv_path = absl::GetFlag(FLAGS_csv);
   return config;
 }
 
@@ -548,7 +681,7 @@ std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
       ", \"latency_us\": ", latency_json, ", \"latency_from\": ",
       JsonString(config.open_loop ? "scheduled send" : "actual send"),
       ", \"kernels\": ", JsonCounts(report.total.kernels),
-      ", \"histogram\": ", histogram_json, "}\n");
+      ", \"histogram\": ", histogram_json, "}");
 }
 
 // Runs the closed loop: `concurrency` workers over the connections.
@@ -585,9 +718,81 @@ LoadReport RunClosedLoop(
   return report;
 }
 
-void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
-                  const LoadReport& report) {
-  const client::LatencyHistogram& latency = report.total.latencies;
+// The connections a run sends over, and the request it sends.
+struct LoadTarget {
+  // Closed loop, one per connection.
+  std::vector<std::unique_ptr<NibbleClient>> clients;
+  // Open loop, on the same channels.
+  std::vector<std::unique_ptr<v1::NibbleService::Stub>> stubs;
+  v1::MatmulRequest request;
+};
+
+// One run, or one step of a sweep: the warmup, then the measured window.
+LoadReport RunLoad(const LoadConfig& config, const LoadTarget& target) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point measure_start =
+      start + absl::ToChronoNanoseconds(config.warmup);
+  Progress progress;
+  if (!config.open_loop) {
+    return RunClosedLoop(target.clients, config, target.request.a(), start,
+                         measure_start, progress);
+  }
+  // With --requests the end is only known once sent; this is its schedule.
+  const Clock::time_point progress_end =
+      measure_start + absl::ToChronoNanoseconds(
+                          config.requests > 0
+                              ? absl::Seconds(config.requests / config.rate)
+                              : config.duration);
+  std::thread progress_thread;
+  if (isatty(STDERR_FILENO)) {
+    progress_thread = std::thread(ShowProgress, std::cref(progress), start,
+                                  measure_start, progress_end);
+  }
+  LoadReport report = RunOpenLoop(target.stubs, config, target.request, start,
+                                  measure_start, progress);
+  if (progress_thread.joinable()) progress_thread.join();
+  return report;
+}
+
+struct SweepStep {
+  LoadConfig config;
+  LoadReport report;
+};
+
+// The load a step offers: its rate, or its concurrency.
+double Offered(const LoadConfig& config) {
+  return config.open_loop ? config.rate : config.concurrency;
+}
+
+std::string OfferedText(const LoadConfig& config) {
+  return config.open_loop ? absl::StrFormat("rate %g requests/s", config.rate)
+                          : absl::StrCat("concurrency ", config.concurrency);
+}
+
+double Milliseconds(int64_t microseconds) { return microseconds / 1000.0; }
+
+// Why a sweep stops after `step`, the `index`th from 0; nothing when it goes
+// on.
+std::optional<std::string> StopReason(const LoadConfig& config, int index,
+                                      const SweepStep& step) {
+  const std::string which =
+      absl::StrCat("step ", index + 1, " (", OfferedText(step.config), ")");
+  const WorkerResult& total = step.report.total;
+  if (!total.errors.empty()) {
+    return absl::StrCat(which, " had errors: ", FormatErrors(total.errors));
+  }
+  if (total.latencies.count() == 0) {
+    return absl::StrCat(which, " had no request finish in its measured window");
+  }
+  const double p99_ms = Milliseconds(total.latencies.ValueAtQuantile(0.99));
+  if (config.slo_ms > 0 && p99_ms > config.slo_ms) {
+    return absl::StrFormat("%s: p99 %.3f ms exceeds the SLO of %g ms", which,
+                           p99_ms, config.slo_ms);
+  }
+  return std::nullopt;
+}
+
+void PrintHeader(const LoadConfig& config, const WeightSpec& spec) {
   std::cout << absl::StrFormat(
       "target:      %s\n"
       "weight:      %s (%s)\n"
@@ -595,6 +800,12 @@ void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
       "dtype:       %s\n",
       config.target, config.name, spec.DebugString(), config.m,
       DTypeName(config.dtype));
+}
+
+void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
+                  const LoadReport& report) {
+  const client::LatencyHistogram& latency = report.total.latencies;
+  PrintHeader(config, spec);
   if (config.open_loop) {
     std::cout << absl::StrFormat(
         "rate:        %.1f requests/s offered, %s arrivals (seed %d), at most "
@@ -627,6 +838,208 @@ void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
       FormatKernels(report.total.kernels));
 }
 
+void PrintSweepHeader(const LoadConfig& config, const WeightSpec& spec) {
+  PrintHeader(config, spec);
+  const bool rate = config.sweep_over == SweepOver::kRate;
+  std::cout << absl::StrFormat(
+      "sweep:       %s %g to %g in steps of %g%s, %.1f s each after %.1f s "
+      "warmup, %s\n",
+      rate ? "rate" : "concurrency", config.sweep.from, config.sweep.to,
+      config.sweep.step, rate ? " requests/s" : "",
+      absl::ToDoubleSeconds(config.duration),
+      absl::ToDoubleSeconds(config.warmup),
+      config.slo_ms > 0
+          ? absl::StrFormat("stopping when p99 > %g ms", config.slo_ms)
+          : "stopping on errors");
+}
+
+void PrintStepLine(int index, int steps, const SweepStep& step) {
+  const client::LatencyHistogram& latency = step.report.total.latencies;
+  std::cout << absl::StrFormat(
+      "step %d/%d  %s: throughput %.1f requests/s, p50 %.3f ms, p99 %.3f ms, "
+      "errors %s\n",
+      index + 1, steps, OfferedText(step.config), step.report.throughput_rps,
+      Milliseconds(latency.ValueAtQuantile(0.5)),
+      Milliseconds(latency.ValueAtQuantile(0.99)),
+      FormatErrors(step.report.total.errors));
+  std::cout.flush();
+}
+
+void PrintSweepTable(const LoadConfig& config,
+                     const std::vector<SweepStep>& steps,
+                     const std::optional<std::string>& stop_reason) {
+  std::cout << absl::StrFormat("\n%4s  %11s  %9s  %12s  %9s  %9s  %6s\n",
+                               "step", config.open_loop ? "offered/s" : "conc.",
+                               "sent/s", "throughput/s", "p50 ms", "p99 ms",
+                               "errors");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const LoadReport& report = steps[i].report;
+    const client::LatencyHistogram& latency = report.total.latencies;
+    std::cout << absl::StrFormat(
+        "%4d  %11g  %9s  %12.1f  %9.3f  %9.3f  %6d\n", i + 1,
+        Offered(steps[i].config),
+        config.open_loop ? absl::StrFormat("%.1f", report.sent_rps) : "-",
+        report.throughput_rps, Milliseconds(latency.ValueAtQuantile(0.5)),
+        Milliseconds(latency.ValueAtQuantile(0.99)),
+        TotalErrors(report.total.errors));
+  }
+  std::cout << "stopped:     "
+            << stop_reason.value_or(absl::StrCat(
+                   "no, all ", steps.size(), " steps ran without ",
+                   config.slo_ms > 0 ? "errors or SLO misses" : "errors"))
+            << "\n";
+}
+
+std::string SweepJson(const LoadConfig& config, const WeightSpec& spec,
+                      const std::vector<SweepStep>& steps,
+                      const std::optional<std::string>& stop_reason) {
+  using client::JsonNumber;
+  using client::JsonString;
+  return absl::StrCat(
+      "{\"sweep\": {\"over\": ",
+      JsonString(config.sweep_over == SweepOver::kRate ? "rate"
+                                                       : "concurrency"),
+      ", \"from\": ", JsonNumber(config.sweep.from),
+      ", \"to\": ", JsonNumber(config.sweep.to),
+      ", \"step\": ", JsonNumber(config.sweep.step), ", \"step_duration_s\": ",
+      JsonNumber(absl::ToDoubleSeconds(config.duration)),
+      ", \"slo_ms\": ", config.slo_ms > 0 ? JsonNumber(config.slo_ms) : "null",
+      "}, \"steps\": [",
+      absl::StrJoin(steps, ", ",
+                    [&spec](std::string* out, const SweepStep& step) {
+                      absl::StrAppend(
+                          out, ReportJson(step.config, spec, step.report));
+                    }),
+      "], \"stopped_early\": ", stop_reason.has_value() ? "true" : "false",
+      ", \"stop_reason\": ",
+      stop_reason.has_value() ? JsonString(*stop_reason) : "null", "}");
+}
+
+std::string CsvHeader() {
+  return "offered,sent_rps,throughput_rps,errors,p50_us,p90_us,p99_us,p999_us,"
+         "max_us\n";
+}
+
+// Closed loop has no sent rate, so that cell is empty.
+std::string CsvRow(const LoadConfig& config, const LoadReport& report) {
+  const client::LatencyHistogram& latency = report.total.latencies;
+  return absl::StrFormat(
+      "%g,%s,%.3f,%d,%d,%d,%d,%d,%d\n", Offered(config),
+      config.open_loop ? absl::StrFormat("%.3f", report.sent_rps) : "",
+      report.throughput_rps, TotalErrors(report.total.errors),
+      latency.ValueAtQuantile(0.5), latency.ValueAtQuantile(0.9),
+      latency.ValueAtQuantile(0.99), latency.ValueAtQuantile(0.999),
+      latency.max());
+}
+
+client::Plot SweepPlot(const LoadConfig& config, const WeightSpec& spec,
+                       const std::vector<SweepStep>& steps) {
+  client::Plot plot;
+  plot.title = absl::StrFormat("nibble-load sweep: %s, weight %s (%s), m=%d %s",
+                               config.target, config.name, spec.DebugString(),
+                               config.m, DTypeName(config.dtype));
+  plot.x_label = config.open_loop ? "offered load (requests/s)"
+                                  : "offered load (concurrency)";
+  client::PlotPanel& throughput = plot.panels.emplace_back();
+  throughput.y_label = "throughput (requests/s)";
+  client::PlotSeries& ok = throughput.series.emplace_back();
+  ok.label = "throughput";
+  client::PlotPanel& latency = plot.panels.emplace_back();
+  latency.y_label = "latency (ms)";
+  client::PlotSeries& p50 = latency.series.emplace_back();
+  p50.label = "p50";
+  client::PlotSeries& p99 = latency.series.emplace_back();
+  p99.label = "p99";
+  if (config.slo_ms > 0) {
+    latency.threshold = config.slo_ms;
+    latency.threshold_label = absl::StrFormat("SLO %g ms", config.slo_ms);
+  }
+  for (const SweepStep& step : steps) {
+    const double x = Offered(step.config);
+    const client::LatencyHistogram& histogram = step.report.total.latencies;
+    ok.points.emplace_back(x, step.report.throughput_rps);
+    p50.points.emplace_back(x, Milliseconds(histogram.ValueAtQuantile(0.5)));
+    p99.points.emplace_back(x, Milliseconds(histogram.ValueAtQuantile(0.99)));
+  }
+  return plot;
+}
+
+// A result file named by `flag`, opened before the run so that a bad path
+// fails at once rather than after it.
+absl::Status OpenOutput(absl::string_view flag, const std::string& path,
+                        std::ofstream& file) {
+  if (path.empty()) return absl::OkStatus();
+  file.open(path);
+  if (!file.is_open()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write --", flag, " file \"", path,
+                     "\"; check that its directory exists"));
+  }
+  return absl::OkStatus();
+}
+
+// Writes `text` to `file` when it is open and closes it; false, having said
+// so, when that fails.
+bool WriteOutput(std::ofstream& file, const std::string& path,
+                 absl::string_view text) {
+  if (!file.is_open()) return true;
+  file << text;
+  file.close();
+  if (file.fail()) {
+    std::cerr << "nibble-load: writing " << path
+              << " failed; is the disk full?\n";
+    return false;
+  }
+  return true;
+}
+
+// Runs the steps of the sweep in `config` until one gives a reason to stop,
+// and writes the files asked for.
+int RunSweep(const LoadConfig& config, const WeightSpec& spec,
+             const LoadTarget& target, std::ofstream& json_file,
+             std::ofstream& csv_file, std::ofstream& plot_file) {
+  PrintSweepHeader(config, spec);
+  const std::vector<double> values = config.sweep.Values();
+  std::vector<SweepStep> steps;
+  std::optional<std::string> stop_reason;
+  for (size_t i = 0; i < values.size() && !stop_reason.has_value(); ++i) {
+    SweepStep& step = steps.emplace_back();
+    step.config = config;
+    if (config.sweep_over == SweepOver::kRate) {
+      step.config.rate = values[i];
+    } else {
+      step.config.concurrency = static_cast<int>(values[i]);
+      step.config.connections =
+          std::min(config.connections, step.config.concurrency);
+    }
+    step.report = RunLoad(step.config, target);
+    PrintStepLine(i, values.size(), step);
+    stop_reason = StopReason(config, i, step);
+  }
+  PrintSweepTable(config, steps, stop_reason);
+
+  std::string csv = CsvHeader();
+  bool any_ok = false;
+  for (const SweepStep& step : steps) {
+    absl::StrAppend(&csv, CsvRow(step.config, step.report));
+    any_ok = any_ok || step.report.total.latencies.count() > 0;
+  }
+  const bool written =
+      WriteOutput(
+          json_file, config.json_path,
+          absl::StrCat(SweepJson(config, spec, steps, stop_reason), "\n")) &&
+      WriteOutput(csv_file, config.csv_path, csv) &&
+      WriteOutput(plot_file, config.plot_path,
+                  client::PlotSvg(SweepPlot(config, spec, steps)));
+  if (!written) return kExitFailure;
+  if (!any_ok) {
+    std::cerr << "nibble-load: no request succeeded in any step; see the "
+                 "errors column\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
 int Main(int argc, char* argv[]) {
   absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
   if (!command_line.ok()) return UsageError(command_line.status().message());
@@ -641,24 +1054,24 @@ int Main(int argc, char* argv[]) {
   }
   absl::StatusOr<LoadConfig> config = ConfigFromFlags(*command_line);
   if (!config.ok()) return UsageError(config.status().message());
-  // Opened first, so that a bad path fails before the run, not after.
   std::ofstream json_file;
-  if (!config->json_path.empty()) {
-    json_file.open(config->json_path);
-    if (!json_file.is_open()) {
-      return UsageError(absl::StrCat("cannot write --json file \"",
-                                     config->json_path,
-                                     "\"; check that its directory exists"));
-    }
+  std::ofstream csv_file;
+  std::ofstream plot_file;
+  for (const absl::Status& status :
+       {OpenOutput("json", config->json_path, json_file),
+        OpenOutput("csv", config->csv_path, csv_file),
+        OpenOutput("plot", config->plot_path, plot_file)}) {
+    if (!status.ok()) return UsageError(status.message());
   }
 
-  const std::vector<std::shared_ptr<grpc::Channel>> channels =
-      ConnectChannels(*config);
-  std::vector<std::unique_ptr<NibbleClient>> clients;
-  for (const auto& channel : channels) {
-    clients.push_back(std::make_unique<NibbleClient>(channel, config->timeout));
+  LoadTarget target;
+  for (const auto& channel : ConnectChannels(*config)) {
+    target.clients.push_back(
+        std::make_unique<NibbleClient>(channel, config->timeout));
+    target.stubs.push_back(v1::NibbleService::NewStub(channel));
   }
-  absl::StatusOr<v1::WeightInfo> info = clients[0]->GetWeight(config->name);
+  absl::StatusOr<v1::WeightInfo> info =
+      target.clients[0]->GetWeight(config->name);
   if (!info.ok()) {
     std::cerr << "nibble-load: looking up weight \"" << config->name << "\" on "
               << config->target
@@ -672,51 +1085,22 @@ int Main(int argc, char* argv[]) {
               << "\" oddly: " << spec.status().message() << "\n";
     return kExitFailure;
   }
-  const std::string a =
-      RandomMatrixBytes(config->m, spec->k, config->dtype, /*seed=*/1);
+  target.request.set_weight_name(config->name);
+  target.request.set_m(config->m);
+  target.request.set_dtype(ToProto(config->dtype));
+  target.request.set_a(
+      RandomMatrixBytes(config->m, spec->k, config->dtype, /*seed=*/1));
 
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point measure_start =
-      start + absl::ToChronoNanoseconds(config->warmup);
-  Progress progress;
-  LoadReport report;
-  if (config->open_loop) {
-    std::vector<std::unique_ptr<v1::NibbleService::Stub>> stubs;
-    for (const auto& channel : channels) {
-      stubs.push_back(v1::NibbleService::NewStub(channel));
-    }
-    v1::MatmulRequest request;
-    request.set_weight_name(config->name);
-    request.set_m(config->m);
-    request.set_dtype(ToProto(config->dtype));
-    request.set_a(a);
-    // With --requests the end is only known once sent; this is its schedule.
-    const Clock::time_point progress_end =
-        measure_start + absl::ToChronoNanoseconds(
-                            config->requests > 0
-                                ? absl::Seconds(config->requests / config->rate)
-                                : config->duration);
-    std::thread progress_thread;
-    if (isatty(STDERR_FILENO)) {
-      progress_thread = std::thread(ShowProgress, std::cref(progress), start,
-                                    measure_start, progress_end);
-    }
-    report =
-        RunOpenLoop(stubs, *config, request, start, measure_start, progress);
-    if (progress_thread.joinable()) progress_thread.join();
-  } else {
-    report = RunClosedLoop(clients, *config, a, start, measure_start, progress);
+  if (config->sweep_over != SweepOver::kNone) {
+    return RunSweep(*config, *spec, target, json_file, csv_file, plot_file);
   }
-
+  const LoadReport report = RunLoad(*config, target);
   PrintSummary(*config, *spec, report);
-  if (json_file.is_open()) {
-    json_file << ReportJson(*config, *spec, report);
-    json_file.close();
-    if (json_file.fail()) {
-      std::cerr << "nibble-load: writing " << config->json_path
-                << " failed; is the disk full?\n";
-      return kExitFailure;
-    }
+  if (!WriteOutput(json_file, config->json_path,
+                   absl::StrCat(ReportJson(*config, *spec, report), "\n")) ||
+      !WriteOutput(csv_file, config->csv_path,
+                   absl::StrCat(CsvHeader(), CsvRow(*config, report)))) {
+    return kExitFailure;
   }
   if (report.total.latencies.count() == 0) {
     std::cerr << "nibble-load: no request succeeded in the measured window; "

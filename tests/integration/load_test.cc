@@ -1,6 +1,7 @@
 // Drives a real nibbled with nibble-load's open loop and checks its --json
 // report: the asked rate is met, and a server stalled with SIGSTOP shows in
 // the percentiles, since latency counts from each request's scheduled time.
+// Sweeps stop at the first step over the SLO and write CSV and SVG too.
 #include <signal.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@ namespace nibble {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -45,6 +47,15 @@ double JsonValue(const std::string& json, const std::string& key,
   char* end = nullptr;
   const double value = std::strtod(begin, &end);
   return end == begin ? std::nan("") : value;
+}
+
+int Count(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
 }
 
 class LoadTest : public ::testing::Test {
@@ -143,6 +154,84 @@ TEST_F(LoadTest, StalledServerShowsInTheTailLatency) {
   EXPECT_GE(JsonValue(json_, "p99", "latency_us"), 500000) << json_;
   EXPECT_GE(JsonValue(json_, "max", "latency_us"), 800000) << json_;
   EXPECT_EQ(JsonValue(json_, "errors"), 0) << json_;
+}
+
+TEST_F(LoadTest, SweepStopsAtTheSlo) {
+  ASSERT_EQ(Load("--sweep_rate=50:200:50 --step_duration=1 --warmup=0 "
+                 "--slo=0.001"),
+            0)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("step 1/4  rate 50 requests/s"));
+  EXPECT_THAT(output_, Not(HasSubstr("step 2/4")));
+  EXPECT_THAT(output_, HasSubstr("exceeds the SLO of 0.001 ms"));
+  EXPECT_EQ(Count(json_, "\"throughput_rps\":"), 1) << json_;
+  EXPECT_THAT(json_, HasSubstr("\"stopped_early\": true"));
+  EXPECT_THAT(json_,
+              HasSubstr("\"stop_reason\": \"step 1 (rate 50 requests/s): p99"));
+}
+
+TEST_F(LoadTest, SweepRunsEveryStepWithinAGenerousSlo) {
+  const std::string dir = ::testing::TempDir();
+  const std::string csv_path = absl::StrCat(dir, "/load_sweep.csv");
+  const std::string plot_path = absl::StrCat(dir, "/load_sweep.svg");
+  ASSERT_EQ(Load(absl::StrCat("--sweep_rate=50:200:50 --step_duration=1 "
+                              "--warmup=0 --slo=10000 --csv=",
+                              csv_path, " --plot=", plot_path)),
+            0)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("step 4/4  rate 200 requests/s"));
+  EXPECT_THAT(output_, HasSubstr("stopped:     no, all 4 steps ran"));
+  EXPECT_EQ(Count(json_, "\"throughput_rps\":"), 4) << json_;
+  EXPECT_THAT(json_, HasSubstr("\"stopped_early\": false"));
+  EXPECT_THAT(json_, HasSubstr("\"stop_reason\": null"));
+  EXPECT_THAT(json_, HasSubstr("\"offered_rps\": 200"));
+
+  const std::string csv = ReadFile(csv_path);
+  EXPECT_EQ(Count(csv, "\n"), 5) << csv;
+  EXPECT_THAT(csv, HasSubstr("offered,sent_rps,throughput_rps,errors,p50_us"));
+  EXPECT_THAT(csv, HasSubstr("\n150,"));
+
+  const std::string svg = ReadFile(plot_path);
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr("</svg>"));
+  // throughput, p50 and p99, and the SLO dashed with its legend entry.
+  EXPECT_EQ(Count(svg, "<polyline"), 3) << svg;
+  EXPECT_EQ(Count(svg, "stroke-dasharray"), 2) << svg;
+}
+
+TEST_F(LoadTest, ConcurrencySweepAndSingleRunCsv) {
+  ASSERT_EQ(Load("--sweep_concurrency=1:2:1 --step_duration=0.5 --warmup=0"), 0)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("step 2/2  concurrency 2"));
+  EXPECT_THAT(json_, HasSubstr("\"over\": \"concurrency\""));
+  EXPECT_EQ(Count(json_, "\"mode\": \"closed\""), 2) << json_;
+
+  const std::string csv_path =
+      absl::StrCat(::testing::TempDir(), "/load_single.csv");
+  ASSERT_EQ(Load(absl::StrCat("--rate=100 --duration=0.5 --warmup=0 --csv=",
+                              csv_path)),
+            0)
+      << output_;
+  const std::string csv = ReadFile(csv_path);
+  EXPECT_EQ(Count(csv, "\n"), 2) << csv;
+  EXPECT_THAT(csv, HasSubstr("\n100,"));
+}
+
+TEST_F(LoadTest, SweepFlagsAreChecked) {
+  EXPECT_EQ(Load("--sweep_rate=200:50:50"), 2);
+  EXPECT_THAT(output_, HasSubstr("must not exceed TO"));
+  EXPECT_EQ(Load("--sweep_rate=50:200:0"), 2);
+  EXPECT_THAT(output_, HasSubstr("STEP in \"50:200:0\" must be a positive"));
+  EXPECT_EQ(Load("--sweep_concurrency=1:4:0.5"), 2);
+  EXPECT_THAT(output_, HasSubstr("must be a whole number"));
+  EXPECT_EQ(Load("--sweep_rate=50:100:50 --rate=10"), 2);
+  EXPECT_THAT(output_, HasSubstr("--rate does not go with --sweep_rate"));
+  EXPECT_EQ(Load("--sweep_rate=50:100:50 --sweep_concurrency=1:2:1"), 2);
+  EXPECT_THAT(output_, HasSubstr("exclude each other"));
+  EXPECT_EQ(Load("--slo=5"), 2);
+  EXPECT_THAT(output_, HasSubstr("applies to sweeps only"));
+  EXPECT_EQ(Load("--sweep_rate=50:100:50 --slo=-1"), 2);
+  EXPECT_THAT(output_, HasSubstr("--slo must be a positive number"));
 }
 
 }  // namespace
