@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/arrival_schedule.h"
 #include "client/command_line.h"
@@ -454,4 +455,7 @@ int Main(int argc, char* argv[]) {
 }  // namespace
 }  // namespace nibble
 
-int main(int argc, char* argv[]) { return nibble::Main(argc, argv); }
+int main(int argc, char* argv[]) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return nibble::Main(argc, argv);
+}

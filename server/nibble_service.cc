@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/packed_weight.h"
+#include "server/matmul_rpc.h"
 #include "server/proto_conversions.h"
 #include "server/upload_assembler.h"
 
@@ -99,25 +100,15 @@ grpc::Status NibbleServiceImpl::DeleteWeight(
   return ToGrpcStatus(store_->Remove(request->name()));
 }
 
-grpc::Status NibbleServiceImpl::Matmul(grpc::ServerContext*,
-                                       const v1::MatmulRequest* request,
-                                       v1::MatmulResponse* response) {
-  absl::StatusOr<DType> dtype = FromProto(request->dtype());
-  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
-      store_->Get(request->weight_name());
-  if (!weight.ok()) return ToGrpcStatus(weight.status());
-  absl::StatusOr<MatmulResult> result =
-      runner_->Run((*weight)->packed, (*weight)->name, request->m(),
-                   request->k(), *dtype, request->a());
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  response->set_c(std::move(result->c));
-  response->set_m(request->m());
-  response->set_n((*weight)->packed.spec().n);
-  response->set_dtype(request->dtype());
-  response->set_kernel(std::move(result->kernel));
-  response->set_compute_time_ns(result->compute_time_ns);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
+    grpc::CallbackServerContext* context, const v1::MatmulRequest* request,
+    v1::MatmulResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<v1::MatmulResponse> result =
+      RunMatmulRpc(*store_, *runner_, *request);
+  if (result.ok()) *response = *std::move(result);
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
 }
 
 }  // namespace nibble::server

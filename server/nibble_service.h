@@ -1,6 +1,8 @@
 // The gRPC face of nibble.v1.NibbleService: it decodes requests, hands them to
 // the weight store and the matmul runner, and turns their absl::Status into
-// gRPC status at the edge. It holds no state of its own.
+// gRPC status at the edge. It holds no state of its own. Matmul uses the
+// callback API, so that a request runs on the thread that received it instead
+// of being handed to a synchronous worker.
 //
 // Example:
 //   nibble::server::NibbleServiceImpl service(&store, &runner);
@@ -16,7 +18,9 @@
 
 namespace nibble::server {
 
-class NibbleServiceImpl final : public v1::NibbleService::Service {
+class NibbleServiceImpl final
+    : public v1::NibbleService::WithCallbackMethod_Matmul<
+          v1::NibbleService::Service> {
  public:
   // Both must outlive the service.
   NibbleServiceImpl(WeightStore* store, const MatmulRunner* runner);
@@ -33,9 +37,9 @@ class NibbleServiceImpl final : public v1::NibbleService::Service {
   grpc::Status DeleteWeight(grpc::ServerContext* context,
                             const v1::DeleteWeightRequest* request,
                             v1::DeleteWeightResponse* response) override;
-  grpc::Status Matmul(grpc::ServerContext* context,
-                      const v1::MatmulRequest* request,
-                      v1::MatmulResponse* response) override;
+  grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
+                                   const v1::MatmulRequest* request,
+                                   v1::MatmulResponse* response) override;
 
  private:
   absl::Status Upload(grpc::ServerContext* context,

@@ -5,11 +5,12 @@
 #include <thread>
 #include <utility>
 
-#include "absl/flags/flag.h"
+#include "absl//flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/tuning_table.h"
 #include "server/nibble_server.h"
@@ -50,6 +51,7 @@ std::string FlagProblems() {
 }
 
 int main(int argc, char** argv) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "Serves 4-bit quantized matrix multiplication over gRPC.\n"
       "Usage: nibbled [--listen=HOST:PORT] [--threads=N] ...");
