@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -31,17 +32,43 @@
 #include "client/load_run.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
+#include "client/request_sender.h"
 #include "client/svg_plot.h"
 #include "client/sweep_range.h"
+#include "client/weight_files.h"
 #include "kernels/dtype.h"
+#include "kernels/reference.h"
+#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
-          "HOST:PORT of the nibble server");
+          "HOST:PORT of the nibble server; a comma-separated list spreads the "
+          "connections over several, and a name such as dns:///HOST:PORT "
+          "balances each connection round-robin over its addresses");
 ABSL_FLAG(std::string, name, "", "resident weight to multiply with");
+ABSL_FLAG(std::string, api, "Matmul",
+          "what to send: Matmul (unary), MatmulStream (one bidirectional "
+          "stream per connection) or ModelInfer (KServe v2)");
 ABSL_FLAG(int64_t, m, 1, "rows of A per request");
 ABSL_FLAG(std::string, dtype, "f32", "type of A and C: f32, f16 or bf16");
+ABSL_FLAG(std::optional<std::string>, input, std::nullopt,
+          "file of A [M, K] in --dtype (raw, row-major); random otherwise");
+ABSL_FLAG(int64_t, verify, 0,
+          "check every Nth successful reply against the float64 reference "
+          "(needs the weight's data: --random or --qweight/--scales); wrong "
+          "ones count as errors");
+ABSL_FLAG(double, tolerance, 1e-2,
+          "--verify: largest max relative error accepted (kernels that round "
+          "A to bf16 stay near 2e-3)");
+ABSL_FLAG(std::optional<uint64_t>, random, std::nullopt,
+          "--verify: seed of the random weight the server was given");
+ABSL_FLAG(std::optional<std::string>, qweight, std::nullopt,
+          "--verify: qweight file of the weight");
+ABSL_FLAG(std::optional<std::string>, scales, std::nullopt,
+          "--verify: scales file of the weight");
+ABSL_FLAG(std::optional<std::string>, zeros, std::nullopt,
+          "--verify: zeros file of the weight (u4 only)");
 ABSL_FLAG(int, concurrency, 8,
           "closed loop: worker threads, each keeping one request in flight");
 ABSL_FLAG(double, rate, 0,
@@ -85,14 +112,25 @@ ABSL_FLAG(std::string, plot, "",
 namespace nibble {
 namespace {
 
-constexpr absl::string_view kFlags[] = {
-    "target",        "name",        "m",
-    "dtype",         "concurrency", "rate",
-    "arrival",       "seed",        "requests",
-    "max_in_flight", "connections", "duration",
-    "warmup",        "timeout",     "json",
-    "csv",           "sweep_rate",  "sweep_concurrency",
-    "step_duration", "slo",         "plot"};
+constexpr absl::string_view kFlags[] = {"target",        "name",
+                                        "api",           "m",
+                                        "dtype",         "input",
+                                        "concurrency",   "rate",
+                                        "arrival",       "seed",
+                                        "requests",      "max_in_flight",
+                                        "connections",   "duration",
+                                        "warmup",        "timeout",
+                                        "verify",        "tolerance",
+                                        "random",        "qweight",
+                                        "scales",        "zeros",
+                                        "json",          "csv",
+                                        "sweep_rate",    "sweep_concurrency",
+                                        "step_duration", "slo",
+                                        "plot"};
+
+// Flags that only make sense with --verify.
+constexpr absl::string_view kVerifyFlags[] = {"tolerance", "random", "qweight",
+                                              "scales", "zeros"};
 
 // Flags that only make sense in a sweep.
 constexpr absl::string_view kSweepFlags[] = {"step_duration", "slo", "plot"};
@@ -277,12 +315,23 @@ absl::Status SweepFromFlags(const CommandLine& command_line,
 
 absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
   LoadConfig config;
-  config.target = absl::GetFlag(FLAGS_target);
+  config.targets = absl::StrSplit(absl::GetFlag(FLAGS_target), ',');
+  for (const std::string& target : config.targets) {
+    if (target.empty()) {
+      return absl::InvalidArgumentError(
+          "--target has an empty entry: give HOST:PORT, or several separated "
+          "by commas");
+    }
+  }
   config.name = absl::GetFlag(FLAGS_name);
   if (config.name.empty()) {
     return absl::InvalidArgumentError(
         "--name is required: the resident weight to multiply with");
   }
+  absl::StatusOr<client::LoadApi> api =
+      client::ParseLoadApi(absl::GetFlag(FLAGS_api));
+  if (!api.ok()) return api.status();
+  config.api = *api;
   config.m = absl::GetFlag(FLAGS_m);
   if (config.m <= 0) {
     return absl::InvalidArgumentError(
@@ -306,12 +355,33 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
       !status.ok()) {
     return status;
   }
-  // More connections than closed-loop workers would leave some idle.
+  // More connections than closed-loop chains would leave some idle, fewer
+  // than targets would leave some targets idle.
   if (!config.open_loop) {
     config.connections = std::min(config.connections,
                                   config.sweep_over == SweepOver::kConcurrency
                                       ? static_cast<int>(config.sweep.to)
                                       : config.concurrency);
+  }
+  config.connections =
+      std::max(config.connections, static_cast<int>(config.targets.size()));
+  config.verify_every = absl::GetFlag(FLAGS_verify);
+  if (config.verify_every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--verify must be 0 (off) or a positive N, got ", config.verify_every));
+  }
+  if (config.verify_every == 0) {
+    for (absl::string_view flag : kVerifyFlags) {
+      if (FlagGiven(command_line, flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, " serves --verify only: add --verify N or drop it"));
+      }
+    }
+  }
+  config.tolerance = absl::GetFlag(FLAGS_tolerance);
+  if (!(config.tolerance >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tolerance must not be negative, got ", config.tolerance));
   }
   const double duration = absl::GetFlag(FLAGS_duration);
   const double warmup = absl::GetFlag(FLAGS_warmup);
@@ -333,6 +403,78 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
   config.json_path = absl::GetFlag(FLAGS_json);
   config.csv_path = absl::GetFlag(FLAGS_csv);
   return config;
+}
+
+// The weight's spec, as each listed target describes it; they must agree.
+absl::StatusOr<WeightSpec> LookUpWeight(const LoadConfig& config) {
+  std::optional<WeightSpec> first;
+  for (const std::string& target : config.targets) {
+    NibbleClient client(CreateChannel(target), config.timeout);
+    absl::StatusOr<v1::WeightInfo> info = client.GetWeight(config.name);
+    if (!info.ok()) {
+      return absl::Status(
+          info.status().code(),
+          absl::StrCat(
+              "looking up weight \"", config.name, "\" on ", target,
+              " failed: ", absl::StatusCodeToString(info.status().code()), ": ",
+              info.status().message()));
+    }
+    absl::StatusOr<WeightSpec> spec = WeightSpecFromInfo(*info);
+    if (!spec.ok()) {
+      return absl::InternalError(
+          absl::StrCat("the server ", target, " describes weight \"",
+                       config.name, "\" oddly: ", spec.status().message()));
+    }
+    if (first.has_value() && !(*spec == *first)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "weight \"", config.name, "\" is ", spec->DebugString(), " on ",
+          target, " but ", first->DebugString(), " on ", config.targets[0],
+          ": every target must hold the same weight"));
+    }
+    first = *spec;
+  }
+  return *first;
+}
+
+// The channels, the request with its A, and with --verify the reference C.
+absl::StatusOr<LoadTarget> MakeLoadTarget(const LoadConfig& config,
+                                          const WeightSpec& spec) {
+  LoadTarget target;
+  target.channels = ConnectChannels(config);
+  target.request.set_weight_name(config.name);
+  target.request.set_m(config.m);
+  target.request.set_dtype(ToProto(config.dtype));
+  if (const std::optional<std::string> input = absl::GetFlag(FLAGS_input)) {
+    absl::StatusOr<std::string> a =
+        ReadMatrixFile(*input, config.m, spec.k, config.dtype);
+    if (!a.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input: ", a.status().message(),
+                       " (M from --m, K of weight \"", config.name, "\")"));
+    }
+    target.request.set_a(*std::move(a));
+  } else {
+    target.request.set_a(
+        RandomMatrixBytes(config.m, spec.k, config.dtype, /*seed=*/1));
+  }
+  if (config.verify_every == 0) return target;
+
+  absl::StatusOr<std::optional<WeightSource>> source = MakeWeightSource(
+      spec.format, absl::GetFlag(FLAGS_random), absl::GetFlag(FLAGS_qweight),
+      absl::GetFlag(FLAGS_scales), absl::GetFlag(FLAGS_zeros));
+  if (!source.ok()) return source.status();
+  if (!source->has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--verify needs the data of weight \"", config.name,
+                     "\" (", spec.DebugString(), "): ", kWeightSourceHint,
+                     " with the seed it was uploaded with"));
+  }
+  absl::StatusOr<QuantizedWeight> weight = LoadWeight(spec, **source);
+  if (!weight.ok()) return weight.status();
+  target.expected_c =
+      ReferenceMatmul(MatrixBytesToDoubles(config.dtype, target.request.a()),
+                      config.m, *weight);
+  return target;
 }
 
 // Runs the steps of the sweep in `config` until one gives a reason to stop,
@@ -406,37 +548,18 @@ int Main(int argc, char* argv[]) {
     if (!status.ok()) return UsageError(status.message());
   }
 
-  LoadTarget target;
-  for (const auto& channel : ConnectChannels(*config)) {
-    target.clients.push_back(
-        std::make_unique<NibbleClient>(channel, config->timeout));
-    target.stubs.push_back(v1::NibbleService::NewStub(channel));
-  }
-  absl::StatusOr<v1::WeightInfo> info =
-      target.clients[0]->GetWeight(config->name);
-  if (!info.ok()) {
-    std::cerr << "nibble-load: looking up weight \"" << config->name << "\" on "
-              << config->target
-              << " failed: " << absl::StatusCodeToString(info.status().code())
-              << ": " << info.status().message() << "\n";
-    return kExitFailure;
-  }
-  absl::StatusOr<WeightSpec> spec = WeightSpecFromInfo(*info);
+  absl::StatusOr<WeightSpec> spec = LookUpWeight(*config);
   if (!spec.ok()) {
-    std::cerr << "nibble-load: the server describes weight \"" << config->name
-              << "\" oddly: " << spec.status().message() << "\n";
+    std::cerr << "nibble-load: " << spec.status().message() << "\n";
     return kExitFailure;
   }
-  target.request.set_weight_name(config->name);
-  target.request.set_m(config->m);
-  target.request.set_dtype(ToProto(config->dtype));
-  target.request.set_a(
-      RandomMatrixBytes(config->m, spec->k, config->dtype, /*seed=*/1));
+  absl::StatusOr<LoadTarget> target = MakeLoadTarget(*config, *spec);
+  if (!target.ok()) return UsageError(target.status().message());
 
   if (config->sweep_over != SweepOver::kNone) {
-    return RunSweep(*config, *spec, target, json_file, csv_file, plot_file);
+    return RunSweep(*config, *spec, *target, json_file, csv_file, plot_file);
   }
-  const LoadReport report = RunLoad(*config, target);
+  const LoadReport report = RunLoad(*config, *target);
   PrintSummary(*config, *spec, report);
   if (!WriteOutput(json_file, config->json_path,
                    absl::StrCat(ReportJson(*config, *spec, report), "\n")) ||

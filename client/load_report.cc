@@ -88,6 +88,11 @@ std::string JsonCounts(
                       "}");
 }
 
+int64_t MismatchCount(const absl::flat_hash_map<std::string, int64_t>& errors) {
+  const auto mismatches = errors.find(kVerifyMismatchError);
+  return mismatches == errors.end() ? 0 : mismatches->second;
+}
+
 // The load a step offers: its rate, or its concurrency.
 double Offered(const LoadConfig& config) {
   return config.open_loop ? config.rate : config.concurrency;
@@ -103,11 +108,12 @@ double Milliseconds(int64_t microseconds) { return microseconds / 1000.0; }
 void PrintHeader(const LoadConfig& config, const WeightSpec& spec) {
   std::cout << absl::StrFormat(
       "target:      %s\n"
+      "api:         %s\n"
       "weight:      %s (%s)\n"
       "m:           %d\n"
       "dtype:       %s\n",
-      config.target, config.name, spec.DebugString(), config.m,
-      DTypeName(config.dtype));
+      absl::StrJoin(config.targets, ", "), LoadApiName(config.api), config.name,
+      spec.DebugString(), config.m, DTypeName(config.dtype));
 }
 
 }  // namespace
@@ -119,7 +125,12 @@ std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
   const client::LatencyHistogram& latency = report.total.latencies;
   const std::string null = "null";
   const std::string config_json = absl::StrCat(
-      "{\"target\": ", JsonString(config.target),
+      "{\"targets\": [",
+      absl::StrJoin(config.targets, ", ",
+                    [](std::string* out, const std::string& target) {
+                      absl::StrAppend(out, JsonString(target));
+                    }),
+      "], \"api\": ", JsonString(LoadApiName(config.api)),
       ", \"weight\": ", JsonString(config.name),
       ", \"weight_spec\": ", JsonString(spec.DebugString()),
       ", \"m\": ", config.m,
@@ -141,7 +152,20 @@ std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
       ", \"duration_s\": ", JsonNumber(absl::ToDoubleSeconds(report.window)),
       ", \"warmup_s\": ", JsonNumber(absl::ToDoubleSeconds(config.warmup)),
       ", \"timeout_s\": ", JsonNumber(absl::ToDoubleSeconds(config.timeout)),
-      "}");
+      ", \"verify_every\": ",
+      config.verify_every > 0 ? absl::StrCat(config.verify_every) : null, "}");
+  const std::string series_json = absl::StrCat(
+      "[",
+      absl::StrJoin(report.series, ", ",
+                    [](std::string* out, const SecondStats& second) {
+                      absl::StrAppend(out, "{\"second\": ", second.second,
+                                      ", \"sent\": ", second.sent,
+                                      ", \"ok\": ", second.ok,
+                                      ", \"errors\": ", second.errors,
+                                      ", \"p50_us\": ", second.p50_us,
+                                      ", \"p99_us\": ", second.p99_us, "}");
+                    }),
+      "]");
   const std::string latency_json = absl::StrCat(
       "{\"min\": ", latency.min(), ", \"mean\": ", JsonNumber(latency.mean()),
       ", \"p50\": ", latency.ValueAtQuantile(0.5),
@@ -168,10 +192,11 @@ std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
       ", \"requests_ok\": ", latency.count(),
       ", \"errors\": ", TotalErrors(report.total.errors),
       ", \"errors_by_code\": ", JsonCounts(report.total.errors),
-      ", \"latency_us\": ", latency_json, ", \"latency_from\": ",
+      ", \"verified\": ", report.verified, ", \"latency_us\": ", latency_json,
+      ", \"latency_from\": ",
       JsonString(config.open_loop ? "scheduled send" : "actual send"),
       ", \"kernels\": ", JsonCounts(report.total.kernels),
-      ", \"histogram\": ", histogram_json, "}");
+      ", \"histogram\": ", histogram_json, ", \"series\": ", series_json, "}");
 }
 
 // Why a sweep stops after `step`, the `index`th from 0; nothing when it goes
@@ -180,7 +205,7 @@ std::optional<std::string> StopReason(const LoadConfig& config, int index,
                                       const SweepStep& step) {
   const std::string which =
       absl::StrCat("step ", index + 1, " (", OfferedText(step.config), ")");
-  const WorkerResult& total = step.report.total;
+  const MeasuredTotals& total = step.report.total;
   if (!total.errors.empty()) {
     return absl::StrCat(which, " had errors: ", FormatErrors(total.errors));
   }
@@ -229,6 +254,11 @@ void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
       latency.ValueAtQuantile(0.99), latency.ValueAtQuantile(0.999),
       latency.max(), config.open_loop ? "  (from scheduled send times)" : "",
       FormatKernels(report.total.kernels));
+  if (config.verify_every > 0) {
+    std::cout << absl::StrFormat(
+        "verified:    %d replies against the float64 reference, %d wrong\n",
+        report.verified, MismatchCount(report.total.errors));
+  }
 }
 
 void PrintSweepHeader(const LoadConfig& config, const WeightSpec& spec) {
@@ -328,9 +358,10 @@ std::string CsvRow(const LoadConfig& config, const LoadReport& report) {
 client::Plot SweepPlot(const LoadConfig& config, const WeightSpec& spec,
                        const std::vector<SweepStep>& steps) {
   client::Plot plot;
-  plot.title = absl::StrFormat("nibble-load sweep: %s, weight %s (%s), m=%d %s",
-                               config.target, config.name, spec.DebugString(),
-                               config.m, DTypeName(config.dtype));
+  plot.title = absl::StrFormat(
+      "nibble-load sweep: %s %s, weight %s (%s), m=%d %s",
+      absl::StrJoin(config.targets, ", "), LoadApiName(config.api), config.name,
+      spec.DebugString(), config.m, DTypeName(config.dtype));
   plot.x_label = config.open_loop ? "offered load (requests/s)"
                                   : "offered load (concurrency)";
   client::PlotPanel& throughput = plot.panels.emplace_back();

@@ -17,262 +17,268 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/arrival_schedule.h"
-#include "client/latency_histogram.h"
+#include "client/load_recorder.h"
+#include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
+#include "client/request_sender.h"
 #include "grpc/grpc.h"
-#include "grpcpp/client_context.h"
-#include "nibble/v1/nibble.grpc.pb.h"
+#include "kernels/reference.h"
 
 namespace nibble {
 namespace client {
 namespace {
 
-// Steady, unlike absl::Now(), so that clock adjustments cannot skew latencies.
-using Clock = std::chrono::steady_clock;
-
-// Requests finished so far, warmup included, for the progress line.
-struct Progress {
-  std::atomic<int64_t> ok{0};
-  std::atomic<int64_t> failed{0};
-};
+using Clock = LoadClock;
 
 int64_t Microseconds(Clock::duration duration) {
   return std::chrono::duration_cast<std::chrono::microseconds>(duration)
       .count();
 }
 
-void RunWorker(NibbleClient& client, const LoadConfig& config,
-               absl::string_view a, Clock::time_point measure_start,
-               Clock::time_point measure_end, Progress& progress,
-               WorkerResult& result) {
-  while (Clock::now() < measure_end) {
-    const Clock::time_point start = Clock::now();
-    absl::StatusOr<v1::MatmulResponse> response =
-        client.Matmul(config.name, config.m, config.dtype, a);
-    const Clock::time_point finish = Clock::now();
-    (response.ok() ? progress.ok : progress.failed)
-        .fetch_add(1, std::memory_order_relaxed);
-    // Only requests that finish inside the window count, so that throughput
-    // is completions per second of the window.
-    if (finish < measure_start || finish >= measure_end) continue;
-    if (response.ok()) {
-      result.latencies.Record(Microseconds(finish - start));
-      ++result.kernels[response->kernel()];
-    } else {
-      ++result.errors[absl::StatusCodeToString(response.status().code())];
-    }
-  }
-}
+// Files each reply with the recorder, after checking every
+// verify_every-th successful one against the reference.
+class ReplyHandler {
+ public:
+  ReplyHandler(const LoadConfig& config, const LoadTarget& target,
+               LoadRecorder& recorder)
+      : config_(config), target_(target), recorder_(recorder) {}
 
-// One open-loop request, from its send until its callback deletes it.
-struct OpenLoopCall {
-  grpc::ClientContext context;
-  v1::MatmulResponse response;
-  // When the schedule said to send it; its latency counts from here.
-  Clock::time_point intended;
-  // Scheduled inside the measured window.
-  bool measured = false;
+  // Latency counts from `start`; only `measured` replies reach the totals.
+  void Handle(Reply reply, Clock::time_point start, Clock::time_point finish,
+              bool measured) {
+    if (!reply.status.ok()) {
+      recorder_.RecordError(
+          finish,
+          absl::StatusCodeToString(
+              static_cast<absl::StatusCode>(reply.status.error_code())),
+          measured);
+      return;
+    }
+    if (config_.verify_every > 0 &&
+        ok_replies_.fetch_add(1, std::memory_order_relaxed) %
+                config_.verify_every ==
+            0) {
+      if (measured) verified_.fetch_add(1, std::memory_order_relaxed);
+      if (!Matches(reply.c)) {
+        recorder_.RecordError(finish, kVerifyMismatchError, measured);
+        return;
+      }
+    }
+    recorder_.RecordOk(finish, Microseconds(finish - start), reply.kernel,
+                       measured);
+  }
+
+  int64_t verified() const { return verified_.load(); }
+
+ private:
+  bool Matches(absl::string_view c) const {
+    if (c.size() != target_.expected_c.size() * DTypeSize(config_.dtype)) {
+      return false;
+    }
+    const double error = MaxRelativeError(
+        MatrixBytesToDoubles(config_.dtype, c), target_.expected_c);
+    return error <= config_.tolerance;
+  }
+
+  const LoadConfig& config_;
+  const LoadTarget& target_;
+  LoadRecorder& recorder_;
+  std::atomic<int64_t> ok_replies_{0};
+  std::atomic<int64_t> verified_{0};
 };
 
-// Shared between the sending thread and the callbacks, which gRPC runs on its
-// own threads.
-struct OpenLoopState {
+std::string Milliseconds(int64_t microseconds) {
+  return absl::StrFormat("%.2f ms", microseconds / 1e3);
+}
+
+// Prints a line after each second of the clock until `end`, overwriting the
+// last one: that second's replies per second and latencies, and the totals.
+void ShowProgress(LoadRecorder& recorder, Clock::time_point measure_start,
+                  Clock::time_point end) {
+  // Just after each whole second from measure_start, so that it has ended.
+  constexpr auto kSettle = std::chrono::milliseconds(20);
+  for (Clock::time_point tick = measure_start + kSettle;;
+       tick += std::chrono::seconds(1)) {
+    if (tick <= Clock::now()) continue;
+    if (tick > end) break;
+    std::this_thread::sleep_until(tick);
+    const LoadRecorder::ProgressSnapshot progress = recorder.Progress(tick);
+    if (!progress.last_second.has_value()) continue;
+    const SecondStats& second = *progress.last_second;
+    std::cerr << absl::StrFormat(
+        "\r%4ds %-9s %8d replies/s %6d errors/s  p50 %s  p99 %s  (%d ok, %d "
+        "errors) \x1b[K",
+        second.second + 1, second.second < 0 ? "warmup" : "measuring",
+        second.ok + second.errors, second.errors, Milliseconds(second.p50_us),
+        Milliseconds(second.p99_us), progress.ok, progress.errors);
+  }
+  std::cerr << "\r\x1b[K";
+}
+
+// Runs the closed loop: `concurrency` chains of requests, each sending the
+// next as the previous one's reply comes.
+void RunClosedLoop(const LoadConfig& config, RequestSender& sender,
+                   ReplyHandler& handler, LoadRecorder& recorder,
+                   Clock::time_point measure_start,
+                   Clock::time_point measure_end) {
   std::mutex mutex;
-  std::condition_variable drained;
-  int in_flight = 0;
-  // Of the measured requests.
-  WorkerResult result;
-  Clock::time_point last_completion;
-};
-
-void OnOpenLoopDone(OpenLoopCall* call, const grpc::Status& status,
-                    OpenLoopState& state, Progress& progress) {
-  const Clock::time_point finish = Clock::now();
-  (status.ok() ? progress.ok : progress.failed)
-      .fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(state.mutex);
-  if (call->measured) {
-    if (status.ok()) {
-      state.result.latencies.Record(Microseconds(finish - call->intended));
-      ++state.result.kernels[call->response.kernel()];
-    } else {
-      ++state.result.errors[absl::StatusCodeToString(
-          static_cast<absl::StatusCode>(status.error_code()))];
-    }
-    state.last_completion = std::max(state.last_completion, finish);
-  }
-  delete call;
-  if (--state.in_flight == 0) state.drained.notify_all();
+  std::condition_variable all_stopped;
+  int running = config.concurrency;
+  std::function<void(int)> send_next = [&](int chain) {
+    const Clock::time_point sent = Clock::now();
+    recorder.RecordSent(sent);
+    sender.Send(chain, [&, chain, sent](Reply reply) {
+      const Clock::time_point finish = Clock::now();
+      // Only requests that finish inside the window count, so that
+      // throughput is completions per second of the window.
+      handler.Handle(std::move(reply), sent, finish,
+                     finish >= measure_start && finish < measure_end);
+      if (finish < measure_end) {
+        send_next(chain);
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      if (--running == 0) all_stopped.notify_all();
+    });
+  };
+  for (int chain = 0; chain < config.concurrency; ++chain) send_next(chain);
+  std::unique_lock<std::mutex> lock(mutex);
+  all_stopped.wait(lock, [&running] { return running == 0; });
 }
 
-// Sends `request` on the schedule, from `start`, spread over `stubs` in turn,
-// without waiting for replies; then waits for the outstanding ones. Requests
-// scheduled before `measure_start` are warmup and not counted.
-LoadReport RunOpenLoop(
-    const std::vector<std::unique_ptr<v1::NibbleService::Stub>>& stubs,
-    const LoadConfig& config, const v1::MatmulRequest& request,
-    Clock::time_point start, Clock::time_point measure_start,
-    Progress& progress) {
+struct OpenLoopSends {
+  int64_t sent = 0;
+  Clock::time_point last_send;
+  // End of the measured window: measure_end, or with --requests the
+  // scheduled time after the last measured send.
+  Clock::time_point window_end;
+};
+
+// Sends on the schedule from `start`, spread over the connections in turn,
+// without waiting for replies. Requests scheduled before `measure_start` are
+// warmup and not counted. `in_flight` counts the requests not yet answered;
+// it must outlive the replies.
+OpenLoopSends RunOpenLoop(const LoadConfig& config, RequestSender& sender,
+                          ReplyHandler& handler, LoadRecorder& recorder,
+                          std::atomic<int>& in_flight, Clock::time_point start,
+                          Clock::time_point measure_start) {
   const Clock::time_point measure_end =
       measure_start + absl::ToChronoNanoseconds(config.duration);
   client::ArrivalSchedule schedule(config.arrival, config.rate, config.seed);
-  OpenLoopState state;
-  LoadReport report;
+  OpenLoopSends sends;
+  sends.last_send = measure_start;
   int64_t scheduled = 0;  // Measured, refused ones included.
-  Clock::time_point window_end;
-  Clock::time_point last_send = measure_start;
   for (size_t i = 0;; ++i) {
     const Clock::time_point intended =
         start + absl::ToChronoNanoseconds(schedule.Next());
     const bool measured = intended >= measure_start;
     if (measured && (config.requests > 0 ? scheduled == config.requests
                                          : intended >= measure_end)) {
-      window_end = config.requests > 0 ? intended : measure_end;
+      sends.window_end = config.requests > 0 ? intended : measure_end;
       break;
     }
     // A sender running late sends at once; the latency still counts from
     // `intended`.
     std::this_thread::sleep_until(intended);
     if (measured) ++scheduled;
-    {
-      std::lock_guard<std::mutex> lock(state.mutex);
-      if (state.in_flight >= config.max_in_flight) {
-        progress.failed.fetch_add(1, std::memory_order_relaxed);
-        if (measured) ++state.result.errors[kClientInFlightError];
-        continue;
-      }
-      ++state.in_flight;
+    if (in_flight.fetch_add(1, std::memory_order_relaxed) >=
+        config.max_in_flight) {
+      in_flight.fetch_sub(1, std::memory_order_relaxed);
+      recorder.RecordError(Clock::now(), kClientInFlightError, measured);
+      continue;
     }
-    // Owned by the call from here on; OnOpenLoopDone deletes it.
-    auto* call = new OpenLoopCall;
-    call->intended = intended;
-    call->measured = measured;
-    call->context.set_deadline(
-        absl::ToChronoTime(absl::Now() + config.timeout));
-    stubs[i % stubs.size()]->async()->Matmul(
-        &call->context, &request, &call->response,
-        [call, &state, &progress](grpc::Status status) {
-          OnOpenLoopDone(call, status, state, progress);
-        });
+    const Clock::time_point now = Clock::now();
+    recorder.RecordSent(now);
+    sender.Send(i, [&handler, &in_flight, intended, measured](Reply reply) {
+      handler.Handle(std::move(reply), intended, Clock::now(), measured);
+      in_flight.fetch_sub(1, std::memory_order_relaxed);
+    });
     if (measured) {
-      ++report.sent;
-      last_send = Clock::now();
+      ++sends.sent;
+      sends.last_send = now;
     }
   }
-  std::unique_lock<std::mutex> lock(state.mutex);
-  state.drained.wait(lock, [&state] { return state.in_flight == 0; });
-
-  report.total = std::move(state.result);
-  report.window = absl::FromChrono(window_end - measure_start);
-  const double window = absl::ToDoubleSeconds(report.window);
-  // A sender or server that fell behind stretches the time taken.
-  report.sent_rps =
-      report.sent / std::max(window, absl::ToDoubleSeconds(absl::FromChrono(
-                                         last_send - measure_start)));
-  report.throughput_rps =
-      report.total.latencies.count() /
-      std::max(window, absl::ToDoubleSeconds(absl::FromChrono(
-                           state.last_completion - measure_start)));
-  return report;
+  return sends;
 }
 
-// Prints a line a second from `start` until `end`, overwriting the last one.
-void ShowProgress(const Progress& progress, Clock::time_point start,
-                  Clock::time_point measure_start, Clock::time_point end) {
-  int64_t last_done = 0;
-  int seconds = 1;
-  for (Clock::time_point tick = start + std::chrono::seconds(1); tick < end;
-       tick += std::chrono::seconds(1), ++seconds) {
-    std::this_thread::sleep_until(tick);
-    const int64_t ok = progress.ok.load(std::memory_order_relaxed);
-    const int64_t failed = progress.failed.load(std::memory_order_relaxed);
-    std::cerr << absl::StrFormat(
-        "\r%4ds %-9s %8d ok %6d errors %9d requests/s ", seconds,
-        tick <= measure_start ? "warmup" : "measuring", ok, failed,
-        ok + failed - last_done);
-    last_done = ok + failed;
-  }
-  std::cerr << "\r\x1b[K";
-}
-
-// Runs the closed loop: `concurrency` workers over the connections.
-LoadReport RunClosedLoop(
-    const std::vector<std::unique_ptr<NibbleClient>>& clients,
-    const LoadConfig& config, absl::string_view a, Clock::time_point start,
-    Clock::time_point measure_start, Progress& progress) {
-  const Clock::time_point measure_end =
-      measure_start + absl::ToChronoNanoseconds(config.duration);
-  std::vector<WorkerResult> results(config.concurrency);
-  std::vector<std::thread> workers;
-  for (int i = 0; i < config.concurrency; ++i) {
-    workers.emplace_back(RunWorker, std::ref(*clients[i % clients.size()]),
-                         std::cref(config), a, measure_start, measure_end,
-                         std::ref(progress), std::ref(results[i]));
-  }
-  if (isatty(STDERR_FILENO))
-    ShowProgress(progress, start, measure_start, measure_end);
-  for (std::thread& worker : workers) worker.join();
-
-  LoadReport report;
-  for (const WorkerResult& result : results) {
-    report.total.latencies.Merge(result.latencies);
-    for (const auto& [label, count] : result.errors) {
-      report.total.errors[label] += count;
-    }
-    for (const auto& [kernel, count] : result.kernels) {
-      report.total.kernels[kernel] += count;
-    }
-  }
-  report.window = config.duration;
-  report.throughput_rps = static_cast<double>(report.total.latencies.count()) /
-                          absl::ToDoubleSeconds(config.duration);
-  return report;
+double Seconds(Clock::duration duration) {
+  return std::chrono::duration<double>(duration).count();
 }
 
 }  // namespace
 
-// One channel per connection: a local subchannel pool keeps gRPC from
-// sharing one connection between channels.
 std::vector<std::shared_ptr<grpc::Channel>> ConnectChannels(
     const LoadConfig& config) {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < config.connections; ++i) {
     grpc::ChannelArguments arguments = DefaultChannelArguments();
     arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channels.push_back(CreateChannel(config.target, arguments));
+    arguments.SetLoadBalancingPolicyName("round_robin");
+    channels.push_back(
+        CreateChannel(config.targets[i % config.targets.size()], arguments));
   }
   return channels;
 }
 
-// One run, or one step of a sweep: the warmup, then the measured window.
 LoadReport RunLoad(const LoadConfig& config, const LoadTarget& target) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point measure_start =
       start + absl::ToChronoNanoseconds(config.warmup);
-  Progress progress;
-  if (!config.open_loop) {
-    return RunClosedLoop(target.clients, config, target.request.a(), start,
-                         measure_start, progress);
-  }
   // With --requests the end is only known once sent; this is its schedule.
-  const Clock::time_point progress_end =
+  const Clock::time_point scheduled_end =
       measure_start + absl::ToChronoNanoseconds(
-                          config.requests > 0
+                          config.open_loop && config.requests > 0
                               ? absl::Seconds(config.requests / config.rate)
                               : config.duration);
+  LoadRecorder recorder(measure_start);
+  ReplyHandler handler(config, target, recorder);
+  std::unique_ptr<RequestSender> sender = MakeRequestSender(
+      config.api, target.channels, target.request,
+      {.timeout = config.timeout,
+       .stream_timeout = config.warmup + config.duration * 2 + config.timeout +
+                         (config.open_loop && config.requests > 0
+                              ? absl::Seconds(config.requests / config.rate)
+                              : absl::ZeroDuration())});
   std::thread progress_thread;
   if (isatty(STDERR_FILENO)) {
-    progress_thread = std::thread(ShowProgress, std::cref(progress), start,
-                                  measure_start, progress_end);
+    progress_thread = std::thread(ShowProgress, std::ref(recorder),
+                                  measure_start, scheduled_end);
   }
-  LoadReport report = RunOpenLoop(target.stubs, config, target.request, start,
-                                  measure_start, progress);
+
+  LoadReport report;
+  if (config.open_loop) {
+    std::atomic<int> in_flight{0};
+    const OpenLoopSends sends = RunOpenLoop(config, *sender, handler, recorder,
+                                            in_flight, start, measure_start);
+    sender->Finish();
+    report.window = absl::FromChrono(sends.window_end - measure_start);
+    report.sent = sends.sent;
+    // A sender or server that fell behind stretches the time taken.
+    report.sent_rps =
+        report.sent / std::max(Seconds(sends.window_end - measure_start),
+                               Seconds(sends.last_send - measure_start));
+  } else {
+    RunClosedLoop(config, *sender, handler, recorder, measure_start,
+                  scheduled_end);
+    sender->Finish();
+    report.window = config.duration;
+  }
+  const Clock::time_point finish = Clock::now();
   if (progress_thread.joinable()) progress_thread.join();
+  RunResult result = recorder.Finish(finish);
+  report.total = std::move(result.totals);
+  report.series = std::move(result.series);
+  report.verified = handler.verified();
+  // In open loop the replies to the last sends may come after the window.
+  const double seconds = config.open_loop
+                             ? std::max(absl::ToDoubleSeconds(report.window),
+                                        Seconds(finish - measure_start))
+                             : absl::ToDoubleSeconds(report.window);
+  report.throughput_rps = report.total.latencies.count() / seconds;
   return report;
 }
 

@@ -5,11 +5,7 @@
 // Example:
 //   nibble::client::LoadConfig config;  // Filled in from the flags.
 //   nibble::client::LoadTarget target;
-//   for (const auto& channel : nibble::client::ConnectChannels(config)) {
-//     target.clients.push_back(
-//         std::make_unique<nibble::NibbleClient>(channel, config.timeout));
-//     target.stubs.push_back(nibble::v1::NibbleService::NewStub(channel));
-//   }
+//   target.channels = nibble::client::ConnectChannels(config);
 //   // ... fill in target.request ...
 //   nibble::client::LoadReport report =
 //       nibble::client::RunLoad(config, target);
@@ -21,16 +17,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/arrival_schedule.h"
-#include "client/latency_histogram.h"
-#include "client/nibble_client.h"
+#include "client/load_recorder.h"
+#include "client/request_sender.h"
 #include "client/sweep_range.h"
 #include "grpcpp/channel.h"
 #include "kernels/dtype.h"
-#include "nibble/v1/nibble.grpc.pb.h"
+#include "nibble/v1/nibble.pb.h"
 
 namespace nibble {
 namespace client {
@@ -39,12 +34,19 @@ namespace client {
 inline constexpr absl::string_view kClientInFlightError =
     "RESOURCE_EXHAUSTED (client: too many in flight)";
 
+// The error a reply that --verify found wrong counts as.
+inline constexpr absl::string_view kVerifyMismatchError =
+    "MISMATCH (client: C differs from the reference)";
+
 // What a sweep varies from step to step.
 enum class SweepOver { kNone, kRate, kConcurrency };
 
 struct LoadConfig {
-  std::string target;
+  // One or more targets, as given: HOST:PORT or a gRPC name such as
+  // dns:///HOST:PORT.
+  std::vector<std::string> targets;
   std::string name;
+  LoadApi api = LoadApi::kMatmul;
   int64_t m = 1;
   DType dtype = DType::kF32;
   int concurrency = 1;
@@ -60,6 +62,9 @@ struct LoadConfig {
   absl::Duration duration;
   absl::Duration warmup;
   absl::Duration timeout;
+  // Check every verify_every-th successful reply; 0 for none.
+  int64_t verify_every = 0;
+  double tolerance = 0;
   std::string json_path;
   std::string csv_path;
   // A sweep sets `rate` or `concurrency` to each value of `sweep` in turn and
@@ -71,33 +76,28 @@ struct LoadConfig {
   std::string plot_path;
 };
 
-// What one worker saw inside the measured window.
-struct WorkerResult {
-  // Microseconds. One per worker, so that recording takes no lock.
-  client::LatencyHistogram latencies;
-  // By status code name, or kClientInFlightError.
-  absl::flat_hash_map<std::string, int64_t> errors;
-  absl::flat_hash_map<std::string, int64_t> kernels;
-};
-
 // What the report says about a whole run.
 struct LoadReport {
-  WorkerResult total;
+  MeasuredTotals total;
+  // One entry per second of the measured window (and of the draining after
+  // it in open loop).
+  std::vector<SecondStats> series;
   // The measured window: --duration, or the scheduled time of --requests.
   absl::Duration window;
   double throughput_rps = 0;
   // Open loop only: the requests sent in the window, and their rate.
   int64_t sent = 0;
   double sent_rps = 0;
+  // Replies --verify compared with the reference, wrong ones included.
+  int64_t verified = 0;
 };
 
 // The connections a run sends over, and the request it sends.
 struct LoadTarget {
-  // Closed loop, one per connection.
-  std::vector<std::unique_ptr<NibbleClient>> clients;
-  // Open loop, on the same channels.
-  std::vector<std::unique_ptr<v1::NibbleService::Stub>> stubs;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
   v1::MatmulRequest request;
+  // With --verify: the float64 reference of C for request.a.
+  std::vector<double> expected_c;
 };
 
 // One step of a sweep: its config, with that step's load, and its report.
@@ -106,8 +106,9 @@ struct SweepStep {
   LoadReport report;
 };
 
-// One channel per connection: a local subchannel pool keeps gRPC from
-// sharing one connection between channels.
+// `connections` channels, spread over the targets in turn. Each has its own
+// connection (a local subchannel pool) and balances round-robin over the
+// addresses its target resolves to.
 std::vector<std::shared_ptr<grpc::Channel>> ConnectChannels(
     const LoadConfig& config);
 

@@ -144,50 +144,12 @@ absl::StatusOr<WeightSpec> WeightSpecFromFlags() {
   return spec;
 }
 
-// Where a weight's data comes from: a seed, or else its canonical files.
-struct WeightSource {
-  std::optional<uint64_t> seed;
-  WeightFilePaths paths;
-};
-
-constexpr absl::string_view kWeightSourceHint =
-    "--qweight FILE --scales FILE [--zeros FILE], or --random SEED";
-
 // nullopt when none of --random, --qweight, --scales and --zeros is given.
 absl::StatusOr<std::optional<WeightSource>> WeightSourceFromFlags(
     WeightFormat format) {
-  const std::optional<uint64_t> seed = absl::GetFlag(FLAGS_random);
-  const std::optional<std::string> qweight = absl::GetFlag(FLAGS_qweight);
-  const std::optional<std::string> scales = absl::GetFlag(FLAGS_scales);
-  const std::optional<std::string> zeros = absl::GetFlag(FLAGS_zeros);
-  const bool any_file = qweight || scales || zeros;
-  if (!seed && !any_file) return std::nullopt;
-  if (seed && any_file) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "give the weight's data one way, not both: ", kWeightSourceHint));
-  }
-  if (seed) return WeightSource{seed, {}};
-  if (!qweight || !scales) {
-    return absl::InvalidArgumentError(
-        "the weight's files need both --qweight FILE and --scales FILE");
-  }
-  if (HasZeros(format) && !zeros) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(WeightFormatName(format),
-                     " weights have zero points: add --zeros FILE"));
-  }
-  if (!HasZeros(format) && zeros) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(WeightFormatName(format),
-                     " weights have no zero points: drop --zeros"));
-  }
-  return WeightSource{std::nullopt, {*qweight, *scales, zeros.value_or("")}};
-}
-
-absl::StatusOr<QuantizedWeight> LoadWeight(const WeightSpec& spec,
-                                           const WeightSource& source) {
-  if (source.seed) return RandomQuantizedWeight(spec, *source.seed);
-  return ReadWeightFiles(spec, source.paths);
+  return MakeWeightSource(
+      format, absl::GetFlag(FLAGS_random), absl::GetFlag(FLAGS_qweight),
+      absl::GetFlag(FLAGS_scales), absl::GetFlag(FLAGS_zeros));
 }
 
 int RunUpload(NibbleClient& client) {

@@ -200,4 +200,39 @@ absl::Status WriteMatrixFile(absl::string_view path, int64_t rows, int64_t cols,
   return WriteFile(path, absl::StrCat("file \"", path, "\""), bytes);
 }
 
+absl::StatusOr<std::optional<WeightSource>> MakeWeightSource(
+    WeightFormat format, std::optional<uint64_t> seed,
+    const std::optional<std::string>& qweight,
+    const std::optional<std::string>& scales,
+    const std::optional<std::string>& zeros) {
+  const bool any_file = qweight || scales || zeros;
+  if (!seed && !any_file) return std::nullopt;
+  if (seed && any_file) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "give the weight's data one way, not both: ", kWeightSourceHint));
+  }
+  if (seed) return WeightSource{seed, {}};
+  if (!qweight || !scales) {
+    return absl::InvalidArgumentError(
+        "the weight's files need both --qweight FILE and --scales FILE");
+  }
+  if (HasZeros(format) && !zeros) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(WeightFormatName(format),
+                     " weights have zero points: add --zeros FILE"));
+  }
+  if (!HasZeros(format) && zeros) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(WeightFormatName(format),
+                     " weights have no zero points: drop --zeros"));
+  }
+  return WeightSource{std::nullopt, {*qweight, *scales, zeros.value_or("")}};
+}
+
+absl::StatusOr<QuantizedWeight> LoadWeight(const WeightSpec& spec,
+                                           const WeightSource& source) {
+  if (source.seed) return RandomQuantizedWeight(spec, *source.seed);
+  return ReadWeightFiles(spec, source.paths);
+}
+
 }  // namespace nibble

@@ -14,6 +14,7 @@
 #define NIBBLE_CLIENT_WEIGHT_FILES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -36,6 +37,30 @@ struct WeightFilePaths {
 // above 15 give InvalidArgument naming the file.
 absl::StatusOr<QuantizedWeight> ReadWeightFiles(const WeightSpec& spec,
                                                 const WeightFilePaths& paths);
+
+// Where a weight's data comes from: a seed of RandomQuantizedWeight, or else
+// its canonical files.
+struct WeightSource {
+  std::optional<uint64_t> seed;
+  WeightFilePaths paths;
+};
+
+// How to give a weight's data, for error messages.
+inline constexpr absl::string_view kWeightSourceHint =
+    "--qweight FILE --scales FILE [--zeros FILE], or --random SEED";
+
+// The source named by the optional flags --random, --qweight, --scales and
+// --zeros; nullopt when none is given. InvalidArgument, saying what to add or
+// drop, for both ways at once, a missing file or zeros against the format.
+absl::StatusOr<std::optional<WeightSource>> MakeWeightSource(
+    WeightFormat format, std::optional<uint64_t> seed,
+    const std::optional<std::string>& qweight,
+    const std::optional<std::string>& scales,
+    const std::optional<std::string>& zeros);
+
+// The weight of `spec` from its source.
+absl::StatusOr<QuantizedWeight> LoadWeight(const WeightSpec& spec,
+                                           const WeightSource& source);
 
 // Writes each tensor of `weight` to its file; `paths.zeros` only for u4.
 absl::Status WriteWeightFiles(const QuantizedWeight& weight,

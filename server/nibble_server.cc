@@ -14,7 +14,8 @@ NibbleServer::NibbleServer(const ServerOptions& options,
     : pool_(options.threads),
       scheduler_(std::move(kernels), options.tuning_table),
       runner_(&scheduler_, &pool_),
-      service_(&store_, &runner_) {}
+      service_(&store_, &runner_),
+      kserve_service_(&store_, &runner_) {}
 
 NibbleServer::~NibbleServer() { Shutdown(absl::ZeroDuration()); }
 
@@ -34,6 +35,7 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(&server->service_);
+  builder.RegisterService(&server->kserve_service_);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

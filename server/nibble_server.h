@@ -1,6 +1,6 @@
 // nibbled assembled: the weight store, the kernel scheduler and thread pool,
-// the NibbleService, gRPC's standard health service and server reflection,
-// listening on one address.
+// the NibbleService, the Open Inference Protocol (KServe v2) service, gRPC's
+// standard health service and server reflection, listening on one address.
 //
 // Example:
 //   absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
@@ -22,6 +22,7 @@
 #include "kernels/scheduler.h"
 #include "kernels/thread_pool.h"
 #include "kernels/tuning_table.h"
+#include "server/kserve_service.h"
 #include "server/matmul_runner.h"
 #include "server/nibble_service.h"
 #include "server/weight_store.h"
@@ -65,6 +66,7 @@ class NibbleServer {
   WeightStore store_;
   MatmulRunner runner_;
   NibbleServiceImpl service_;
+  KServeServiceImpl kserve_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/packed_weight.h"
 #include "server/matmul_rpc.h"
+#include "server/matmul_stream.h"
 #include "server/proto_conversions.h"
 #include "server/upload_assembler.h"
 
@@ -109,6 +110,11 @@ grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
   return reactor;
+}
+
+grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
+NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext*) {
+  return new MatmulStreamReactor(store_, runner_);
 }
 
 }  // namespace nibble::server

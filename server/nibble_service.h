@@ -1,8 +1,8 @@
 // The gRPC face of nibble.v1.NibbleService: it decodes requests, hands them to
 // the weight store and the matmul runner, and turns their absl::Status into
-// gRPC status at the edge. It holds no state of its own. Matmul uses the
-// callback API, so that a request runs on the thread that received it instead
-// of being handed to a synchronous worker.
+// gRPC status at the edge. It holds no state of its own. Matmul and
+// MatmulStream use the callback API, so that a request runs on the thread that
+// received it instead of being handed to a synchronous worker.
 //
 // Example:
 //   nibble::server::NibbleServiceImpl service(&store, &runner);
@@ -20,7 +20,8 @@ namespace nibble::server {
 
 class NibbleServiceImpl final
     : public v1::NibbleService::WithCallbackMethod_Matmul<
-          v1::NibbleService::Service> {
+          v1::NibbleService::WithCallbackMethod_MatmulStream<
+              v1::NibbleService::Service>> {
  public:
   // Both must outlive the service.
   NibbleServiceImpl(WeightStore* store, const MatmulRunner* runner);
@@ -40,6 +41,8 @@ class NibbleServiceImpl final
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
                                    const v1::MatmulRequest* request,
                                    v1::MatmulResponse* response) override;
+  grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
+  MatmulStream(grpc::CallbackServerContext* context) override;
 
  private:
   absl::Status Upload(grpc::ServerContext* context,

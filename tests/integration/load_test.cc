@@ -234,5 +234,104 @@ TEST_F(LoadTest, SweepFlagsAreChecked) {
   EXPECT_THAT(output_, HasSubstr("--slo must be a positive number"));
 }
 
+TEST_F(LoadTest, EveryApiAnswersAndPassesVerification) {
+  for (const char* api : {"Matmul", "MatmulStream", "ModelInfer"}) {
+    SCOPED_TRACE(api);
+    ASSERT_EQ(Load(absl::StrCat("--api=", api,
+                                " --rate=200 --duration=1 --warmup=0.2 "
+                                "--verify=1 --random=1")),
+              0)
+        << output_;
+    EXPECT_THAT(json_, HasSubstr(absl::StrCat("\"api\": \"", api, "\"")));
+    EXPECT_EQ(JsonValue(json_, "errors"), 0) << json_;
+    EXPECT_NEAR(JsonValue(json_, "verified"), 200, 5) << json_;
+    EXPECT_THAT(output_, HasSubstr("replies against the float64 reference, 0 "
+                                   "wrong"));
+    // One entry per second, the first one sending at the asked rate.
+    EXPECT_NEAR(JsonValue(json_, "sent", "series"), 200, 5) << json_;
+    for (const char* key :
+         {"\"second\": 0", "\"ok\":", "\"p50_us\":", "\"p99_us\":"}) {
+      EXPECT_THAT(json_, HasSubstr(key));
+    }
+  }
+}
+
+TEST_F(LoadTest, VerifyCountsWrongRepliesAsErrors) {
+  // The weight was uploaded with seed 1; seed 2 gives another weight.
+  EXPECT_EQ(Load("--concurrency=2 --duration=0.5 --warmup=0 --verify=1 "
+                 "--random=2"),
+            1)
+      << output_;
+  EXPECT_THAT(json_, HasSubstr("MISMATCH"));
+  EXPECT_EQ(JsonValue(json_, "requests_ok"), 0) << json_;
+  EXPECT_GT(JsonValue(json_, "verified"), 0) << json_;
+  EXPECT_EQ(Load("--verify=1"), 2);
+  EXPECT_THAT(output_, HasSubstr("--verify needs the data of weight"));
+  EXPECT_EQ(Load("--random=1"), 2);
+  EXPECT_THAT(output_, HasSubstr("serves --verify only"));
+  EXPECT_EQ(Load("--api=Grpc"), 2);
+  EXPECT_THAT(output_, HasSubstr("use Matmul, MatmulStream or ModelInfer"));
+}
+
+// Two servers holding the same shape but different data: replies from the
+// second fail verification against the first's data, so the share of
+// mismatches shows how the load was spread.
+class FleetLoadTest : public LoadTest {
+ protected:
+  void SetUp() override {
+    LoadTest::SetUp();
+    absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+        testing::NibbledProcess::Start(NIBBLED_PATH, {"--threads=1"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    second_ = *std::move(server);
+    std::string output;
+    ASSERT_EQ(testing::RunCommand(
+                  absl::StrCat(NIBBLE_CLI_PATH,
+                               " upload --target=", second_->target(),
+                               " --name=w --format=u4b8 --k=256 --n=256 "
+                               "--group=128 --random=2"),
+                  &output),
+              0)
+        << output;
+  }
+
+  // Runs nibble-load on `targets` with every reply verified against the
+  // first server's weight; the share of replies that were wrong.
+  double MismatchShare(const std::string& targets, const std::string& args) {
+    testing::RunCommand(
+        absl::StrCat(NIBBLE_LOAD_PATH, " --target=", targets,
+                     " --name=w --m=1 --json=", json_path_,
+                     " --rate=400 --duration=1 --warmup=0.2 --verify=1 "
+                     "--random=1 ",
+                     args),
+        &output_);
+    json_ = ReadFile(json_path_);
+    const double mismatches = JsonValue(json_, "errors");
+    return mismatches / (mismatches + JsonValue(json_, "requests_ok"));
+  }
+
+  std::unique_ptr<testing::NibbledProcess> second_;
+};
+
+TEST_F(FleetLoadTest, AListOfTargetsSharesTheConnections) {
+  EXPECT_NEAR(
+      MismatchShare(absl::StrCat(server_->target(), ",", second_->target()),
+                    "--connections=2"),
+      0.5, 0.05)
+      << output_;
+  EXPECT_THAT(json_, HasSubstr("\"targets\": [\""));
+}
+
+TEST_F(FleetLoadTest, OneNameOfManyAddressesIsBalancedRoundRobin) {
+  // What a dns:/// name of a headless Service resolves to, without DNS.
+  const std::string name =
+      absl::StrCat("ipv4:", server_->target(), ",", second_->target());
+  EXPECT_NEAR(MismatchShare(name, "--connections=1"), 0.5, 0.1) << output_;
+  EXPECT_NEAR(MismatchShare(absl::StrCat("dns:///", server_->target()),
+                            "--connections=1"),
+              0, 1e-9)
+      << output_;
+}
+
 }  // namespace
 }  // namespace nibble

@@ -1,0 +1,112 @@
+#include "server/kserve_service.h"
+
+#include <utility>
+
+#include "server/kserve_conversions.h"
+#include "server/matmul_rpc.h"
+#include "server/proto_conversions.h"
+
+namespace nibble::server {
+namespace {
+
+// Set by server/CMakeLists.txt from the CMake project version.
+constexpr char kServerVersion[] = NIBBLE_VERSION;
+constexpr char kServerName[] = "nibble";
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
+                                     const MatmulRunner* runner)
+    : store_(store), runner_(runner) {}
+
+absl::StatusOr<std::shared_ptr<const ResidentWeight>>
+KServeServiceImpl::FindModel(absl::string_view model_name,
+                             absl::string_view version) const {
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      store_->Get(model_name);
+  if (absl::IsNotFound(weight.status())) return KServeModelNotFound(model_name);
+  if (!weight.ok()) return weight.status();
+  if (absl::Status status = CheckKServeModelVersion(model_name, version);
+      !status.ok()) {
+    return status;
+  }
+  return weight;
+}
+
+absl::Status KServeServiceImpl::Infer(
+    const inference::ModelInferRequest& request,
+    inference::ModelInferResponse* response) const {
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      FindModel(request.model_name(), request.model_version());
+  if (!weight.ok()) return weight.status();
+  absl::StatusOr<v1::MatmulRequest> matmul =
+      MatmulRequestFromKServe(request, (*weight)->packed.spec());
+  if (!matmul.ok()) return matmul.status();
+  absl::StatusOr<v1::MatmulResponse> result =
+      RunMatmulRpc(*store_, *runner_, *matmul);
+  if (!result.ok()) return result.status();
+  FillKServeInferResponse(request, *std::move(result), response);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ServerLive(
+    grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
+    inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ServerReady(
+    grpc::CallbackServerContext* context, const inference::ServerReadyRequest*,
+    inference::ServerReadyResponse* response) {
+  // Weights are uploaded at run time, so the server has nothing to load
+  // before it can serve.
+  response->set_ready(true);
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ModelReady(
+    grpc::CallbackServerContext* context,
+    const inference::ModelReadyRequest* request,
+    inference::ModelReadyResponse* response) {
+  response->set_ready(FindModel(request->name(), request->version()).ok());
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ServerMetadata(
+    grpc::CallbackServerContext* context,
+    const inference::ServerMetadataRequest*,
+    inference::ServerMetadataResponse* response) {
+  response->set_name(kServerName);
+  response->set_version(kServerVersion);
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ModelMetadata(
+    grpc::CallbackServerContext* context,
+    const inference::ModelMetadataRequest* request,
+    inference::ModelMetadataResponse* response) {
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      FindModel(request->name(), request->version());
+  if (weight.ok()) {
+    FillKServeModelMetadata((*weight)->name, (*weight)->packed.spec(),
+                            response);
+  }
+  return FinishNow(context, weight.status());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
+    grpc::CallbackServerContext* context,
+    const inference::ModelInferRequest* request,
+    inference::ModelInferResponse* response) {
+  return FinishNow(context, Infer(*request, response));
+}
+
+}  // namespace nibble::server

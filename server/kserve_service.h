@@ -1,0 +1,75 @@
+// The Open Inference Protocol (KServe v2) face of nibbled, so that generic
+// inference clients can call it: every resident weight is served as a model
+// (see kserve_conversions.h for the tensor mapping), and ModelInfer runs the
+// same matmul as nibble.v1 Matmul. Every method answers on the thread that
+// received it through the callback API; none blocks.
+//
+// Example:
+//   nibble::server::KServeServiceImpl kserve(&store, &runner);
+//   grpc::ServerBuilder builder;
+//   builder.RegisterService(&kserve);
+#ifndef NIBBLE_SERVER_KSERVE_SERVICE_H_
+#define NIBBLE_SERVER_KSERVE_SERVICE_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/grpcpp.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
+#include "server/matmul_runner.h"
+#include "server/weight_store.h"
+
+namespace nibble::server {
+
+class KServeServiceImpl final
+    : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // Both must outlive the service.
+  KServeServiceImpl(const WeightStore* store, const MatmulRunner* runner);
+
+  grpc::ServerUnaryReactor* ServerLive(
+      grpc::CallbackServerContext* context,
+      const inference::ServerLiveRequest* request,
+      inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(
+      grpc::CallbackServerContext* context,
+      const inference::ServerReadyRequest* request,
+      inference::ServerReadyResponse* response) override;
+  // ready=false with status OK for an unknown model or version, as Triton
+  // answers: the question is answered, the model just is not ready.
+  grpc::ServerUnaryReactor* ModelReady(
+      grpc::CallbackServerContext* context,
+      const inference::ModelReadyRequest* request,
+      inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ServerMetadataRequest* request,
+      inference::ServerMetadataResponse* response) override;
+  // NOT_FOUND for an unknown model or version.
+  grpc::ServerUnaryReactor* ModelMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ModelMetadataRequest* request,
+      inference::ModelMetadataResponse* response) override;
+  // NOT_FOUND for an unknown model or version, INVALID_ARGUMENT for a bad
+  // input.
+  grpc::ServerUnaryReactor* ModelInfer(
+      grpc::CallbackServerContext* context,
+      const inference::ModelInferRequest* request,
+      inference::ModelInferResponse* response) override;
+
+ private:
+  // The resident weight serving `model_name` at `version`.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> FindModel(
+      absl::string_view model_name, absl::string_view version) const;
+  absl::Status Infer(const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response) const;
+
+  const WeightStore* store_;
+  const MatmulRunner* runner_;
+};
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_KSERVE_SERVICE_H_
