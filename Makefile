@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo bench kernels clean format
+.PHONY: all deps configure build test demo bench load-bench kernels clean format
 
 all: build
 
@@ -31,6 +31,10 @@ bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibble-bench
 	@mkdir -p $(BUILD_DIR)/bench
 	$(BUILD_DIR)/bin/nibble-bench --json=$(BUILD_DIR)/bench/results.jsonl
+
+# nibble-load's rate and stall targets against a nibbled on loopback.
+load-bench: build
+	bench/load_rate.sh $(BUILD_DIR)/bin
 
 # The kernels alone, their tests and benchmark: no gRPC needed (GPU machines).
 kernels:

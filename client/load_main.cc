@@ -1,10 +1,13 @@
-// nibble-load: a load generator for a nibble server. Closed loop, each worker
-// thread sends Matmul requests back to back over one of a few connections.
-// Open loop (--rate), one thread sends asynchronous requests at scheduled
-// times whatever the replies do, and latency counts from each request's
-// scheduled send time, so a stalled server shows in the percentiles. The
-// report gives throughput, latency percentiles from log-bucketed histograms,
-// and errors by status code; --json writes it as one JSON object. A sweep
+// nibble-load: a load generator for nibble servers. Closed loop
+// (--concurrency C), C chains of requests each send the next as the previous
+// one's reply comes. Open loop (--rate), one thread sends at scheduled times
+// whatever the replies do, and latency counts from each request's scheduled
+// send time, so a stalled server shows in the percentiles. Requests go out
+// asynchronously as unary Matmul, over MatmulStreams or as KServe ModelInfer
+// (--api), to one target, a list, or a name balanced round-robin; --verify
+// checks replies against the float64 reference. The report gives throughput,
+// latency percentiles from log-bucketed histograms, errors by status code and
+// a per-second series; --json writes it as one JSON object. A sweep
 // (--sweep_rate, --sweep_concurrency) runs one such step per load level, stops
 // at the first step over the --slo or with errors, and can also write a CSV
 // row per step and an SVG plot of throughput and latency against load.
@@ -70,7 +73,8 @@ ABSL_FLAG(std::optional<std::string>, scales, std::nullopt,
 ABSL_FLAG(std::optional<std::string>, zeros, std::nullopt,
           "--verify: zeros file of the weight (u4 only)");
 ABSL_FLAG(int, concurrency, 8,
-          "closed loop: worker threads, each keeping one request in flight");
+          "closed loop: requests kept in flight, each sent as the previous "
+          "one's reply comes");
 ABSL_FLAG(double, rate, 0,
           "requests per second; when given, open loop instead of "
           "--concurrency: requests go out on schedule however slow the "
@@ -171,25 +175,29 @@ int UsageError(absl::string_view message) {
 
 std::string Usage() {
   return absl::StrCat(
-      "usage: nibble-load --name NAME [--target HOST:PORT] [--m M] "
-      "[--dtype f32|f16|bf16]\n"
+      "usage: nibble-load --name NAME [--target HOST:PORT[,HOST:PORT...] | "
+      "dns:///NAME:PORT]\n"
+      "                   [--api Matmul|MatmulStream|ModelInfer] [--m M] "
+      "[--dtype f32|f16|bf16] [--input FILE]\n"
       "                   [--concurrency C | --rate R [--arrival "
       "constant|poisson] [--seed S]\n"
       "                   [--requests N] [--max_in_flight F]] [--connections "
-      "N] "
-      "[--timeout DURATION]\n"
+      "N] [--timeout DURATION]\n"
       "                   [--duration SECONDS] [--warmup SECONDS] "
       "[--json FILE] [--csv FILE]\n"
+      "                   [--verify N (--random SEED | --qweight FILE "
+      "--scales FILE [--zeros FILE])\n"
+      "                    [--tolerance X]]\n"
       "       nibble-load --name NAME (--sweep_rate FROM:TO:STEP | "
       "--sweep_concurrency FROM:TO:STEP)\n"
       "                   [--step_duration SECONDS] [--slo MS] [--plot "
       "FILE.svg] [other flags as above]\n\n"
-      "Sends Matmul requests on a resident weight back to back from C "
-      "threads (closed loop), or\nat R requests/s whatever the replies "
-      "(open loop; latency counts from each request's\nscheduled send time), "
-      "then reports throughput and latency percentiles. A sweep runs\none "
-      "step per rate or concurrency and stops at the first step whose p99 "
-      "exceeds --slo\nor that has errors. Exits 1 when no request "
+      "Sends requests on a resident weight, C at a time (closed loop), or at "
+      "R requests/s\nwhatever the replies (open loop; latency counts from "
+      "each request's scheduled send\ntime), then reports throughput, "
+      "latency percentiles and errors by status code. A sweep\nruns one step "
+      "per rate or concurrency and stops at the first step whose p99 "
+      "exceeds\n--slo or that has errors. Exits 1 when no request "
       "succeeded.\n\nflags:\n",
       DescribeFlags(kFlags));
 }

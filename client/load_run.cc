@@ -112,9 +112,10 @@ void ShowProgress(LoadRecorder& recorder, Clock::time_point measure_start,
     std::cerr << absl::StrFormat(
         "\r%4ds %-9s %8d replies/s %6d errors/s  p50 %s  p99 %s  (%d ok, %d "
         "errors) \x1b[K",
-        second.second + 1, second.second < 0 ? "warmup" : "measuring",
-        second.ok + second.errors, second.errors, Milliseconds(second.p50_us),
-        Milliseconds(second.p99_us), progress.ok, progress.errors);
+        second.second < 0 ? second.second : second.second + 1,
+        second.second < 0 ? "warmup" : "measuring", second.ok + second.errors,
+        second.errors, Milliseconds(second.p50_us), Milliseconds(second.p99_us),
+        progress.ok, progress.errors);
   }
   std::cerr << "\r\x1b[K";
 }
