@@ -48,3 +48,10 @@ clean:
 
 format:
 	git ls-files '*.h' '*.cc' | xargs clang-format -i
+
+# Dynamic batching's target: 64 clients of M = 1 on a 4096x4096 u4b8 weight,
+# nibbled with batching on and off (--max_batch_rows=1), and the ratio.
+.PHONY: batching-bench
+batching-bench: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load
+	bench/batching_bench.sh $(BUILD_DIR)/bin

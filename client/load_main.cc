@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "client/arrival_schedule.h"
 #include "client/command_line.h"
+#include "client/connection_flags.h"
 #include "client/load_report.h"
 #include "client/load_run.h"
 #include "client/matrix_bytes.h"
@@ -130,7 +131,9 @@ constexpr absl::string_view kFlags[] = {"target",        "name",
                                         "json",          "csv",
                                         "sweep_rate",    "sweep_concurrency",
                                         "step_duration", "slo",
-                                        "plot"};
+                                        "plot",          "tls",
+                                        "tls_ca",        "tls_cert",
+                                        "tls_key",       "auth_token_file"};
 
 // Flags that only make sense with --verify.
 constexpr absl::string_view kVerifyFlags[] = {"tolerance", "random", "qweight",
@@ -188,6 +191,8 @@ std::string Usage() {
       "                   [--verify N (--random SEED | --qweight FILE "
       "--scales FILE [--zeros FILE])\n"
       "                    [--tolerance X]]\n"
+      "                   [--tls | --tls_ca FILE] [--tls_cert FILE --tls_key "
+      "FILE] [--auth_token_file FILE]\n"
       "       nibble-load --name NAME (--sweep_rate FROM:TO:STEP | "
       "--sweep_concurrency FROM:TO:STEP)\n"
       "                   [--step_duration SECONDS] [--slo MS] [--plot "
@@ -336,6 +341,9 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
     return absl::InvalidArgumentError(
         "--name is required: the resident weight to multiply with");
   }
+  absl::StatusOr<ConnectionOptions> connection = ConnectionOptionsFromFlags();
+  if (!connection.ok()) return connection.status();
+  config.connection = *std::move(connection);
   absl::StatusOr<client::LoadApi> api =
       client::ParseLoadApi(absl::GetFlag(FLAGS_api));
   if (!api.ok()) return api.status();
@@ -417,7 +425,8 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
 absl::StatusOr<WeightSpec> LookUpWeight(const LoadConfig& config) {
   std::optional<WeightSpec> first;
   for (const std::string& target : config.targets) {
-    NibbleClient client(CreateChannel(target), config.timeout);
+    NibbleClient client(CreateChannel(target, config.connection),
+                        config.timeout);
     absl::StatusOr<v1::WeightInfo> info = client.GetWeight(config.name);
     if (!info.ok()) {
       return absl::Status(

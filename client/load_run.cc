@@ -219,8 +219,8 @@ std::vector<std::shared_ptr<grpc::Channel>> ConnectChannels(
     grpc::ChannelArguments arguments = DefaultChannelArguments();
     arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     arguments.SetLoadBalancingPolicyName("round_robin");
-    channels.push_back(
-        CreateChannel(config.targets[i % config.targets.size()], arguments));
+    channels.push_back(CreateChannel(config.targets[i % config.targets.size()],
+                                     config.connection, arguments));
   }
   return channels;
 }

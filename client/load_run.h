@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "client/arrival_schedule.h"
 #include "client/load_recorder.h"
+#include "client/nibble_client.h"
 #include "client/request_sender.h"
 #include "client/sweep_range.h"
 #include "grpcpp/channel.h"
@@ -45,6 +46,7 @@ struct LoadConfig {
   // One or more targets, as given: HOST:PORT or a gRPC name such as
   // dns:///HOST:PORT.
   std::vector<std::string> targets;
+  ConnectionOptions connection;
   std::string name;
   LoadApi api = LoadApi::kMatmul;
   int64_t m = 1;

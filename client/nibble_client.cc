@@ -1,12 +1,15 @@
 #include "client/nibble_client.h"
 
 #include <bit>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/support/status.h"
 #include "proto/conversions.h"
 
@@ -28,6 +31,44 @@ absl::string_view AsBytes(const std::vector<T>& values) {
                            values.size() * sizeof(T));
 }
 
+// Adds the bearer token to the metadata of every call. Call credentials would
+// do it too, but gRPC sends those over TLS only, and a token on a loopback or
+// in-cluster plain connection is still worth checking.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string* header)
+      : header_(header) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", *header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(absl::string_view token)
+      : header_(absl::StrCat("Bearer ", token)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerTokenInterceptor(&header_);
+  }
+
+ private:
+  // Lives as long as the channel, which owns the factory.
+  const std::string header_;
+};
+
 }  // namespace
 
 grpc::ChannelArguments DefaultChannelArguments() {
@@ -37,9 +78,26 @@ grpc::ChannelArguments DefaultChannelArguments() {
 }
 
 std::shared_ptr<grpc::Channel> CreateChannel(
-    absl::string_view target, const grpc::ChannelArguments& arguments) {
-  return grpc::CreateCustomChannel(
-      std::string(target), grpc::InsecureChannelCredentials(), arguments);
+    absl::string_view target, const ConnectionOptions& connection,
+    const grpc::ChannelArguments& arguments) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (connection.tls) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = connection.tls_ca;
+    tls.pem_cert_chain = connection.tls_cert;
+    tls.pem_private_key = connection.tls_key;
+    credentials = grpc::SslCredentials(tls);
+  }
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  if (!connection.auth_token.empty()) {
+    interceptors.push_back(
+        std::make_unique<BearerTokenInterceptorFactory>(connection.auth_token));
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      std::string(target), credentials, arguments, std::move(interceptors));
 }
 
 NibbleClient::NibbleClient(std::shared_ptr<grpc::Channel> channel,

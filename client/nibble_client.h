@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -40,9 +41,22 @@ inline constexpr size_t kMaxUploadChunkBytes = size_t{1} << 20;
 // in size, since an output C [M, N] easily exceeds gRPC's default 4 MiB.
 grpc::ChannelArguments DefaultChannelArguments();
 
-// An insecure channel to `target` (HOST:PORT); it connects on first use.
+// How to reach a server beyond its address: TLS, and a bearer token.
+struct ConnectionOptions {
+  bool tls = false;
+  // PEM. Empty: the system's roots.
+  std::string tls_ca;
+  // PEM: the client's certificate and key, for servers that require one.
+  std::string tls_cert;
+  std::string tls_key;
+  // Sent as "authorization: Bearer TOKEN" on every call when not empty.
+  std::string auth_token;
+};
+
+// A channel to `target` (HOST:PORT, or any gRPC name); it connects on first
+// use. Plain unless `connection.tls`.
 std::shared_ptr<grpc::Channel> CreateChannel(
-    absl::string_view target,
+    absl::string_view target, const ConnectionOptions& connection = {},
     const grpc::ChannelArguments& arguments = DefaultChannelArguments());
 
 // Thread-safe: calls may run concurrently from several threads.

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/command_line.h"
+#include "client/connection_flags.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
 #include "client/weight_files.h"
@@ -70,7 +71,9 @@ namespace nibble {
 namespace {
 
 // Every subcommand takes these, besides the flags its synopsis names.
-constexpr absl::string_view kConnectionFlags[] = {"target", "timeout"};
+constexpr absl::string_view kConnectionFlags[] = {
+    "target",  "timeout",        "tls", "tls_ca", "tls_cert",
+    "tls_key", "auth_token_file"};
 
 int UsageError(absl::string_view message) {
   std::cerr << "nibble: " << message << "\n";
@@ -415,7 +418,9 @@ std::string Indent(absl::string_view text, absl::string_view indent) {
 std::string Usage() {
   std::string usage =
       "usage: nibble <subcommand> [--target HOST:PORT] [--timeout DURATION] "
-      "[flags]\n\nsubcommands:\n";
+      "[flags]\n"
+      "              [--tls | --tls_ca FILE] [--tls_cert FILE --tls_key FILE] "
+      "[--auth_token_file FILE]\n\nsubcommands:\n";
   std::vector<std::string> flag_names(std::begin(kConnectionFlags),
                                       std::end(kConnectionFlags));
   for (const Subcommand& subcommand : kSubcommands) {
@@ -489,7 +494,10 @@ int Main(int argc, char* argv[]) {
     return UsageError(absl::StrCat("--timeout must be positive, got ",
                                    absl::FormatDuration(timeout)));
   }
-  NibbleClient client(CreateChannel(absl::GetFlag(FLAGS_target)), timeout);
+  absl::StatusOr<ConnectionOptions> connection = ConnectionOptionsFromFlags();
+  if (!connection.ok()) return UsageError(connection.status().message());
+  NibbleClient client(CreateChannel(absl::GetFlag(FLAGS_target), *connection),
+                      timeout);
   const int exit_code = subcommand->run(client);
   if (exit_code == kExitUsage) std::cerr << usage_line << "\n";
   return exit_code;

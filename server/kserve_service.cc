@@ -23,8 +23,8 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 }  // namespace
 
 KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
-                                     const MatmulRunner* runner)
-    : store_(store), runner_(runner) {}
+                                     MatmulBatcher* batcher)
+    : store_(store), batcher_(batcher) {}
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>>
 KServeServiceImpl::FindModel(absl::string_view model_name,
@@ -40,20 +40,12 @@ KServeServiceImpl::FindModel(absl::string_view model_name,
   return weight;
 }
 
-absl::Status KServeServiceImpl::Infer(
-    const inference::ModelInferRequest& request,
-    inference::ModelInferResponse* response) const {
+absl::StatusOr<v1::MatmulRequest> KServeServiceImpl::ToMatmulRequest(
+    const inference::ModelInferRequest& request) const {
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       FindModel(request.model_name(), request.model_version());
   if (!weight.ok()) return weight.status();
-  absl::StatusOr<v1::MatmulRequest> matmul =
-      MatmulRequestFromKServe(request, (*weight)->packed.spec());
-  if (!matmul.ok()) return matmul.status();
-  absl::StatusOr<v1::MatmulResponse> result =
-      RunMatmulRpc(*store_, *runner_, *matmul);
-  if (!result.ok()) return result.status();
-  FillKServeInferResponse(request, *std::move(result), response);
-  return absl::OkStatus();
+  return MatmulRequestFromKServe(request, (*weight)->packed.spec());
 }
 
 grpc::ServerUnaryReactor* KServeServiceImpl::ServerLive(
@@ -106,7 +98,18 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
     grpc::CallbackServerContext* context,
     const inference::ModelInferRequest* request,
     inference::ModelInferResponse* response) {
-  return FinishNow(context, Infer(*request, response));
+  absl::StatusOr<v1::MatmulRequest> matmul = ToMatmulRequest(*request);
+  if (!matmul.ok()) return FinishNow(context, matmul.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  SubmitMatmulRpc(
+      *store_, *batcher_, *std::move(matmul), CallOf(context),
+      [reactor, request, response](absl::StatusOr<v1::MatmulResponse> result) {
+        if (result.ok()) {
+          FillKServeInferResponse(*request, *std::move(result), response);
+        }
+        reactor->Finish(ToGrpcStatus(result.status()));
+      });
+  return reactor;
 }
 
 }  // namespace nibble::server

@@ -1,11 +1,12 @@
 // The Open Inference Protocol (KServe v2) face of nibbled, so that generic
 // inference clients can call it: every resident weight is served as a model
 // (see kserve_conversions.h for the tensor mapping), and ModelInfer runs the
-// same matmul as nibble.v1 Matmul. Every method answers on the thread that
-// received it through the callback API; none blocks.
+// same matmul as nibble.v1 Matmul, through the same batcher. Every method
+// uses the callback API and none blocks: ModelInfer is answered from the
+// batcher's thread, the others on the thread that received them.
 //
 // Example:
-//   nibble::server::KServeServiceImpl kserve(&store, &runner);
+//   nibble::server::KServeServiceImpl kserve(&store, &batcher);
 //   grpc::ServerBuilder builder;
 //   builder.RegisterService(&kserve);
 #ifndef NIBBLE_SERVER_KSERVE_SERVICE_H_
@@ -18,7 +19,8 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/grpcpp.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
-#include "server/matmul_runner.h"
+#include "nibble/v1/nibble.pb.h"
+#include "server/batcher.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -27,7 +29,7 @@ class KServeServiceImpl final
     : public inference::GRPCInferenceService::CallbackService {
  public:
   // Both must outlive the service.
-  KServeServiceImpl(const WeightStore* store, const MatmulRunner* runner);
+  KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -63,11 +65,12 @@ class KServeServiceImpl final
   // The resident weight serving `model_name` at `version`.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> FindModel(
       absl::string_view model_name, absl::string_view version) const;
-  absl::Status Infer(const inference::ModelInferRequest& request,
-                     inference::ModelInferResponse* response) const;
+  // The nibble.v1 request that `request` asks for.
+  absl::StatusOr<v1::MatmulRequest> ToMatmulRequest(
+      const inference::ModelInferRequest& request) const;
 
   const WeightStore* store_;
-  const MatmulRunner* runner_;
+  MatmulBatcher* batcher_;
 };
 
 }  // namespace nibble::server

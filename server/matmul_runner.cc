@@ -10,12 +10,9 @@ namespace nibble::server {
 MatmulRunner::MatmulRunner(const Scheduler* scheduler, ThreadPool* pool)
     : scheduler_(scheduler), pool_(pool) {}
 
-absl::StatusOr<MatmulResult> MatmulRunner::Run(const PackedWeight& weight,
-                                               absl::string_view weight_name,
-                                               int64_t m, int64_t k,
-                                               DType dtype,
-                                               absl::string_view a) const {
-  const WeightSpec& spec = weight.spec();
+absl::Status CheckMatmulShape(const WeightSpec& spec,
+                              absl::string_view weight_name, int64_t m,
+                              int64_t k, DType dtype, size_t a_bytes) {
   if (m <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("m=", m, ": A needs at least one row"));
@@ -28,13 +25,28 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(const PackedWeight& weight,
   const int64_t element_bytes = DTypeSize(dtype);
   const int64_t row_bytes = spec.k * element_bytes;
   // Checked before multiplying, so that a huge m cannot overflow.
-  if (m > static_cast<int64_t>(a.size()) / row_bytes ||
-      m * row_bytes != static_cast<int64_t>(a.size())) {
+  if (m > static_cast<int64_t>(a_bytes) / row_bytes ||
+      m * row_bytes != static_cast<int64_t>(a_bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "A has ", a.size(), " bytes but m=", m, " rows of k=", spec.k, " ",
+        "A has ", a_bytes, " bytes but m=", m, " rows of k=", spec.k, " ",
         DTypeName(dtype), " values need ", absl::StrCat(m, " x ", row_bytes),
         " bytes"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MatmulResult> MatmulRunner::Run(const PackedWeight& weight,
+                                               absl::string_view weight_name,
+                                               int64_t m, int64_t k,
+                                               DType dtype,
+                                               absl::string_view a) const {
+  const WeightSpec& spec = weight.spec();
+  if (absl::Status status =
+          CheckMatmulShape(spec, weight_name, m, k, dtype, a.size());
+      !status.ok()) {
+    return status;
+  }
+  const int64_t element_bytes = DTypeSize(dtype);
   const GemmProblem problem =
       MakeGemmProblem(weight, m, dtype, pool_->threads());
   absl::StatusOr<const GemmKernel*> kernel = scheduler_->Pick(problem);
@@ -53,6 +65,14 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(const PackedWeight& weight,
                                std::chrono::steady_clock::now() - start)
                                .count();
   return result;
+}
+
+bool MatmulRunner::LosesPrecision(const PackedWeight& weight, int64_t m,
+                                  DType dtype) const {
+  absl::StatusOr<const GemmKernel*> kernel =
+      scheduler_->Pick(MakeGemmProblem(weight, m, dtype, pool_->threads()));
+  return kernel.ok() && (*kernel)->RoundsActivationsToBf16() &&
+         dtype != DType::kBF16;
 }
 
 }  // namespace nibble::server

@@ -8,9 +8,11 @@
 #ifndef NIBBLE_SERVER_MATMUL_RUNNER_H_
 #define NIBBLE_SERVER_MATMUL_RUNNER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
@@ -26,18 +28,27 @@ struct MatmulResult {
   int64_t compute_time_ns = 0;
 };
 
+// `k` is the request's K, 0 for the weight's. INVALID_ARGUMENT, naming the
+// mismatch, when m is not positive, k differs from the weight's, or
+// `a_bytes` is not the size of m * K elements of dtype.
+absl::Status CheckMatmulShape(const WeightSpec& spec,
+                              absl::string_view weight_name, int64_t m,
+                              int64_t k, DType dtype, size_t a_bytes);
+
 class MatmulRunner {
  public:
   // Both must outlive the runner.
   MatmulRunner(const Scheduler* scheduler, ThreadPool* pool);
 
-  // `k` is the request's K, 0 for the weight's. INVALID_ARGUMENT, naming the
-  // mismatch, when m is not positive, k differs from the weight's, or `a`
-  // does not hold m * K elements of dtype.
+  // INVALID_ARGUMENT as CheckMatmulShape answers.
   absl::StatusOr<MatmulResult> Run(const PackedWeight& weight,
                                    absl::string_view weight_name, int64_t m,
                                    int64_t k, DType dtype,
                                    absl::string_view a) const;
+
+  // Whether Run on `m` rows would round A below the precision of `dtype`:
+  // the kernel it picks rounds activations to bf16 and dtype is not bf16.
+  bool LosesPrecision(const PackedWeight& weight, int64_t m, DType dtype) const;
 
  private:
   const Scheduler* scheduler_;

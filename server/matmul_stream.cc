@@ -10,8 +10,11 @@
 namespace nibble::server {
 
 MatmulStreamReactor::MatmulStreamReactor(const WeightStore* store,
-                                         const MatmulRunner* runner)
-    : store_(store), runner_(runner) {
+                                         MatmulBatcher* batcher,
+                                         grpc::CallbackServerContext* context)
+    : store_(store),
+      batcher_(batcher),
+      deadline_(absl::FromChrono(context->deadline())) {
   mu_.Lock();
   Drive();
 }
@@ -58,7 +61,13 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
                  " has no `request`; set it to the MatmulRequest to run")));
     return;
   }
-  Complete(request.id(), RunMatmulRpc(*store_, *runner_, request.request()));
+  const uint64_t id = request.id();
+  SubmitMatmulRpc(
+      *store_, *batcher_, std::move(*request.mutable_request()),
+      {.deadline = deadline_, .is_cancelled = [this] { return Failed(); }},
+      [this, id](absl::StatusOr<v1::MatmulResponse> result) {
+        Complete(id, std::move(result));
+      });
 }
 
 void MatmulStreamReactor::OnWriteDone(bool ok) {
@@ -86,6 +95,11 @@ void MatmulStreamReactor::OnDone() {
   const bool delete_now = !driving_ && unanswered_ == 0;
   mu_.Unlock();
   if (delete_now) delete this;
+}
+
+bool MatmulStreamReactor::Failed() const {
+  absl::MutexLock lock(&mu_);
+  return failure_.has_value();
 }
 
 void MatmulStreamReactor::Fail(grpc::Status status) {

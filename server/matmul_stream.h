@@ -6,11 +6,12 @@
 // reply per request carrying it, and must tell them apart itself.
 //
 // Example (in a callback service method):
-//   return new nibble::server::MatmulStreamReactor(store, runner);
+//   return new nibble::server::MatmulStreamReactor(store, batcher, context);
 //
-// Today each request runs inline in OnReadDone; Complete() is the completion
-// path and may be called from any thread, so that a batcher can later answer
-// requests asynchronously.
+// Each request read is submitted to the batcher, which answers it through
+// Complete() from its own thread; requests of a stream may share batches with
+// each other and with other calls. Once the stream has failed, requests still
+// queued count as cancelled and never run.
 //
 // State machine (all fields guarded by mu_):
 //   reading:   at most one StartRead in flight; the next one starts only
@@ -42,9 +43,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.pb.h"
-#include "server/matmul_runner.h"
+#include "server/batcher.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -56,8 +58,10 @@ class MatmulStreamReactor final
   // Replies owed before reading pauses.
   static constexpr int64_t kMaxOwedReplies = 64;
 
-  // Starts reading. Both must outlive the reactor.
-  MatmulStreamReactor(const WeightStore* store, const MatmulRunner* runner);
+  // Starts reading. `store` and `batcher` must outlive the reactor; requests
+  // get the call's deadline.
+  MatmulStreamReactor(const WeightStore* store, MatmulBatcher* batcher,
+                      grpc::CallbackServerContext* context);
 
   // Answers the request `id` that was read earlier; exactly once per request
   // read. Thread-safe; the reactor may be deleted before it returns.
@@ -83,11 +87,15 @@ class MatmulStreamReactor final
   Operation NextOperation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the stream with `status` unless it is already stopping.
   void Fail(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether nobody would receive answers any more. Asked by the batcher
+  // instead of the context, which may be gone before the last Complete.
+  bool Failed() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const WeightStore* const store_;
-  const MatmulRunner* const runner_;
+  MatmulBatcher* const batcher_;
+  const absl::Time deadline_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Filled by the read in flight; only touched by gRPC while reading_.
   v1::MatmulStreamRequest request_;
   // The reply being written; must stay unchanged while writing_.

@@ -13,11 +13,29 @@ NibbleServer::NibbleServer(const ServerOptions& options,
                            std::vector<const GemmKernel*> kernels)
     : pool_(options.threads),
       scheduler_(std::move(kernels), options.tuning_table),
+      data_dir_(options.data_dir.empty()
+                    ? std::nullopt
+                    : std::make_optional<WeightDirectory>(options.data_dir)),
       runner_(&scheduler_, &pool_),
-      service_(&store_, &runner_),
-      kserve_service_(&store_, &runner_) {}
+      batcher_(options.batching, BackendOf(&runner_)),
+      service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr),
+      kserve_service_(&store_, &batcher_) {}
 
 NibbleServer::~NibbleServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::Status NibbleServer::LoadWeights() {
+  if (!data_dir_.has_value()) return absl::OkStatus();
+  if (absl::Status status = data_dir_->Prepare(); !status.ok()) return status;
+  absl::StatusOr<LoadReport> report =
+      data_dir_->LoadAll([this](WeightFile file) -> absl::Status {
+        absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(file.weight);
+        if (!packed.ok()) return packed.status();
+        return store_.Insert(std::move(file.name), *std::move(packed));
+      });
+  if (!report.ok()) return report.status();
+  data_dir_report_ = *std::move(report);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
     const ServerOptions& options, std::vector<const GemmKernel*> kernels) {
@@ -26,6 +44,9 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
 
   std::unique_ptr<NibbleServer> server(
       new NibbleServer(options, std::move(kernels)));
+  if (absl::Status status = server->LoadWeights(); !status.ok()) {
+    return status;
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &server->port_);

@@ -12,6 +12,7 @@
 #define NIBBLE_SERVER_NIBBLE_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,11 @@
 #include "kernels/scheduler.h"
 #include "kernels/thread_pool.h"
 #include "kernels/tuning_table.h"
+#include "server/batcher.h"
 #include "server/kserve_service.h"
 #include "server/matmul_runner.h"
 #include "server/nibble_service.h"
+#include "server/weight_directory.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -38,12 +41,20 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // Which kernel variant wins for which shape (nibbled --tuning_table).
   TuningTable tuning_table = TuningTable::Default();
+  // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
+  // --max_batch_delay_us, --max_queue_rows).
+  BatcherOptions batching;
+  // Where every uploaded weight is kept and reloaded from at start
+  // (nibbled --data_dir); empty to keep weights in memory only.
+  std::string data_dir;
 };
 
 class NibbleServer {
  public:
-  // Starts serving. The kernels must outlive the server. UNAVAILABLE when
-  // the address cannot be bound.
+  // Loads the weights in options.data_dir, then starts serving. The kernels
+  // must outlive the server. FAILED_PRECONDITION when the data directory
+  // cannot be created, listed or written; UNAVAILABLE when the address cannot
+  // be bound.
   static absl::StatusOr<std::unique_ptr<NibbleServer>> Start(
       const ServerOptions& options, std::vector<const GemmKernel*> kernels);
 
@@ -51,6 +62,9 @@ class NibbleServer {
 
   int port() const { return port_; }
   int threads() const { return pool_.threads(); }
+  // What Start found in options.data_dir: all zero and empty without one.
+  const LoadReport& data_dir_report() const { return data_dir_report_; }
+  BatcherStats batcher_stats() const { return batcher_.Stats(); }
   // Stops accepting calls, lets in-flight calls finish until `grace` has
   // passed, then cancels the rest.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
@@ -60,11 +74,17 @@ class NibbleServer {
  private:
   NibbleServer(const ServerOptions& options,
                std::vector<const GemmKernel*> kernels);
+  // Fills the store from data_dir_, and data_dir_report_.
+  absl::Status LoadWeights();
 
   ThreadPool pool_;
   Scheduler scheduler_;
   WeightStore store_;
+  std::optional<WeightDirectory> data_dir_;
+  LoadReport data_dir_report_;
   MatmulRunner runner_;
+  // Outlives the services and the gRPC server, whose calls it answers.
+  MatmulBatcher batcher_;
   NibbleServiceImpl service_;
   KServeServiceImpl kserve_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -12,9 +12,9 @@
 
 namespace nibble::server {
 
-NibbleServiceImpl::NibbleServiceImpl(WeightStore* store,
-                                     const MatmulRunner* runner)
-    : store_(store), runner_(runner) {}
+NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
+                                     const WeightDirectory* data_dir)
+    : store_(store), batcher_(batcher), data_dir_(data_dir) {}
 
 absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
@@ -30,7 +30,7 @@ absl::Status NibbleServiceImpl::Upload(
           !status.ok()) {
         return status;
       }
-      // Refused before any data is sent; Insert checks again at the end.
+      // Refused before any data is sent; checked again at the end.
       if (absl::Status status = store_->CheckNameFree(upload.name());
           !status.ok()) {
         return status;
@@ -58,14 +58,28 @@ absl::Status NibbleServiceImpl::Upload(
   absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(*weight);
   if (!packed.ok()) return packed.status();
   const std::string name = upload.name();
-  if (absl::Status status = store_->Insert(name, *std::move(packed));
-      !status.ok()) {
-    return status;
+  {
+    absl::MutexLock lock(&commit_mutex_);
+    if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
+      return status;
+    }
+    if (data_dir_ != nullptr) {
+      if (absl::Status status = data_dir_->Save(name, *weight); !status.ok()) {
+        return absl::Status(status.code(), absl::StrCat("weight \"", name,
+                                                        "\" was not stored: ",
+                                                        status.message()));
+      }
+    }
+    if (absl::Status status = store_->Insert(name, *std::move(packed));
+        !status.ok()) {
+      if (data_dir_ != nullptr) data_dir_->Remove(name).IgnoreError();
+      return status;
+    }
+    absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored =
+        store_->Get(name);
+    if (!stored.ok()) return stored.status();
+    FillWeightInfo(**stored, response);
   }
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored =
-      store_->Get(name);
-  if (!stored.ok()) return stored.status();
-  FillWeightInfo(**stored, response);
   return absl::OkStatus();
 }
 
@@ -98,6 +112,22 @@ grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext*,
 grpc::Status NibbleServiceImpl::DeleteWeight(
     grpc::ServerContext*, const v1::DeleteWeightRequest* request,
     v1::DeleteWeightResponse*) {
+  absl::MutexLock lock(&commit_mutex_);
+  // The file goes first, so that when it cannot be deleted the weight is
+  // still both served and on disk.
+  if (data_dir_ != nullptr) {
+    if (absl::Status status = store_->Get(request->name()).status();
+        !status.ok()) {
+      return ToGrpcStatus(status);
+    }
+    if (absl::Status status = data_dir_->Remove(request->name());
+        !status.ok()) {
+      return ToGrpcStatus(
+          absl::Status(status.code(),
+                       absl::StrCat("weight \"", request->name(),
+                                    "\" was not deleted: ", status.message())));
+    }
+  }
   return ToGrpcStatus(store_->Remove(request->name()));
 }
 
@@ -105,16 +135,18 @@ grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
     grpc::CallbackServerContext* context, const v1::MatmulRequest* request,
     v1::MatmulResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<v1::MatmulResponse> result =
-      RunMatmulRpc(*store_, *runner_, *request);
-  if (result.ok()) *response = *std::move(result);
-  reactor->Finish(ToGrpcStatus(result.status()));
+  SubmitMatmulRpc(
+      *store_, *batcher_, *request, CallOf(context),
+      [reactor, response](absl::StatusOr<v1::MatmulResponse> result) {
+        if (result.ok()) *response = *std::move(result);
+        reactor->Finish(ToGrpcStatus(result.status()));
+      });
   return reactor;
 }
 
 grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
-NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext*) {
-  return new MatmulStreamReactor(store_, runner_);
+NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
+  return new MatmulStreamReactor(store_, batcher_, context);
 }
 
 }  // namespace nibble::server

@@ -1,19 +1,23 @@
 // The gRPC face of nibble.v1.NibbleService: it decodes requests, hands them to
-// the weight store and the matmul runner, and turns their absl::Status into
-// gRPC status at the edge. It holds no state of its own. Matmul and
-// MatmulStream use the callback API, so that a request runs on the thread that
-// received it instead of being handed to a synchronous worker.
+// the weight store and the matmul batcher, and turns their absl::Status into
+// gRPC status at the edge. Its only state is a lock that keeps the weight
+// store and the data directory (nibbled --data_dir) in step: an upload is on
+// disk before it is acknowledged. Matmul and MatmulStream use the callback
+// API: a request is queued on the batcher and answered from its thread, so
+// gRPC's threads never wait for a kernel.
 //
 // Example:
-//   nibble::server::NibbleServiceImpl service(&store, &runner);
+//   nibble::server::NibbleServiceImpl service(&store, &batcher);
 //   grpc::ServerBuilder builder;
 //   builder.RegisterService(&service);
 #ifndef NIBBLE_SERVER_NIBBLE_SERVICE_H_
 #define NIBBLE_SERVER_NIBBLE_SERVICE_H_
 
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "server/matmul_runner.h"
+#include "server/batcher.h"
+#include "server/weight_directory.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -23,8 +27,10 @@ class NibbleServiceImpl final
           v1::NibbleService::WithCallbackMethod_MatmulStream<
               v1::NibbleService::Service>> {
  public:
-  // Both must outlive the service.
-  NibbleServiceImpl(WeightStore* store, const MatmulRunner* runner);
+  // All must outlive the service. Without `data_dir` weights live only in
+  // memory.
+  NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
+                    const WeightDirectory* data_dir = nullptr);
 
   grpc::Status UploadWeight(grpc::ServerContext* context,
                             grpc::ServerReader<v1::UploadWeightRequest>* reader,
@@ -50,7 +56,13 @@ class NibbleServiceImpl final
                       v1::WeightInfo* response);
 
   WeightStore* store_;
-  const MatmulRunner* runner_;
+  MatmulBatcher* batcher_;
+  const WeightDirectory* data_dir_;
+  // Held from an upload's last name check until its weight is in the store,
+  // and while a weight is deleted, so that two uploads of one name cannot
+  // both write its file and a file never outlives its weight. A slow disk
+  // delays other uploads and deletes, never matmuls.
+  absl::Mutex commit_mutex_;
 };
 
 }  // namespace nibble::server

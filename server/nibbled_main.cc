@@ -1,5 +1,6 @@
 // nibbled: serves C = A · dequant(B) on resident 4-bit weights over gRPC.
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -26,6 +27,24 @@ constexpr int kMinMessageBytes = 4096;
 
 ABSL_FLAG(double, shutdown_grace_seconds, 5.0,
           "On SIGTERM or SIGINT, how long in-flight calls may take to finish.");
+ABSL_FLAG(int64_t, max_batch_rows, 64,
+          "Most rows of A that concurrent Matmul requests on one weight are "
+          "merged into per kernel call; 1 turns merging off.");
+// Zero: requests that queue while a batch runs still merge, so batching costs
+// no latency at low load and needs no tuning to help at high load.
+ABSL_FLAG(int64_t, max_batch_delay_us, 0,
+          "How long, in microseconds, a queued Matmul may wait for others on "
+          "its weight to join its batch; 0 never waits.");
+ABSL_FLAG(int64_t, max_queue_rows, 4096,
+          "Most rows of A that may wait per weight; requests beyond it fail "
+          "with RESOURCE_EXHAUSTED.");
+// Longer waits would be a misconfiguration: clients time out first.
+constexpr int64_t kMaxBatchDelayUs = 1'000'000;
+
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory where every uploaded weight is written before the upload "
+          "is acknowledged, and reloaded from at start; created when "
+          "missing. Empty keeps weights in memory only.");
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
@@ -42,6 +61,22 @@ std::string FlagProblems() {
         &problems,
         "--max_message_bytes=", absl::GetFlag(FLAGS_max_message_bytes),
         " is below the least useful size, ", kMinMessageBytes, "\n");
+  }
+  const int64_t max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows);
+  if (max_batch_rows < 1) {
+    absl::StrAppend(&problems, "--max_batch_rows=", max_batch_rows,
+                    " must be at least 1 (1 turns merging off)\n");
+  }
+  const int64_t max_batch_delay_us = absl::GetFlag(FLAGS_max_batch_delay_us);
+  if (max_batch_delay_us < 0 || max_batch_delay_us > kMaxBatchDelayUs) {
+    absl::StrAppend(&problems, "--max_batch_delay_us=", max_batch_delay_us,
+                    " must be from 0 to ", kMaxBatchDelayUs, "\n");
+  }
+  if (absl::GetFlag(FLAGS_max_queue_rows) < max_batch_rows) {
+    absl::StrAppend(&problems,
+                    "--max_queue_rows=", absl::GetFlag(FLAGS_max_queue_rows),
+                    " must be at least --max_batch_rows=", max_batch_rows,
+                    ", or batches could never fill\n");
   }
   if (!(absl::GetFlag(FLAGS_shutdown_grace_seconds) >= 0)) {
     absl::StrAppend(&problems,
@@ -87,19 +122,39 @@ int main(int argc, char** argv) {
           {.listen = absl::GetFlag(FLAGS_listen),
            .threads = absl::GetFlag(FLAGS_threads),
            .max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes),
-           .tuning_table = std::move(tuning_table)},
+           .tuning_table = std::move(tuning_table),
+           .batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
+                        .max_batch_delay = absl::Microseconds(
+                            absl::GetFlag(FLAGS_max_batch_delay_us)),
+                        .max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows)},
+           .data_dir = absl::GetFlag(FLAGS_data_dir)},
           nibble::cpu::CpuKernels(isa));
   if (!server.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", server.status().message());
-    return 1;
+    // An unusable --data_dir is a usage error, like a bad flag.
+    return server.status().code() == absl::StatusCode::kFailedPrecondition ? 2
+                                                                           : 1;
+  }
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  const nibble::server::LoadReport& loaded = (*server)->data_dir_report();
+  for (const nibble::server::WeightFileProblem& problem : loaded.problems) {
+    absl::FPrintF(stderr, "nibbled: skipped %s, not serving it: %s\n",
+                  problem.path, problem.reason);
+  }
+  for (const std::string& path : loaded.removed_temp_files) {
+    absl::FPrintF(stderr, "nibbled: removed %s, left by an unfinished upload\n",
+                  path);
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::PrintF(
       "nibbled: listening on %s:%d (%d threads, %s kernels, tuning table "
-      "%s)\n",
+      "%s%s)\n",
       listen.substr(0, listen.rfind(':')), (*server)->port(),
       (*server)->threads(), nibble::cpu::IsaName(isa),
-      tuning_table_path.empty() ? "built-in" : tuning_table_path);
+      tuning_table_path.empty() ? "built-in" : tuning_table_path,
+      data_dir.empty() ? ""
+                       : absl::StrFormat(", %d weights loaded from %s",
+                                         loaded.weights_loaded, data_dir));
   std::fflush(stdout);
 
   std::thread stopper([&server, &stop_signals] {

@@ -1,0 +1,318 @@
+// Restarts a real nibbled on one --data_dir: acknowledged uploads come back
+// with identical results, deletes stay deleted, corrupt files are skipped
+// with a message, and an unusable directory fails at start or at upload.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kernels/dtype.h"
+#include "kernels/weight_format.h"
+#include "nibble/v1/nibble.grpc.pb.h"
+#include "proto/conversions.h"
+#include "tests/integration/nibbled_process.h"
+
+namespace nibble {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+template <typename T>
+std::string Bytes(const std::vector<T>& array) {
+  return std::string(reinterpret_cast<const char*>(array.data()),
+                     array.size() * sizeof(T));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A fresh, empty path under the test's temporary directory.
+std::string FreshDirectory(const std::string& name) {
+  const std::string path = absl::StrCat(
+      ::testing::TempDir(), "/persistence_test-", getpid(), "-", name);
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+// Starts nibbled on `data_dir`, with what it prints to stderr while starting
+// written to `stderr_path`.
+absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> StartNibbled(
+    const std::string& data_dir, const std::string& stderr_path) {
+  std::fflush(stderr);
+  const int saved_stderr = dup(STDERR_FILENO);
+  const int file =
+      open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(file, STDERR_FILENO);
+  close(file);
+  absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+      testing::NibbledProcess::Start(
+          NIBBLED_PATH, {"--threads=2", "--shutdown_grace_seconds=0.5",
+                         "--data_dir=" + data_dir});
+  dup2(saved_stderr, STDERR_FILENO);
+  close(saved_stderr);
+  return server;
+}
+
+class Client {
+ public:
+  explicit Client(const std::string& target)
+      : stub_(v1::NibbleService::NewStub(
+            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+
+  grpc::Status Upload(const std::string& name, const QuantizedWeight& weight) {
+    grpc::ClientContext context;
+    v1::WeightInfo info;
+    auto writer = stub_->UploadWeight(&context, &info);
+    v1::UploadWeightRequest request;
+    v1::WeightHeader* header = request.mutable_header();
+    header->set_name(name);
+    header->set_format(ToProto(weight.spec.format));
+    header->set_k(weight.spec.k);
+    header->set_n(weight.spec.n);
+    header->set_group_size(weight.spec.group_size);
+    writer->Write(request);
+    const std::pair<v1::WeightTensor, std::string> tensors[] = {
+        {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
+        {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
+        {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
+    for (const auto& [tensor, bytes] : tensors) {
+      if (bytes.empty()) continue;
+      v1::UploadWeightRequest chunk;
+      chunk.mutable_chunk()->set_tensor(tensor);
+      chunk.mutable_chunk()->set_offset(0);
+      chunk.mutable_chunk()->set_data(bytes);
+      writer->Write(chunk);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // The names and specs of the served weights, one string each.
+  std::vector<std::string> List() {
+    grpc::ClientContext context;
+    v1::ListWeightsResponse response;
+    EXPECT_TRUE(
+        stub_->ListWeights(&context, v1::ListWeightsRequest(), &response).ok());
+    std::vector<std::string> weights;
+    for (const v1::WeightInfo& info : response.weights()) {
+      weights.push_back(info.ShortDebugString());
+    }
+    return weights;
+  }
+
+  grpc::Status Delete(const std::string& name) {
+    grpc::ClientContext context;
+    v1::DeleteWeightRequest request;
+    request.set_name(name);
+    v1::DeleteWeightResponse response;
+    return stub_->DeleteWeight(&context, request, &response);
+  }
+
+  // C for fixed random activations, or the status text when it fails.
+  std::string Matmul(const std::string& name, int64_t k) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> a(3 * k);
+    for (float& value : a) value = uniform(rng);
+    v1::MatmulRequest request;
+    request.set_weight_name(name);
+    request.set_m(3);
+    request.set_dtype(ToProto(DType::kF32));
+    request.set_a(Bytes(a));
+    grpc::ClientContext context;
+    v1::MatmulResponse response;
+    const grpc::Status status = stub_->Matmul(&context, request, &response);
+    if (!status.ok()) return "error: " + status.error_message();
+    return response.c();
+  }
+
+ private:
+  std::unique_ptr<v1::NibbleService::Stub> stub_;
+};
+
+TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
+  const std::string dir = FreshDirectory("restart");
+  const std::string log = dir + ".stderr";
+  const std::vector<std::pair<std::string, WeightSpec>> weights = {
+      {"fp4", {WeightFormat::kFp4, 128, 40, 32}},
+      {"u4", {WeightFormat::kU4, 256, 24, 64}},
+      {"u4b8", {WeightFormat::kU4b8, 128, 16, 128}}};
+  std::vector<std::string> listed;
+  std::vector<std::string> results;
+  {
+    auto server = StartNibbled(dir, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_THAT((*server)->startup_line(),
+                HasSubstr(", 0 weights loaded from " + dir));
+    Client client((*server)->target());
+    uint64_t seed = 21;
+    for (const auto& [name, spec] : weights) {
+      SCOPED_TRACE(absl::StrCat(name, " seed=", seed));
+      ASSERT_TRUE(
+          client.Upload(name, RandomQuantizedWeight(spec, seed++)).ok());
+      results.push_back(client.Matmul(name, spec.k));
+      ASSERT_THAT(results.back(), Not(HasSubstr("error")));
+    }
+    listed = client.List();
+    ASSERT_EQ(listed.size(), 3u);
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  {
+    auto server = StartNibbled(dir, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_THAT((*server)->startup_line(),
+                HasSubstr(", 3 weights loaded from " + dir));
+    Client client((*server)->target());
+    EXPECT_EQ(client.List(), listed);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      EXPECT_EQ(client.Matmul(weights[i].first, weights[i].second.k),
+                results[i])
+          << weights[i].first << " gives other bytes after the restart";
+    }
+    ASSERT_TRUE(client.Delete("u4").ok());
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  {
+    auto server = StartNibbled(dir, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_THAT((*server)->startup_line(),
+                HasSubstr(", 2 weights loaded from " + dir));
+    Client client((*server)->target());
+    EXPECT_EQ(client.List(), (std::vector<std::string>{listed[0], listed[2]}));
+    EXPECT_THAT(client.Matmul("u4", 256), HasSubstr("no weight named"));
+  }
+  EXPECT_THAT(ReadFile(log), Not(HasSubstr("skipped")));
+}
+
+TEST(PersistenceTest, CorruptFileIsSkippedWithAMessage) {
+  const std::string dir = FreshDirectory("corrupt");
+  const std::string log = dir + ".stderr";
+  const WeightSpec spec{WeightFormat::kU4b8, 64, 16, 32};
+  std::string good_result;
+  {
+    auto server = StartNibbled(dir, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    Client client((*server)->target());
+    SCOPED_TRACE("seeds 31, 32");
+    ASSERT_TRUE(client.Upload("good", RandomQuantizedWeight(spec, 31)).ok());
+    ASSERT_TRUE(client.Upload("bad", RandomQuantizedWeight(spec, 32)).ok());
+    good_result = client.Matmul("good", spec.k);
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  std::string bad = ReadFile(dir + "/bad.nibble");
+  ASSERT_FALSE(bad.empty());
+  bad[bad.size() - 20] ^= 0x40;
+  WriteFile(dir + "/bad.nibble", bad);
+  WriteFile(dir + "/good.nibble.tmp-1-0", "torn");
+
+  auto server = StartNibbled(dir, log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->startup_line(),
+              HasSubstr(", 1 weights loaded from " + dir));
+  const std::string messages = ReadFile(log);
+  EXPECT_THAT(messages, HasSubstr("nibbled: skipped " + dir +
+                                  "/bad.nibble, not serving it: checksum"));
+  EXPECT_THAT(messages, HasSubstr("removed " + dir + "/good.nibble.tmp-1-0"));
+  Client client((*server)->target());
+  ASSERT_EQ(client.List().size(), 1u);
+  EXPECT_EQ(client.Matmul("good", spec.k), good_result);
+  EXPECT_THAT(client.Matmul("bad", spec.k), HasSubstr("no weight named"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/good.nibble.tmp-1-0"));
+  // The corrupt file stays for the operator; a new upload replaces it.
+  ASSERT_TRUE(client.Upload("bad", RandomQuantizedWeight(spec, 33)).ok());
+  EXPECT_NE(ReadFile(dir + "/bad.nibble"), bad);
+}
+
+TEST(PersistenceTest, ConcurrentUploadsOfOneNameKeepTheAcknowledgedOne) {
+  const std::string dir = FreshDirectory("race");
+  const std::string log = dir + ".stderr";
+  const WeightSpec spec{WeightFormat::kU4, 128, 32, 32};
+  constexpr int kRounds = 4;
+  std::vector<std::string> winners;  // C from the weight that was stored
+  {
+    auto server = StartNibbled(dir, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    for (int round = 0; round < kRounds; ++round) {
+      const std::string name = absl::StrCat("w", round);
+      SCOPED_TRACE(
+          absl::StrCat(name, " seeds ", 2 * round + 50, ", ", 2 * round + 51));
+      const QuantizedWeight candidates[2] = {
+          RandomQuantizedWeight(spec, 2 * round + 50),
+          RandomQuantizedWeight(spec, 2 * round + 51)};
+      grpc::Status statuses[2];
+      std::vector<std::thread> uploads;
+      for (int i = 0; i < 2; ++i) {
+        uploads.emplace_back([&, i] {
+          statuses[i] = Client((*server)->target()).Upload(name, candidates[i]);
+        });
+      }
+      for (std::thread& upload : uploads) upload.join();
+      ASSERT_NE(statuses[0].ok(), statuses[1].ok())
+          << statuses[0].error_message() << " / "
+          << statuses[1].error_message();
+      const int loser = statuses[0].ok() ? 1 : 0;
+      EXPECT_EQ(statuses[loser].error_code(), grpc::StatusCode::ALREADY_EXISTS);
+      winners.push_back(Client((*server)->target()).Matmul(name, spec.k));
+    }
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  auto server = StartNibbled(dir, log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->target());
+  for (int round = 0; round < kRounds; ++round) {
+    EXPECT_EQ(client.Matmul(absl::StrCat("w", round), spec.k), winners[round])
+        << "round " << round;
+  }
+}
+
+TEST(PersistenceTest, UnusableDataDirIsAUsageError) {
+  const std::string dir = FreshDirectory("unusable");
+  std::filesystem::create_directories(dir);
+  WriteFile(dir + "/file", "x");
+  std::string output;
+  EXPECT_EQ(testing::RunCommand(
+                absl::StrCat(NIBBLED_PATH, " --listen=127.0.0.1:0 --data_dir=",
+                             dir, "/file/sub"),
+                &output),
+            2);
+  EXPECT_THAT(output,
+              HasSubstr("cannot create data directory " + dir + "/file/sub"));
+}
+
+TEST(PersistenceTest, FailedSaveFailsTheUploadAndStoresNothing) {
+  const std::string dir = FreshDirectory("vanished");
+  auto server = StartNibbled(dir, dir + ".stderr");
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::filesystem::remove_all(dir);
+  Client client((*server)->target());
+  const grpc::Status status = client.Upload(
+      "w", RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 41));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("weight \"w\" was not stored: cannot create " + dir +
+                        "/w.nibble.tmp-"));
+  EXPECT_THAT(client.List(), IsEmpty());
+  EXPECT_TRUE((*server)->Running());
+}
+
+}  // namespace
+}  // namespace nibble
