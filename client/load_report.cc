@@ -364,20 +364,14 @@ client::Plot SweepPlot(const LoadConfig& config, const WeightSpec& spec,
       spec.DebugString(), config.m, DTypeName(config.dtype));
   plot.x_label = config.open_loop ? "offered load (requests/s)"
                                   : "offered load (concurrency)";
-  client::PlotPanel& throughput = plot.panels.emplace_back();
-  throughput.y_label = "throughput (requests/s)";
-  client::PlotSeries& ok = throughput.series.emplace_back();
+  // Filled first and moved in last, so that no reference into a vector
+  // outlives its growth.
+  client::PlotSeries ok;
   ok.label = "throughput";
-  client::PlotPanel& latency = plot.panels.emplace_back();
-  latency.y_label = "latency (ms)";
-  client::PlotSeries& p50 = latency.series.emplace_back();
+  client::PlotSeries p50;
   p50.label = "p50";
-  client::PlotSeries& p99 = latency.series.emplace_back();
+  client::PlotSeries p99;
   p99.label = "p99";
-  if (config.slo_ms > 0) {
-    latency.threshold = config.slo_ms;
-    latency.threshold_label = absl::StrFormat("SLO %g ms", config.slo_ms);
-  }
   for (const SweepStep& step : steps) {
     const double x = Offered(step.config);
     const client::LatencyHistogram& histogram = step.report.total.latencies;
@@ -385,6 +379,19 @@ client::Plot SweepPlot(const LoadConfig& config, const WeightSpec& spec,
     p50.points.emplace_back(x, Milliseconds(histogram.ValueAtQuantile(0.5)));
     p99.points.emplace_back(x, Milliseconds(histogram.ValueAtQuantile(0.99)));
   }
+  client::PlotPanel throughput;
+  throughput.y_label = "throughput (requests/s)";
+  throughput.series.push_back(std::move(ok));
+  client::PlotPanel latency;
+  latency.y_label = "latency (ms)";
+  latency.series.push_back(std::move(p50));
+  latency.series.push_back(std::move(p99));
+  if (config.slo_ms > 0) {
+    latency.threshold = config.slo_ms;
+    latency.threshold_label = absl::StrFormat("SLO %g ms", config.slo_ms);
+  }
+  plot.panels.push_back(std::move(throughput));
+  plot.panels.push_back(std::move(latency));
   return plot;
 }
 

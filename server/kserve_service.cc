@@ -23,8 +23,9 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 }  // namespace
 
 KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
-                                     MatmulBatcher* batcher)
-    : store_(store), batcher_(batcher) {}
+                                     MatmulBatcher* batcher,
+                                     const TokenAuthenticator* auth)
+    : store_(store), batcher_(batcher), auth_(auth) {}
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>>
 KServeServiceImpl::FindModel(absl::string_view model_name,
@@ -68,6 +69,10 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelReady(
     grpc::CallbackServerContext* context,
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
   response->set_ready(FindModel(request->name(), request->version()).ok());
   return FinishNow(context, absl::OkStatus());
 }
@@ -76,6 +81,10 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ServerMetadata(
     grpc::CallbackServerContext* context,
     const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
   response->set_name(kServerName);
   response->set_version(kServerVersion);
   return FinishNow(context, absl::OkStatus());
@@ -85,6 +94,10 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       FindModel(request->name(), request->version());
   if (weight.ok()) {
@@ -98,6 +111,10 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
     grpc::CallbackServerContext* context,
     const inference::ModelInferRequest* request,
     inference::ModelInferResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
   absl::StatusOr<v1::MatmulRequest> matmul = ToMatmulRequest(*request);
   if (!matmul.ok()) return FinishNow(context, matmul.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nibble/v1/nibble.pb.h"
+#include "server/auth.h"
 #include "server/batcher.h"
 #include "server/weight_store.h"
 
@@ -29,7 +30,10 @@ class KServeServiceImpl final
     : public inference::GRPCInferenceService::CallbackService {
  public:
   // Both must outlive the service.
-  KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher);
+  // `auth` (--auth_token_file) may be null. With --auth_all every RPC but
+  // ServerLive and ServerReady needs a token; those stay open like health.
+  KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,
+                    const TokenAuthenticator* auth = nullptr);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -71,6 +75,7 @@ class KServeServiceImpl final
 
   const WeightStore* store_;
   MatmulBatcher* batcher_;
+  const TokenAuthenticator* auth_;
 };
 
 }  // namespace nibble::server

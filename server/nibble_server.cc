@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
 
 namespace nibble::server {
 
@@ -18,8 +19,10 @@ NibbleServer::NibbleServer(const ServerOptions& options,
                     : std::make_optional<WeightDirectory>(options.data_dir)),
       runner_(&scheduler_, &pool_),
       batcher_(options.batching, BackendOf(&runner_)),
-      service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr),
-      kserve_service_(&store_, &batcher_) {}
+      auth_(options.auth),
+      service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
+               auth_ ? &*auth_ : nullptr),
+      kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr) {}
 
 NibbleServer::~NibbleServer() { Shutdown(absl::ZeroDuration()); }
 
@@ -37,6 +40,22 @@ absl::Status NibbleServer::LoadWeights() {
   return absl::OkStatus();
 }
 
+namespace {
+
+std::shared_ptr<grpc::ServerCredentials> Credentials(
+    const ServerOptions& options) {
+  if (options.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions tls(
+      options.tls_client_ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  tls.pem_root_certs = options.tls_client_ca;
+  tls.pem_key_cert_pairs.push_back({options.tls_key, options.tls_cert});
+  return grpc::SslServerCredentials(tls);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
     const ServerOptions& options, std::vector<const GemmKernel*> kernels) {
   grpc::EnableDefaultHealthCheckService(true);
@@ -48,7 +67,7 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
     return status;
   }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(options.listen, Credentials(options),
                            &server->port_);
   // Without this a second nibbled on the same port would start too and
   // silently take half of the connections.

@@ -23,6 +23,7 @@
 #include "kernels/scheduler.h"
 #include "kernels/thread_pool.h"
 #include "kernels/tuning_table.h"
+#include "server/auth.h"
 #include "server/batcher.h"
 #include "server/kserve_service.h"
 #include "server/matmul_runner.h"
@@ -47,6 +48,13 @@ struct ServerOptions {
   // Where every uploaded weight is kept and reloaded from at start
   // (nibbled --data_dir); empty to keep weights in memory only.
   std::string data_dir;
+  // PEM (nibbled --tls_cert, --tls_key): TLS when set, plain when empty.
+  std::string tls_cert;
+  std::string tls_key;
+  // PEM (--tls_client_ca): clients must present a certificate it signed.
+  std::string tls_client_ca;
+  // Bearer tokens (--auth_token_file, --auth_all); none needed when unset.
+  std::optional<TokenAuthenticator> auth;
 };
 
 class NibbleServer {
@@ -85,6 +93,7 @@ class NibbleServer {
   MatmulRunner runner_;
   // Outlives the services and the gRPC server, whose calls it answers.
   MatmulBatcher batcher_;
+  std::optional<TokenAuthenticator> auth_;
   NibbleServiceImpl service_;
   KServeServiceImpl kserve_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -11,10 +11,23 @@
 #include "server/upload_assembler.h"
 
 namespace nibble::server {
+namespace {
+
+// Ends a MatmulStream at once, for a call refused before it starts.
+class RefusedStream final
+    : public grpc::ServerBidiReactor<v1::MatmulStreamRequest,
+                                     v1::MatmulStreamResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
 
 NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
-                                     const WeightDirectory* data_dir)
-    : store_(store), batcher_(batcher), data_dir_(data_dir) {}
+                                     const WeightDirectory* data_dir,
+                                     const TokenAuthenticator* auth)
+    : store_(store), batcher_(batcher), data_dir_(data_dir), auth_(auth) {}
 
 absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
@@ -87,12 +100,21 @@ grpc::Status NibbleServiceImpl::UploadWeight(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::UploadWeightRequest>* reader,
     v1::WeightInfo* response) {
+  if (absl::Status status =
+          Authorize(auth_, *context, RpcAccess::kChangesWeights);
+      !status.ok()) {
+    return ToGrpcStatus(status);
+  }
   return ToGrpcStatus(Upload(context, reader, response));
 }
 
-grpc::Status NibbleServiceImpl::GetWeight(grpc::ServerContext*,
+grpc::Status NibbleServiceImpl::GetWeight(grpc::ServerContext* context,
                                           const v1::GetWeightRequest* request,
                                           v1::WeightInfo* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return ToGrpcStatus(status);
+  }
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       store_->Get(request->name());
   if (!weight.ok()) return ToGrpcStatus(weight.status());
@@ -100,9 +122,13 @@ grpc::Status NibbleServiceImpl::GetWeight(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext*,
+grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext* context,
                                             const v1::ListWeightsRequest*,
                                             v1::ListWeightsResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return ToGrpcStatus(status);
+  }
   for (const auto& weight : store_->List()) {
     FillWeightInfo(*weight, response->add_weights());
   }
@@ -110,8 +136,13 @@ grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext*,
 }
 
 grpc::Status NibbleServiceImpl::DeleteWeight(
-    grpc::ServerContext*, const v1::DeleteWeightRequest* request,
+    grpc::ServerContext* context, const v1::DeleteWeightRequest* request,
     v1::DeleteWeightResponse*) {
+  if (absl::Status status =
+          Authorize(auth_, *context, RpcAccess::kChangesWeights);
+      !status.ok()) {
+    return ToGrpcStatus(status);
+  }
   absl::MutexLock lock(&commit_mutex_);
   // The file goes first, so that when it cannot be deleted the weight is
   // still both served and on disk.
@@ -135,6 +166,11 @@ grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
     grpc::CallbackServerContext* context, const v1::MatmulRequest* request,
     v1::MatmulResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
   SubmitMatmulRpc(
       *store_, *batcher_, *request, CallOf(context),
       [reactor, response](absl::StatusOr<v1::MatmulResponse> result) {
@@ -146,6 +182,10 @@ grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
 
 grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
 NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return new RefusedStream(ToGrpcStatus(status));
+  }
   return new MatmulStreamReactor(store_, batcher_, context);
 }
 

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.grpc.pb.h"
+#include "server/auth.h"
 #include "server/batcher.h"
 #include "server/weight_directory.h"
 #include "server/weight_store.h"
@@ -29,8 +30,10 @@ class NibbleServiceImpl final
  public:
   // All must outlive the service. Without `data_dir` weights live only in
   // memory.
+  // `data_dir` (--data_dir) and `auth` (--auth_token_file) may be null.
   NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
-                    const WeightDirectory* data_dir = nullptr);
+                    const WeightDirectory* data_dir = nullptr,
+                    const TokenAuthenticator* auth = nullptr);
 
   grpc::Status UploadWeight(grpc::ServerContext* context,
                             grpc::ServerReader<v1::UploadWeightRequest>* reader,
@@ -58,6 +61,7 @@ class NibbleServiceImpl final
   WeightStore* store_;
   MatmulBatcher* batcher_;
   const WeightDirectory* data_dir_;
+  const TokenAuthenticator* auth_;
   // Held from an upload's last name check until its weight is in the store,
   // and while a weight is deleted, so that two uploads of one name cannot
   // both write its file and a file never outlives its weight. A slow disk

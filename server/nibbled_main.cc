@@ -2,13 +2,18 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
-#include "absl//flags/flag.h"
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -45,6 +50,19 @@ ABSL_FLAG(std::string, data_dir, "",
           "Directory where every uploaded weight is written before the upload "
           "is acknowledged, and reloaded from at start; created when "
           "missing. Empty keeps weights in memory only.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file of the server's certificate chain; serve TLS (with "
+          "--tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM file of the server's private key");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM file of the CA that must have signed every client's "
+          "certificate (mutual TLS; needs --tls_cert)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of bearer tokens, one per line; calls that change weights "
+          "must carry one (\"authorization: Bearer TOKEN\")");
+ABSL_FLAG(bool, auth_all, false,
+          "with --auth_token_file: every call needs a token, except health "
+          "checks, reflection and KServe ServerLive/ServerReady");
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
@@ -85,6 +103,60 @@ std::string FlagProblems() {
   return problems;
 }
 
+// The PEM file named by --`flag`; empty when the flag is.
+absl::StatusOr<std::string> ReadPemFlag(absl::string_view flag,
+                                        const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream file(path);
+  std::stringstream contents;
+  if (!file || !(contents << file.rdbuf())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot read ", path,
+                     "; check that it exists and is readable"));
+  }
+  return contents.str();
+}
+
+// --tls_* and --auth_* into `options`; InvalidArgument saying what to fix.
+absl::Status SecurityFromFlags(nibble::server::ServerOptions& options) {
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: give both or neither");
+  }
+  if (!client_ca.empty() && cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca needs TLS: add --tls_cert and --tls_key");
+  }
+  for (auto [flag, path, pem] :
+       {std::tuple("tls_cert", &cert, &options.tls_cert),
+        std::tuple("tls_key", &key, &options.tls_key),
+        std::tuple("tls_client_ca", &client_ca, &options.tls_client_ca)}) {
+    absl::StatusOr<std::string> contents = ReadPemFlag(flag, *path);
+    if (!contents.ok()) return contents.status();
+    *pem = *std::move(contents);
+  }
+  const std::string tokens = absl::GetFlag(FLAGS_auth_token_file);
+  if (tokens.empty()) {
+    if (absl::GetFlag(FLAGS_auth_all)) {
+      return absl::InvalidArgumentError(
+          "--auth_all needs the tokens: add --auth_token_file");
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<nibble::server::TokenAuthenticator> auth =
+      nibble::server::TokenAuthenticator::FromFile(
+          tokens, absl::GetFlag(FLAGS_auth_all));
+  if (!auth.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_token_file: ", auth.status().message()));
+  }
+  options.auth = *std::move(auth);
+  return absl::OkStatus();
+}
+
 int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
@@ -117,18 +189,23 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   const nibble::cpu::Isa isa = nibble::cpu::DetectIsa();
+  nibble::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.tuning_table = std::move(tuning_table);
+  options.batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
+                      .max_batch_delay = absl::Microseconds(
+                          absl::GetFlag(FLAGS_max_batch_delay_us)),
+                      .max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows)};
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (absl::Status status = SecurityFromFlags(options); !status.ok()) {
+    absl::FPrintF(stderr, "nibbled: %s\n", status.message());
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
-      nibble::server::NibbleServer::Start(
-          {.listen = absl::GetFlag(FLAGS_listen),
-           .threads = absl::GetFlag(FLAGS_threads),
-           .max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes),
-           .tuning_table = std::move(tuning_table),
-           .batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
-                        .max_batch_delay = absl::Microseconds(
-                            absl::GetFlag(FLAGS_max_batch_delay_us)),
-                        .max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows)},
-           .data_dir = absl::GetFlag(FLAGS_data_dir)},
-          nibble::cpu::CpuKernels(isa));
+      nibble::server::NibbleServer::Start(options,
+                                          nibble::cpu::CpuKernels(isa));
   if (!server.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", server.status().message());
     // An unusable --data_dir is a usage error, like a bad flag.

@@ -1,0 +1,158 @@
+// TLS, mutual TLS and bearer tokens against a real nibbled, through the
+// `nibble` CLI and `nibble-load` with their matching flags. The certificates
+// come from tests/testdata/tls/make_certs.sh.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/nibbled_process.h"
+
+namespace nibble {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TestFile(const std::string& name) {
+  return absl::StrCat(NIBBLE_TESTDATA_DIR, "/", name);
+}
+
+std::string TlsFile(const std::string& name) {
+  return TestFile(absl::StrCat("tls/", name));
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void StartServer(const std::vector<std::string>& args) {
+    absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+        testing::NibbledProcess::Start(NIBBLED_PATH, args);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  // Runs `nibble <args>` against the server; its exit code, output in
+  // `output_`.
+  int Cli(const std::string& args) {
+    return testing::RunCommand(
+        absl::StrCat(NIBBLE_CLI_PATH, " ", args,
+                     " --target=", server_->target(), " --timeout=5s"),
+        &output_);
+  }
+
+  std::string TokenFile(const std::string& token) {
+    const std::string path = absl::StrCat(
+        ::testing::TempDir(), "/token_",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
+        token.size());
+    testing::RunCommand(absl::StrCat("printf '%s\\n' '", token, "' > ", path),
+                        &output_);
+    return path;
+  }
+
+  std::unique_ptr<testing::NibbledProcess> server_;
+  std::string output_;
+};
+
+constexpr char kUpload[] =
+    "upload --name=w --format=u4b8 --k=256 --n=64 --group=128 --random=1";
+
+TEST_F(SecurityTest, TlsServerTalksTlsOnly) {
+  StartServer({absl::StrCat("--tls_cert=", TlsFile("server.pem")),
+               absl::StrCat("--tls_key=", TlsFile("server.key"))});
+  const std::string tls = absl::StrCat(" --tls_ca=", TlsFile("ca.pem"));
+  EXPECT_EQ(Cli(absl::StrCat(kUpload, tls)), 0) << output_;
+  EXPECT_EQ(Cli(absl::StrCat("list", tls)), 0) << output_;
+  EXPECT_THAT(output_, HasSubstr("w"));
+  EXPECT_EQ(Cli("list"), 1) << output_;
+  EXPECT_THAT(output_, HasSubstr("UNAVAILABLE"));
+  // A CA that did not sign the server's certificate.
+  EXPECT_EQ(Cli(absl::StrCat("list --tls_ca=", TlsFile("other_ca.pem"))), 1)
+      << output_;
+}
+
+TEST_F(SecurityTest, MutualTlsRefusesClientsWithoutATrustedCertificate) {
+  StartServer({absl::StrCat("--tls_cert=", TlsFile("server.pem")),
+               absl::StrCat("--tls_key=", TlsFile("server.key")),
+               absl::StrCat("--tls_client_ca=", TlsFile("ca.pem"))});
+  const std::string ca = absl::StrCat(" --tls_ca=", TlsFile("ca.pem"));
+  EXPECT_EQ(Cli(absl::StrCat("list", ca, " --tls_cert=", TlsFile("client.pem"),
+                             " --tls_key=", TlsFile("client.key"))),
+            0)
+      << output_;
+  EXPECT_EQ(Cli(absl::StrCat("list", ca)), 1) << output_;
+  EXPECT_EQ(
+      Cli(absl::StrCat("list", ca, " --tls_cert=", TlsFile("rogue_client.pem"),
+                       " --tls_key=", TlsFile("rogue_client.key"))),
+      1)
+      << output_;
+}
+
+TEST_F(SecurityTest, WeightChangesNeedAToken) {
+  const std::string tokens = TokenFile("s3cret-token");
+  StartServer({absl::StrCat("--auth_token_file=", tokens)});
+  EXPECT_EQ(Cli(kUpload), 1) << output_;
+  EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_EQ(Cli(absl::StrCat(kUpload,
+                             " --auth_token_file=", TokenFile("wrong-token"))),
+            1)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("not one this server accepts"));
+  EXPECT_EQ(Cli(absl::StrCat(kUpload, " --auth_token_file=", tokens)), 0)
+      << output_;
+  // Reads and health stay open without --auth_all.
+  EXPECT_EQ(Cli("list"), 0) << output_;
+  EXPECT_EQ(Cli("matmul --name=w --m=1 --dtype=f32 --random_input=2"), 0)
+      << output_;
+  EXPECT_EQ(Cli("delete --name=w"), 1) << output_;
+  EXPECT_EQ(Cli(absl::StrCat("delete --name=w --auth_token_file=", tokens)), 0)
+      << output_;
+}
+
+TEST_F(SecurityTest, AuthAllGuardsEveryCallButHealth) {
+  const std::string tokens = TokenFile("all-token");
+  StartServer({absl::StrCat("--auth_token_file=", tokens), "--auth_all"});
+  const std::string token = absl::StrCat(" --auth_token_file=", tokens);
+  ASSERT_EQ(Cli(absl::StrCat(kUpload, token)), 0) << output_;
+  EXPECT_EQ(Cli("list"), 1) << output_;
+  EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_EQ(Cli("health"), 0) << output_;
+  for (const char* api : {"Matmul", "MatmulStream", "ModelInfer"}) {
+    SCOPED_TRACE(api);
+    EXPECT_NE(testing::RunCommand(
+                  absl::StrCat(NIBBLE_LOAD_PATH, " --target=",
+                               server_->target(), " --name=w --api=", api,
+                               " --concurrency=1 --duration=0.3 --warmup=0"),
+                  &output_),
+              0);
+    EXPECT_EQ(testing::RunCommand(
+                  absl::StrCat(NIBBLE_LOAD_PATH, " --target=",
+                               server_->target(), " --name=w --api=", api,
+                               " --concurrency=2 --duration=0.3 --warmup=0 "
+                               "--verify=1 --random=1",
+                               token),
+                  &output_),
+              0)
+        << output_;
+    EXPECT_THAT(output_, HasSubstr("errors:      none"));
+  }
+}
+
+TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{
+            absl::StrCat("--tls_cert=", TlsFile("server.pem"))},
+        std::vector<std::string>{"--tls_cert=/nonexistent.pem",
+                                 "--tls_key=/nonexistent.key"},
+        std::vector<std::string>{
+            absl::StrCat("--tls_client_ca=", TlsFile("ca.pem"))},
+        std::vector<std::string>{"--auth_all"},
+        std::vector<std::string>{"--auth_token_file=/nonexistent"}}) {
+    SCOPED_TRACE(args[0]);
+    EXPECT_FALSE(testing::NibbledProcess::Start(NIBBLED_PATH, args).ok());
+  }
+}
+
+}  // namespace
+}  // namespace nibble
