@@ -70,9 +70,35 @@ void MatmulBatcher::Submit(MatmulWork work) {
   }
   WeightQueue& queue = queues_[&weight];
   if (queue.weight == nullptr) queue.weight = work.weight;
+  if (RunsInline(queue, work)) {
+    RunInline(queue, std::move(work));
+    return;
+  }
   queue.rows += work.m;
   queue.requests.push_back({std::move(work), now});
   work_changed_.Signal();
+  mu_.Unlock();
+}
+
+bool MatmulBatcher::RunsInline(const WeightQueue& queue,
+                               const MatmulWork& work) const {
+  return options_.run_idle_inline && !queue.running && queue.requests.empty() &&
+         options_.max_batch_delay == absl::ZeroDuration() &&
+         work.m <= kMaxInlineRows;
+}
+
+void MatmulBatcher::RunInline(WeightQueue& queue, MatmulWork work) {
+  queue.running = true;
+  Batch batch;
+  batch.queue = &queue;
+  batch.run.push_back(std::move(work));
+  mu_.Unlock();
+  RunBatch(std::move(batch));
+  mu_.Lock();
+  queue.running = false;
+  if (queue.requests.empty()) queues_.erase(queue.weight.get());
+  // What queued meanwhile is the dispatchers' now, as is the end.
+  work_changed_.SignalAll();
   mu_.Unlock();
 }
 

@@ -67,6 +67,9 @@ struct BatcherOptions {
   int64_t max_queue_rows = 4096;
   // Threads running batches.
   int dispatchers = 1;
+  // A request of at most kMaxInlineRows on an idle weight runs at once on
+  // the submitting thread; off, every request goes through a dispatcher.
+  bool run_idle_inline = true;
 };
 
 // One request to multiply `m` rows of A by a weight.
@@ -118,6 +121,12 @@ struct BatcherStats {
 
 class MatmulBatcher final {
  public:
+  // Rows up to which a request on an idle weight (nothing queued or running,
+  // no batch delay) runs at once on the submitting thread: a hand-off to a
+  // dispatcher costs more than such a matmul, and requests that arrive
+  // meanwhile still queue and merge. Larger ones keep gRPC's threads free.
+  static constexpr int64_t kMaxInlineRows = 16;
+
   // Starts the dispatcher threads.
   MatmulBatcher(BatcherOptions options, MatmulBackend backend);
   // Shutdown().
@@ -155,6 +164,10 @@ class MatmulBatcher final {
     std::vector<std::pair<MatmulWork, absl::Status>> dropped;
   };
 
+  bool RunsInline(const WeightQueue& queue, const MatmulWork& work) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called with mu_ held; returns with it released.
+  void RunInline(WeightQueue& queue, MatmulWork work) ABSL_UNLOCK_FUNCTION(mu_);
   void DispatchLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // The queue to take a batch from now, or null; in that case `wake` is when
   // one may become ready.

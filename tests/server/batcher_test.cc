@@ -142,6 +142,8 @@ class BatcherTest : public ::testing::Test {
       std::function<bool(const ResidentWeight&, int64_t, DType)>
           loses_precision = nullptr) {
     hold_first_ = hold_first;
+    // The gate holds kernel calls on a dispatcher, never on the test thread.
+    if (hold_first) options.run_idle_inline = false;
     if (loses_precision == nullptr) {
       loses_precision = [this](const ResidentWeight& weight, int64_t m,
                                DType dtype) {
@@ -301,6 +303,25 @@ TEST_F(BatcherTest, RequestsNeverJoinABatchThatLosesTheirPrecision) {
   Release();
   for (const auto& request : submitted) request->ExpectCorrect();
   EXPECT_THAT(CallRows(), ElementsAre(1, 3, 3, 1, 9));
+}
+
+TEST_F(BatcherTest, IdleWeightRunsASmallRequestOnTheSubmittingThread) {
+  std::unique_ptr<MatmulBatcher> batcher = Start({}, /*hold_first=*/false);
+  std::shared_ptr<Submitted> small =
+      Submit(*batcher, weight_a_, MatmulBatcher::kMaxInlineRows, DType::kBF16);
+  // Answered before Submit returned: no dispatcher was involved.
+  EXPECT_TRUE(small->answered.HasBeenNotified());
+  small->ExpectCorrect();
+
+  std::unique_ptr<MatmulBatcher> delayed =
+      Start({.max_batch_delay = absl::Milliseconds(1)}, /*hold_first=*/false);
+  std::shared_ptr<Submitted> waits =
+      Submit(*delayed, weight_a_, 1, DType::kBF16);
+  waits->ExpectCorrect();
+  std::shared_ptr<Submitted> large = Submit(
+      *batcher, weight_a_, MatmulBatcher::kMaxInlineRows + 1, DType::kBF16);
+  large->ExpectCorrect();
+  EXPECT_EQ(batcher->Stats().requests_run, 2);
 }
 
 TEST_F(BatcherTest, OneRowBatchesTurnMergingOff) {
