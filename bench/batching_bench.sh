@@ -17,37 +17,14 @@ warmup=${BATCH_WARMUP:-2}
 dtype=${BATCH_DTYPE:-f32}
 read -r -a batch_flags <<<"${BATCH_FLAGS:-}"
 work=$(mktemp -d)
-server_pid=
+source "$(dirname "$0")/../deploy/nibbled_lib.sh"
+trap 'stop_nibbled || true; rm -rf "$work"' EXIT
 
-stop_server() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid"
-    wait "$server_pid" || true
-  fi
-  server_pid=
-}
-trap 'stop_server; rm -rf "$work"' EXIT
-
-# Starts nibbled with the given flags and sets $target to its address.
+# Starts nibbled with the given flags and uploads the weight.
 start_server() {
-  "$bin/nibbled" --listen=127.0.0.1:0 "$@" >"$work/nibbled.out" \
-    2>"$work/nibbled.err" &
-  server_pid=$!
-  target=
-  for _ in $(seq 100); do
-    grep -q "listening on" "$work/nibbled.out" 2>/dev/null && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/nibbled.err" >&2; exit 1; }
-    sleep 0.1
-  done
-  target=$(sed -n 's/^nibbled: listening on \([^ ]*\).*/\1/p' "$work/nibbled.out")
-  [[ -n "$target" ]] || { echo "batching_bench: nibbled did not start" >&2; exit 1; }
+  start_nibbled "$@"
   "$bin/nibble" upload --target="$target" --name=bench --format=u4b8 \
     --k=4096 --n=4096 --group=128 --random=1 >/dev/null
-}
-
-# The number after "KEY": in a JSON file (the first one).
-json_number() {
-  grep -o "\"$1\": [-0-9.e+]*" "$2" | head -1 | sed 's/.*: //'
 }
 
 # Runs nibble-load with `concurrency` clients; writes $work/$2.json.
@@ -66,7 +43,7 @@ for mode in on off; do
   echo "== batching $mode: $(cat "$work/nibbled.out")"
   load 64 "c64_$mode"
   load 1 "c1_$mode"
-  stop_server
+  stop_nibbled
 done
 
 rps_on=$(json_number throughput_rps "$work/c64_on.json")

@@ -9,26 +9,10 @@ bin=${1:-build/bin}
 duration=${DEMO_DURATION:-10}
 concurrency=${DEMO_CONCURRENCY:-4}
 work=$(mktemp -d)
-server_pid=
+source "$(dirname "$0")/nibbled_lib.sh"
+trap 'stop_nibbled || true; rm -rf "$work"' EXIT
 
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid"
-    wait "$server_pid" || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-"$bin/nibbled" --listen=127.0.0.1:0 >"$work/nibbled.out" 2>"$work/nibbled.err" &
-server_pid=$!
-for _ in $(seq 100); do
-  grep -q "listening on" "$work/nibbled.out" 2>/dev/null && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$work/nibbled.err" >&2; exit 1; }
-  sleep 0.1
-done
-target=$(sed -n 's/^nibbled: listening on \([^ ]*\).*/\1/p' "$work/nibbled.out")
-[[ -n "$target" ]] || { echo "demo: nibbled did not start" >&2; exit 1; }
+start_nibbled
 echo "== $(cat "$work/nibbled.out")"
 
 echo "== uploading a 4096x4096 u4b8 weight, group 128"
@@ -44,7 +28,5 @@ echo "== nibble-load: m=1, f32, concurrency $concurrency, ${duration}s"
   --concurrency="$concurrency" --duration="$duration"
 
 echo "== stopping nibbled"
-kill -TERM "$server_pid"
-wait "$server_pid"
-server_pid=
+stop_nibbled
 echo "== done"
