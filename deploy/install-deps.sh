@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libabsl-dev
   googletest libgtest-dev libgmock-dev
-  libopenblas-dev
+  libopenblas-dev libcpp-httplib-dev
 )
 
 missing=()

@@ -40,6 +40,13 @@ void MatmulBatcher::Submit(MatmulWork work) {
     work.done(status);
     return;
   }
+  if (work.m > options_.max_request_rows) {
+    work.done(absl::InvalidArgumentError(absl::StrCat(
+        "M=", work.m, " rows is more than this server takes per request (",
+        options_.max_request_rows,
+        ", nibbled --max_request_rows); split A into smaller requests")));
+    return;
+  }
   const absl::Time now = absl::Now();
   if (work.deadline <= now) {
     work.done(absl::DeadlineExceededError(

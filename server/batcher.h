@@ -65,6 +65,8 @@ struct BatcherOptions {
   absl::Duration max_batch_delay = absl::ZeroDuration();
   // Rows of A that may wait per weight; more are refused.
   int64_t max_queue_rows = 4096;
+  // Rows of A one request may have; larger ones are refused as invalid.
+  int64_t max_request_rows = 4096;
   // Threads running batches.
   int dispatchers = 1;
   // A request of at most kMaxInlineRows on an idle weight runs at once on
@@ -135,9 +137,9 @@ class MatmulBatcher final {
   MatmulBatcher& operator=(const MatmulBatcher&) = delete;
 
   // Queues `work`, or answers it at once: INVALID_ARGUMENT for a shape that
-  // does not fit the weight, DEADLINE_EXCEEDED when the deadline has passed,
-  // RESOURCE_EXHAUSTED when the weight's queue is full, UNAVAILABLE after
-  // Shutdown.
+  // does not fit the weight or more rows than max_request_rows,
+  // DEADLINE_EXCEEDED when the deadline has passed, RESOURCE_EXHAUSTED when the
+  // weight's queue is full, UNAVAILABLE after Shutdown.
   void Submit(MatmulWork work) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Refuses new work, runs what is queued and stops the threads. Idempotent.

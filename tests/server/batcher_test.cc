@@ -379,6 +379,19 @@ TEST_F(BatcherTest, FullQueueRefusesAtOnceNamingTheWeightAndLimit) {
   EXPECT_EQ(batcher->Stats().requests_refused, 1);
 }
 
+TEST_F(BatcherTest, RequestOfTooManyRowsIsInvalidAndNamesTheLimit) {
+  std::unique_ptr<MatmulBatcher> batcher =
+      Start({.max_batch_rows = 4, .max_request_rows = 5}, /*hold_first=*/false);
+  std::shared_ptr<Submitted> refused =
+      Submit(*batcher, weight_a_, 6, DType::kF32);
+  ASSERT_TRUE(refused->answered.HasBeenNotified());
+  const absl::Status status = refused->Wait().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("--max_request_rows"));
+  Submit(*batcher, weight_a_, 5, DType::kF32)->ExpectCorrect();
+  EXPECT_THAT(CallRows(), ElementsAre(5));
+}
+
 TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
   std::unique_ptr<MatmulBatcher> batcher = Start({.max_batch_rows = 16});
   std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
