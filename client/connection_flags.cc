@@ -1,8 +1,6 @@
 #include "client/connection_flags.h"
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -10,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/file_contents.h"
 
 ABSL_FLAG(bool, tls, false,
           "connect with TLS, trusting the system's root certificates unless "
@@ -32,14 +31,12 @@ namespace {
 absl::StatusOr<std::optional<std::string>> ReadFlagFile(
     absl::string_view flag, const std::optional<std::string>& path) {
   if (!path.has_value()) return std::nullopt;
-  std::ifstream file(*path);
-  std::stringstream contents;
-  if (!file || !(contents << file.rdbuf())) {
+  absl::StatusOr<std::string> contents = ReadFileContents(*path);
+  if (!contents.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot read ", *path,
-                     "; check that it exists and is readable"));
+        absl::StrCat("--", flag, ": ", contents.status().message()));
   }
-  return contents.str();
+  return *std::move(contents);
 }
 
 }  // namespace

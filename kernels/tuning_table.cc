@@ -4,9 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -14,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kernels/file_contents.h"
 
 namespace nibble {
 namespace {
@@ -149,18 +148,9 @@ absl::StatusOr<TuningTable> TuningTable::Parse(absl::string_view text) {
 }
 
 absl::StatusOr<TuningTable> TuningTable::Load(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return absl::NotFoundError(
-        absl::StrCat(path, ": cannot open the tuning table"));
-  }
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) {
-    return absl::NotFoundError(
-        absl::StrCat(path, ": cannot read the tuning table"));
-  }
-  absl::StatusOr<TuningTable> table = Parse(contents.str());
+  absl::StatusOr<std::string> contents = ReadFileContents(path);
+  if (!contents.ok()) return contents.status();
+  absl::StatusOr<TuningTable> table = Parse(*contents);
   if (!table.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", table.status().message()));

@@ -1,7 +1,5 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kernels/file_contents.h"
 
 namespace nibble::server {
 namespace {
@@ -31,16 +30,12 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 absl::StatusOr<TokenAuthenticator> TokenAuthenticator::FromFile(
     absl::string_view path, bool all_rpcs) {
-  std::ifstream file{std::string(path)};
-  if (!file) {
+  absl::StatusOr<std::string> text = ReadFileContents(std::string(path));
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the token file ", path,
-                     ": check that it exists and is readable"));
+        absl::StrCat("cannot read the token file: ", text.status().message()));
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  absl::StatusOr<TokenAuthenticator> authenticator =
-      FromText(text.str(), all_rpcs);
+  absl::StatusOr<TokenAuthenticator> authenticator = FromText(*text, all_rpcs);
   if (!authenticator.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", authenticator.status().message()));

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "kernels/file_contents.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -86,37 +87,6 @@ absl::Status SyncDirectory(const std::string& path) {
   if (fsync(fd) != 0) status = IoError("sync directory", path, errno);
   close(fd);
   return status;
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError("open", path, errno);
-  struct stat info;
-  absl::Status status = absl::OkStatus();
-  std::string bytes;
-  if (fstat(fd, &info) != 0) {
-    status = IoError("stat", path, errno);
-  } else if (!S_ISREG(info.st_mode)) {
-    status = absl::DataLossError("not a regular file");
-  } else {
-    bytes.resize(info.st_size);
-    size_t done = 0;
-    while (status.ok() && done < bytes.size()) {
-      const ssize_t got =
-          pread(fd, bytes.data() + done, bytes.size() - done, done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) {
-        status = IoError("read", path, errno);
-      } else if (got == 0) {
-        status = absl::DataLossError("file shrank while it was read");
-      } else {
-        done += got;
-      }
-    }
-  }
-  close(fd);
-  if (!status.ok()) return status;
-  return bytes;
 }
 
 }  // namespace
@@ -222,7 +192,7 @@ absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
       }
       continue;
     }
-    absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+    absl::StatusOr<std::string> bytes = ReadFileContents(path);
     if (!bytes.ok()) {
       report.problems.push_back({path, std::string(bytes.status().message())});
       continue;
