@@ -53,5 +53,14 @@ format:
 # nibbled with batching on and off (--max_batch_rows=1), and the ratio.
 .PHONY: batching-bench
 batching-bench: configure
-	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load \
+	  nibble-bench
 	bench/batching_bench.sh $(BUILD_DIR)/bin
+
+# The unary latency target: Matmul M = 1 at concurrency 1 on a 4096x4096 u4b8
+# weight against the kernel time plus twice the health Check RPC's p50.
+.PHONY: latency-bench
+latency-bench: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load \
+	  nibble-bench
+	bench/latency_bench.sh $(BUILD_DIR)/bin

@@ -4,7 +4,8 @@
 // whatever the replies do, and latency counts from each request's scheduled
 // send time, so a stalled server shows in the percentiles. Requests go out
 // asynchronously as unary Matmul, over MatmulStreams or as KServe ModelInfer
-// (--api), to one target, a list, or a name balanced round-robin; --verify
+// (--api), or as grpc.health.v1 Check to time the RPC without the matmul, to
+// one target, a list, or a name balanced round-robin; --verify
 // checks replies against the float64 reference. The report gives throughput,
 // latency percentiles from log-bucketed histograms, errors by status code and
 // a per-second series; --json writes it as one JSON object. A sweep
@@ -50,10 +51,13 @@ ABSL_FLAG(std::string, target, "localhost:50051",
           "HOST:PORT of the nibble server; a comma-separated list spreads the "
           "connections over several, and a name such as dns:///HOST:PORT "
           "balances each connection round-robin over its addresses");
-ABSL_FLAG(std::string, name, "", "resident weight to multiply with");
+ABSL_FLAG(std::string, name, "",
+          "resident weight to multiply with (not with --api=Check)");
 ABSL_FLAG(std::string, api, "Matmul",
           "what to send: Matmul (unary), MatmulStream (one bidirectional "
-          "stream per connection) or ModelInfer (KServe v2)");
+          "stream per connection), ModelInfer (KServe v2) or Check (the "
+          "grpc.health.v1 health check of the whole server, no matmul: what "
+          "the RPC alone costs; a reply other than SERVING is an error)");
 ABSL_FLAG(int64_t, m, 1, "rows of A per request");
 ABSL_FLAG(std::string, dtype, "f32", "type of A and C: f32, f16 or bf16");
 ABSL_FLAG(std::optional<std::string>, input, std::nullopt,
@@ -139,6 +143,11 @@ constexpr absl::string_view kFlags[] = {"target",        "name",
 constexpr absl::string_view kVerifyFlags[] = {"tolerance", "random", "qweight",
                                               "scales", "zeros"};
 
+// Flags that describe the matmul, which --api=Check does not send; the
+// --verify flags need --verify itself.
+constexpr absl::string_view kMatmulFlags[] = {"name", "m", "dtype", "input",
+                                              "verify"};
+
 // Flags that only make sense in a sweep.
 constexpr absl::string_view kSweepFlags[] = {"step_duration", "slo", "plot"};
 
@@ -178,8 +187,8 @@ int UsageError(absl::string_view message) {
 
 std::string Usage() {
   return absl::StrCat(
-      "usage: nibble-load --name NAME [--target HOST:PORT[,HOST:PORT...] | "
-      "dns:///NAME:PORT]\n"
+      "usage: nibble-load (--name NAME | --api Check) [--target "
+      "HOST:PORT[,HOST:PORT...] | dns:///NAME:PORT]\n"
       "                   [--api Matmul|MatmulStream|ModelInfer] [--m M] "
       "[--dtype f32|f16|bf16] [--input FILE]\n"
       "                   [--concurrency C | --rate R [--arrival "
@@ -202,8 +211,9 @@ std::string Usage() {
       "each request's scheduled send\ntime), then reports throughput, "
       "latency percentiles and errors by status code. A sweep\nruns one step "
       "per rate or concurrency and stops at the first step whose p99 "
-      "exceeds\n--slo or that has errors. Exits 1 when no request "
-      "succeeded.\n\nflags:\n",
+      "exceeds\n--slo or that has errors. --api=Check sends health checks "
+      "instead of matmuls, to\nmeasure what the RPC alone costs. Exits 1 "
+      "when no request succeeded.\n\nflags:\n",
       DescribeFlags(kFlags));
 }
 
@@ -336,18 +346,28 @@ absl::StatusOr<LoadConfig> ConfigFromFlags(const CommandLine& command_line) {
           "by commas");
     }
   }
+  absl::StatusOr<client::LoadApi> api =
+      client::ParseLoadApi(absl::GetFlag(FLAGS_api));
+  if (!api.ok()) return api.status();
+  config.api = *api;
+  if (config.api == client::LoadApi::kCheck) {
+    for (absl::string_view flag : kMatmulFlags) {
+      if (FlagGiven(command_line, flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag,
+            " does not go with --api=Check: a health check has no weight, A "
+            "or C"));
+      }
+    }
+  }
   config.name = absl::GetFlag(FLAGS_name);
-  if (config.name.empty()) {
+  if (config.name.empty() && config.api != client::LoadApi::kCheck) {
     return absl::InvalidArgumentError(
         "--name is required: the resident weight to multiply with");
   }
   absl::StatusOr<ConnectionOptions> connection = ConnectionOptionsFromFlags();
   if (!connection.ok()) return connection.status();
   config.connection = *std::move(connection);
-  absl::StatusOr<client::LoadApi> api =
-      client::ParseLoadApi(absl::GetFlag(FLAGS_api));
-  if (!api.ok()) return api.status();
-  config.api = *api;
   config.m = absl::GetFlag(FLAGS_m);
   if (config.m <= 0) {
     return absl::InvalidArgumentError(
@@ -496,7 +516,7 @@ absl::StatusOr<LoadTarget> MakeLoadTarget(const LoadConfig& config,
 
 // Runs the steps of the sweep in `config` until one gives a reason to stop,
 // and writes the files asked for.
-int RunSweep(const LoadConfig& config, const WeightSpec& spec,
+int RunSweep(const LoadConfig& config, const std::optional<WeightSpec>& spec,
              const LoadTarget& target, std::ofstream& json_file,
              std::ofstream& csv_file, std::ofstream& plot_file) {
   PrintSweepHeader(config, spec);
@@ -565,21 +585,30 @@ int Main(int argc, char* argv[]) {
     if (!status.ok()) return UsageError(status.message());
   }
 
-  absl::StatusOr<WeightSpec> spec = LookUpWeight(*config);
-  if (!spec.ok()) {
-    std::cerr << "nibble-load: " << spec.status().message() << "\n";
-    return kExitFailure;
+  // A health check needs no weight, so there is nothing to look up.
+  std::optional<WeightSpec> spec;
+  LoadTarget target;
+  if (config->api == client::LoadApi::kCheck) {
+    target.channels = ConnectChannels(*config);
+  } else {
+    absl::StatusOr<WeightSpec> found = LookUpWeight(*config);
+    if (!found.ok()) {
+      std::cerr << "nibble-load: " << found.status().message() << "\n";
+      return kExitFailure;
+    }
+    spec = *found;
+    absl::StatusOr<LoadTarget> made = MakeLoadTarget(*config, *spec);
+    if (!made.ok()) return UsageError(made.status().message());
+    target = *std::move(made);
   }
-  absl::StatusOr<LoadTarget> target = MakeLoadTarget(*config, *spec);
-  if (!target.ok()) return UsageError(target.status().message());
 
   if (config->sweep_over != SweepOver::kNone) {
-    return RunSweep(*config, *spec, *target, json_file, csv_file, plot_file);
+    return RunSweep(*config, spec, target, json_file, csv_file, plot_file);
   }
-  const LoadReport report = RunLoad(*config, *target);
-  PrintSummary(*config, *spec, report);
+  const LoadReport report = RunLoad(*config, target);
+  PrintSummary(*config, spec, report);
   if (!WriteOutput(json_file, config->json_path,
-                   absl::StrCat(ReportJson(*config, *spec, report), "\n")) ||
+                   absl::StrCat(ReportJson(*config, spec, report), "\n")) ||
       !WriteOutput(csv_file, config->csv_path,
                    absl::StrCat(CsvHeader(), CsvRow(*config, report)))) {
     return kExitFailure;

@@ -105,20 +105,24 @@ std::string OfferedText(const LoadConfig& config) {
 
 double Milliseconds(int64_t microseconds) { return microseconds / 1000.0; }
 
-void PrintHeader(const LoadConfig& config, const WeightSpec& spec) {
+void PrintHeader(const LoadConfig& config,
+                 const std::optional<WeightSpec>& spec) {
   std::cout << absl::StrFormat(
       "target:      %s\n"
-      "api:         %s\n"
+      "api:         %s\n",
+      absl::StrJoin(config.targets, ", "), LoadApiName(config.api));
+  if (!spec.has_value()) return;
+  std::cout << absl::StrFormat(
       "weight:      %s (%s)\n"
       "m:           %d\n"
       "dtype:       %s\n",
-      absl::StrJoin(config.targets, ", "), LoadApiName(config.api), config.name,
-      spec.DebugString(), config.m, DTypeName(config.dtype));
+      config.name, spec->DebugString(), config.m, DTypeName(config.dtype));
 }
 
 }  // namespace
 
-std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
+std::string ReportJson(const LoadConfig& config,
+                       const std::optional<WeightSpec>& spec,
                        const LoadReport& report) {
   using client::JsonNumber;
   using client::JsonString;
@@ -131,10 +135,12 @@ std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
                       absl::StrAppend(out, JsonString(target));
                     }),
       "], \"api\": ", JsonString(LoadApiName(config.api)),
-      ", \"weight\": ", JsonString(config.name),
-      ", \"weight_spec\": ", JsonString(spec.DebugString()),
-      ", \"m\": ", config.m,
-      ", \"dtype\": ", JsonString(DTypeName(config.dtype)),
+      ", \"weight\": ", spec.has_value() ? JsonString(config.name) : null,
+      ", \"weight_spec\": ",
+      spec.has_value() ? JsonString(spec->DebugString()) : null,
+      ", \"m\": ", spec.has_value() ? absl::StrCat(config.m) : null,
+      ", \"dtype\": ",
+      spec.has_value() ? JsonString(DTypeName(config.dtype)) : null,
       ", \"mode\": ", JsonString(config.open_loop ? "open" : "closed"),
       ", \"rate\": ", config.open_loop ? JsonNumber(config.rate) : null,
       ", \"arrival\": ",
@@ -195,7 +201,8 @@ std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
       ", \"verified\": ", report.verified, ", \"latency_us\": ", latency_json,
       ", \"latency_from\": ",
       JsonString(config.open_loop ? "scheduled send" : "actual send"),
-      ", \"kernels\": ", JsonCounts(report.total.kernels),
+      ", \"kernels\": ",
+      spec.has_value() ? JsonCounts(report.total.kernels) : null,
       ", \"histogram\": ", histogram_json, ", \"series\": ", series_json, "}");
 }
 
@@ -220,7 +227,8 @@ std::optional<std::string> StopReason(const LoadConfig& config, int index,
   return std::nullopt;
 }
 
-void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
+void PrintSummary(const LoadConfig& config,
+                  const std::optional<WeightSpec>& spec,
                   const LoadReport& report) {
   const client::LatencyHistogram& latency = report.total.latencies;
   PrintHeader(config, spec);
@@ -247,13 +255,14 @@ void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
       "requests ok: %d\n"
       "errors:      %s\n"
       "throughput:  %.1f requests/s\n"
-      "latency us:  p50 %d  p90 %d  p99 %d  p99.9 %d  max %d%s\n"
-      "kernel:      %s\n",
+      "latency us:  p50 %d  p90 %d  p99 %d  p99.9 %d  max %d%s\n",
       latency.count(), FormatErrors(report.total.errors), report.throughput_rps,
       latency.ValueAtQuantile(0.5), latency.ValueAtQuantile(0.9),
       latency.ValueAtQuantile(0.99), latency.ValueAtQuantile(0.999),
-      latency.max(), config.open_loop ? "  (from scheduled send times)" : "",
-      FormatKernels(report.total.kernels));
+      latency.max(), config.open_loop ? "  (from scheduled send times)" : "");
+  if (spec.has_value()) {
+    std::cout << "kernel:      " << FormatKernels(report.total.kernels) << "\n";
+  }
   if (config.verify_every > 0) {
     std::cout << absl::StrFormat(
         "verified:    %d replies against the float64 reference, %d wrong\n",
@@ -261,7 +270,8 @@ void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
   }
 }
 
-void PrintSweepHeader(const LoadConfig& config, const WeightSpec& spec) {
+void PrintSweepHeader(const LoadConfig& config,
+                      const std::optional<WeightSpec>& spec) {
   PrintHeader(config, spec);
   const bool rate = config.sweep_over == SweepOver::kRate;
   std::cout << absl::StrFormat(
@@ -313,7 +323,8 @@ void PrintSweepTable(const LoadConfig& config,
             << "\n";
 }
 
-std::string SweepJson(const LoadConfig& config, const WeightSpec& spec,
+std::string SweepJson(const LoadConfig& config,
+                      const std::optional<WeightSpec>& spec,
                       const std::vector<SweepStep>& steps,
                       const std::optional<std::string>& stop_reason) {
   using client::JsonNumber;
@@ -355,13 +366,18 @@ std::string CsvRow(const LoadConfig& config, const LoadReport& report) {
       latency.max());
 }
 
-client::Plot SweepPlot(const LoadConfig& config, const WeightSpec& spec,
+client::Plot SweepPlot(const LoadConfig& config,
+                       const std::optional<WeightSpec>& spec,
                        const std::vector<SweepStep>& steps) {
   client::Plot plot;
-  plot.title = absl::StrFormat(
-      "nibble-load sweep: %s %s, weight %s (%s), m=%d %s",
-      absl::StrJoin(config.targets, ", "), LoadApiName(config.api), config.name,
-      spec.DebugString(), config.m, DTypeName(config.dtype));
+  plot.title = absl::StrFormat("nibble-load sweep: %s %s",
+                               absl::StrJoin(config.targets, ", "),
+                               LoadApiName(config.api));
+  if (spec.has_value()) {
+    absl::StrAppendFormat(&plot.title, ", weight %s (%s), m=%d %s", config.name,
+                          spec->DebugString(), config.m,
+                          DTypeName(config.dtype));
+  }
   plot.x_label = config.open_loop ? "offered load (requests/s)"
                                   : "offered load (concurrency)";
   // Filled first and moved in last, so that no reference into a vector

@@ -1,6 +1,8 @@
 // The reports of nibble-load: the human summary of a run, the lines and
 // table of a sweep, and the same results as JSON, CSV and an SVG plot, plus
-// the opening and writing of those result files.
+// the opening and writing of those result files. `spec` is the weight's;
+// --api=Check sends no matmul and passes nothing, and the reports leave out
+// the weight, M, dtype and kernels.
 //
 // Example:
 //   nibble::client::LoadReport report =
@@ -26,7 +28,8 @@ namespace nibble {
 namespace client {
 
 // The whole result of one run as one JSON object, without a newline.
-std::string ReportJson(const LoadConfig& config, const WeightSpec& spec,
+std::string ReportJson(const LoadConfig& config,
+                       const std::optional<WeightSpec>& spec,
                        const LoadReport& report);
 
 // Why a sweep stops after `step`, the `index`th from 0; nothing when it goes
@@ -35,11 +38,13 @@ std::optional<std::string> StopReason(const LoadConfig& config, int index,
                                       const SweepStep& step);
 
 // The summary of one run, on stdout.
-void PrintSummary(const LoadConfig& config, const WeightSpec& spec,
+void PrintSummary(const LoadConfig& config,
+                  const std::optional<WeightSpec>& spec,
                   const LoadReport& report);
 
 // What a sweep will do, on stdout, before its first step.
-void PrintSweepHeader(const LoadConfig& config, const WeightSpec& spec);
+void PrintSweepHeader(const LoadConfig& config,
+                      const std::optional<WeightSpec>& spec);
 
 // One line on stdout as each step of a sweep ends; `index` counts from 0.
 void PrintStepLine(int index, int steps, const SweepStep& step);
@@ -50,7 +55,8 @@ void PrintSweepTable(const LoadConfig& config,
                      const std::optional<std::string>& stop_reason);
 
 // The whole result of a sweep as one JSON object, without a newline.
-std::string SweepJson(const LoadConfig& config, const WeightSpec& spec,
+std::string SweepJson(const LoadConfig& config,
+                      const std::optional<WeightSpec>& spec,
                       const std::vector<SweepStep>& steps,
                       const std::optional<std::string>& stop_reason);
 
@@ -60,7 +66,8 @@ std::string CsvHeader();
 std::string CsvRow(const LoadConfig& config, const LoadReport& report);
 
 // Throughput and p50/p99 latency against the offered load of each step.
-client::Plot SweepPlot(const LoadConfig& config, const WeightSpec& spec,
+client::Plot SweepPlot(const LoadConfig& config,
+                       const std::optional<WeightSpec>& spec,
                        const std::vector<SweepStep>& steps);
 
 // A result file named by `flag`, opened before the run so that a bad path

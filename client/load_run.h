@@ -47,6 +47,7 @@ struct LoadConfig {
   // dns:///HOST:PORT.
   std::vector<std::string> targets;
   ConnectionOptions connection;
+  // The weight; empty with LoadApi::kCheck, which sends none.
   std::string name;
   LoadApi api = LoadApi::kMatmul;
   int64_t m = 1;
@@ -97,6 +98,7 @@ struct LoadReport {
 // The connections a run sends over, and the request it sends.
 struct LoadTarget {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
+  // Unused with LoadApi::kCheck.
   v1::MatmulRequest request;
   // With --verify: the float64 reference of C for request.a.
   std::vector<double> expected_c;

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/completion_queue.h"
 #include "grpcpp/support/async_unary_call.h"
@@ -165,6 +166,25 @@ struct ModelInferTraits {
                                     response.raw_output_contents_size(),
                                     " raw outputs, not 1"));
     }
+  }
+};
+
+struct HealthCheckTraits {
+  using Service = grpc::health::v1::Health;
+  using Request = grpc::health::v1::HealthCheckRequest;
+  using Response = grpc::health::v1::HealthCheckResponse;
+  static std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> Start(
+      Service::Stub& stub, grpc::ClientContext* context, const Request& request,
+      grpc::CompletionQueue* queue) {
+    return stub.AsyncCheck(context, request, queue);
+  }
+  // A server that answers but does not serve is as good as down to a caller.
+  static void Read(Response& response, Reply& reply) {
+    if (response.status() == Response::SERVING) return;
+    reply.status = grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("the server's health is ",
+                     Response::ServingStatus_Name(response.status())));
   }
 };
 
@@ -388,13 +408,14 @@ class StreamSender final : public RequestSender {
 }  // namespace
 
 absl::StatusOr<LoadApi> ParseLoadApi(absl::string_view text) {
-  for (LoadApi api :
-       {LoadApi::kMatmul, LoadApi::kMatmulStream, LoadApi::kModelInfer}) {
+  for (LoadApi api : {LoadApi::kMatmul, LoadApi::kMatmulStream,
+                      LoadApi::kModelInfer, LoadApi::kCheck}) {
     if (absl::EqualsIgnoreCase(text, LoadApiName(api))) return api;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown API \"", text,
-                   "\": use Matmul, MatmulStream or ModelInfer (KServe v2)"));
+                   "\": use Matmul, MatmulStream, ModelInfer (KServe v2) or "
+                   "Check (grpc.health.v1)"));
 }
 
 absl::string_view LoadApiName(LoadApi api) {
@@ -405,6 +426,8 @@ absl::string_view LoadApiName(LoadApi api) {
       return "MatmulStream";
     case LoadApi::kModelInfer:
       return "ModelInfer";
+    case LoadApi::kCheck:
+      return "Check";
   }
   return "unknown";
 }
@@ -422,6 +445,9 @@ std::unique_ptr<RequestSender> MakeRequestSender(
     case LoadApi::kModelInfer:
       return std::make_unique<UnarySender<ModelInferTraits>>(
           channels, ToModelInfer(request), options.timeout);
+    case LoadApi::kCheck:
+      return std::make_unique<UnarySender<HealthCheckTraits>>(
+          channels, grpc::health::v1::HealthCheckRequest(), options.timeout);
   }
   return nullptr;
 }

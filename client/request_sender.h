@@ -1,6 +1,8 @@
 // How nibble-load sends one request and hears back, whatever the API: unary
 // Matmul, one of many requests on a MatmulStream, or a KServe v2 ModelInfer.
 // All three send the same A and return C, so the load runs do not care which.
+// Check sends a grpc.health.v1 health check instead, the cheapest unary call
+// the server answers: what the RPC costs without the matmul.
 //
 // Example:
 //   std::unique_ptr<nibble::client::RequestSender> sender =
@@ -28,9 +30,9 @@
 namespace nibble {
 namespace client {
 
-enum class LoadApi { kMatmul, kMatmulStream, kModelInfer };
+enum class LoadApi { kMatmul, kMatmulStream, kModelInfer, kCheck };
 
-// "Matmul", "MatmulStream" or "ModelInfer", in any case.
+// "Matmul", "MatmulStream", "ModelInfer" or "Check", in any case.
 absl::StatusOr<LoadApi> ParseLoadApi(absl::string_view text);
 absl::string_view LoadApiName(LoadApi api);
 
@@ -39,7 +41,7 @@ struct Reply {
   grpc::Status status;
   // The kernel the server ran, when it says.
   std::string kernel;
-  // C [M, N] in the request's dtype, when the status is OK.
+  // C [M, N] in the request's dtype, when the status is OK; empty for Check.
   std::string c;
 };
 
@@ -65,7 +67,9 @@ struct SenderOptions {
   absl::Duration stream_timeout;
 };
 
-// Sends `request` (its weight, M, dtype and A) through `api`.
+// Sends `request` (its weight, M, dtype and A) through `api`; Check ignores it
+// and asks for the health of the whole server (service ""). A Check answered
+// with any status but SERVING counts as UNAVAILABLE.
 std::unique_ptr<RequestSender> MakeRequestSender(
     LoadApi api, const std::vector<std::shared_ptr<grpc::Channel>>& channels,
     const v1::MatmulRequest& request, const SenderOptions& options);

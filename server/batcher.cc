@@ -62,15 +62,16 @@ void MatmulBatcher::Submit(MatmulWork work) {
     refusal = absl::UnavailableError(
         "the server is shutting down and takes no new matmuls; retry on "
         "another replica");
+    ++stats_.requests_refused_shutting_down;
   } else if (queued_rows + work.m > options_.max_queue_rows) {
     refusal = absl::ResourceExhaustedError(
         absl::StrCat("the queue of weight \"", weight.name, "\" holds ",
                      queued_rows, " rows of A and ", work.m,
                      " more would pass its limit of ", options_.max_queue_rows,
                      " rows (max_queue_rows); retry later or send fewer rows"));
+    ++stats_.requests_refused_queue_full;
   }
   if (!refusal.ok()) {
-    ++stats_.requests_refused;
     mu_.Unlock();
     work.done(refusal);
     return;
@@ -78,6 +79,7 @@ void MatmulBatcher::Submit(MatmulWork work) {
   WeightQueue& queue = queues_[&weight];
   if (queue.weight == nullptr) queue.weight = work.weight;
   if (RunsInline(queue, work)) {
+    stats_.queue_seconds.Record(0);
     RunInline(queue, std::move(work));
     return;
   }
@@ -205,6 +207,7 @@ MatmulBatcher::Batch MatmulBatcher::TakeBatch(WeightQueue& queue,
       }
       all_lose_precision = all_lose_precision && alone_loses;
       rows += m;
+      stats_.queue_seconds.Record(absl::ToDoubleSeconds(now - it->enqueued));
       batch.run.push_back(std::move(work));
     } else {
       ++it;
@@ -235,14 +238,21 @@ void MatmulBatcher::RunBatch(Batch batch) {
     merged.reserve(rows * weight.packed.spec().k * DTypeSize(dtype));
     for (const MatmulWork& work : batch.run) merged += work.a;
   }
+  const absl::Time compute_start = absl::Now();
   absl::StatusOr<MatmulResult> result = backend_.run(
       weight, rows, dtype, batch.run.size() > 1 ? merged : batch.run[0].a);
+  const absl::Duration compute_time = absl::Now() - compute_start;
   {
+    const int64_t requests = static_cast<int64_t>(batch.run.size());
     absl::MutexLock lock(&mu_);
     ++stats_.batches_run;
-    stats_.requests_run += static_cast<int64_t>(batch.run.size());
+    stats_.requests_run += requests;
     stats_.rows_run += rows;
-    ++stats_.batches_by_rows[rows];
+    stats_.batch_rows.Record(static_cast<double>(rows));
+    stats_.compute_seconds.Record(absl::ToDoubleSeconds(compute_time));
+    WeightMatmulCounts& counts = stats_.run_by_weight[weight.name];
+    counts.requests += requests;
+    counts.rows += rows;
   }
   if (!result.ok()) {
     for (MatmulWork& work : batch.run) work.done(result.status());

@@ -53,6 +53,7 @@
 #include "absl/time/time.h"
 #include "kernels/dtype.h"
 #include "server/matmul_runner.h"
+#include "server/metrics_histogram.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -107,14 +108,28 @@ struct MatmulBackend {
 // The server's backend: `runner` must outlive the batcher.
 MatmulBackend BackendOf(const MatmulRunner* runner);
 
+// Matmuls run on one weight, by name.
+struct WeightMatmulCounts {
+  int64_t requests = 0;
+  int64_t rows = 0;
+};
+
 // Counters since the batcher started, for metrics.
 struct BatcherStats {
   int64_t batches_run = 0;
   int64_t requests_run = 0;
   int64_t rows_run = 0;
-  // Batches by their number of rows.
-  std::map<int64_t, int64_t> batches_by_rows;
-  int64_t requests_refused = 0;  // queue full, or shutting down
+  // Rows of A per kernel call, one observation per batch.
+  Histogram batch_rows{kBatchRowsBuckets};
+  // Per request run: from Submit to its batch starting; 0 for one run inline.
+  Histogram queue_seconds{kLatencyBucketsSeconds};
+  // Per batch: how long the kernel call took.
+  Histogram compute_seconds{kLatencyBucketsSeconds};
+  // Requests and rows run, by weight name; a deleted weight keeps its counts.
+  std::map<std::string, WeightMatmulCounts> run_by_weight;
+  int64_t requests_refused_queue_full = 0;
+  int64_t requests_refused_shutting_down = 0;
+  // Past their deadline or cancelled while queued, so never run.
   int64_t requests_expired = 0;
   int64_t requests_cancelled = 0;
   // Rows of A waiting, by weight name; weights with none are left out.

@@ -59,9 +59,7 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ServerLive(
 grpc::ServerUnaryReactor* KServeServiceImpl::ServerReady(
     grpc::CallbackServerContext* context, const inference::ServerReadyRequest*,
     inference::ServerReadyResponse* response) {
-  // Weights are uploaded at run time, so the server has nothing to load
-  // before it can serve.
-  response->set_ready(true);
+  response->set_ready(ready_.load());
   return FinishNow(context, absl::OkStatus());
 }
 

@@ -12,6 +12,7 @@
 #ifndef NIBBLE_SERVER_KSERVE_SERVICE_H_
 #define NIBBLE_SERVER_KSERVE_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -34,6 +35,10 @@ class KServeServiceImpl final
   // ServerLive and ServerReady needs a token; those stay open like health.
   KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,
                     const TokenAuthenticator* auth = nullptr);
+
+  // What ServerReady answers: false while nibbled loads --data_dir and
+  // while it drains, so that orchestrators route no new work to it.
+  void SetReady(bool ready) { ready_.store(ready); }
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -76,6 +81,7 @@ class KServeServiceImpl final
   const WeightStore* store_;
   MatmulBatcher* batcher_;
   const TokenAuthenticator* auth_;
+  std::atomic<bool> ready_{true};
 };
 
 }  // namespace nibble::server

@@ -1,12 +1,16 @@
 #include "server/nibble_server.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "server/log.h"
+#include "server/metrics.h"
 
 namespace nibble::server {
 
@@ -14,6 +18,7 @@ NibbleServer::NibbleServer(const ServerOptions& options,
                            std::vector<const GemmKernel*> kernels)
     : pool_(options.threads),
       scheduler_(std::move(kernels), options.tuning_table),
+      store_(options.max_weight_bytes),
       data_dir_(options.data_dir.empty()
                     ? std::nullopt
                     : std::make_optional<WeightDirectory>(options.data_dir)),
@@ -24,13 +29,23 @@ NibbleServer::NibbleServer(const ServerOptions& options,
                auth_ ? &*auth_ : nullptr),
       kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr) {}
 
-NibbleServer::~NibbleServer() { Shutdown(absl::ZeroDuration()); }
+NibbleServer::~NibbleServer() {
+  // Quietly: after a Drain this does nothing, and a server that failed to
+  // start has nothing in flight to report on.
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now()));
+}
 
 absl::Status NibbleServer::LoadWeights() {
   if (!data_dir_.has_value()) return absl::OkStatus();
-  if (absl::Status status = data_dir_->Prepare(); !status.ok()) return status;
   absl::StatusOr<LoadReport> report =
       data_dir_->LoadAll([this](WeightFile file) -> absl::Status {
+        // Before packing, so that a weight past the budget costs no memory;
+        // LoadAll reports it and leaves its file alone.
+        if (absl::Status status = store_.CheckFits(
+                file.name, PackedResidentBytes(file.weight.spec));
+            !status.ok()) {
+          return status;
+        }
         absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(file.weight);
         if (!packed.ok()) return packed.status();
         return store_.Insert(std::move(file.name), *std::move(packed));
@@ -41,6 +56,14 @@ absl::Status NibbleServer::LoadWeights() {
 }
 
 namespace {
+
+// The service names health reports on, besides the server as a whole ("").
+const char* const kHealthServices[] = {"nibble.v1.NibbleService",
+                                       "inference.GRPCInferenceService"};
+
+int Milliseconds(absl::Duration duration) {
+  return static_cast<int>(absl::ToInt64Milliseconds(duration));
+}
 
 std::shared_ptr<grpc::ServerCredentials> Credentials(
     const ServerOptions& options) {
@@ -63,9 +86,14 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
 
   std::unique_ptr<NibbleServer> server(
       new NibbleServer(options, std::move(kernels)));
-  if (absl::Status status = server->LoadWeights(); !status.ok()) {
-    return status;
+  // Checked before listening, so that an unusable directory fails at once.
+  if (server->data_dir_.has_value()) {
+    if (absl::Status status = server->data_dir_->Prepare(); !status.ok()) {
+      return status;
+    }
+    server->store_.SetLoading(true);
   }
+  server->kserve_service_.SetReady(false);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, Credentials(options),
                            &server->port_);
@@ -74,21 +102,97 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             Milliseconds(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             Milliseconds(options.keepalive_timeout));
+  // Clients that keep idle connections alive with their own pings are
+  // welcome; gRPC's default (one ping in 5 minutes) would disconnect them.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      Milliseconds(options.min_client_ping_interval));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.max_concurrent_streams);
   builder.RegisterService(&server->service_);
   builder.RegisterService(&server->kserve_service_);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(
+      std::make_unique<RpcMetricsInterceptorFactory>(&server->rpc_stats_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen,
                      ": the address is malformed or the port is in use"));
   }
+  // gRPC's health service exists once the server is built, reporting ""
+  // SERVING; until this line a probe could see that, but the store already
+  // answers every call that needs weights with UNAVAILABLE.
+  server->SetServing(false);
+  // Before loading, so that the load can be watched.
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
+        MetricsHttpServer::Start(options.metrics_listen, [raw = server.get()] {
+          return raw->RenderMetrics();
+        });
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_http_ = *std::move(metrics);
+  }
+  if (absl::Status status = server->LoadWeights(); !status.ok()) {
+    return status;
+  }
+  server->store_.SetLoading(false);
+  server->SetServing(true);
   return server;
 }
 
-void NibbleServer::Shutdown(absl::Duration grace) {
-  if (server_ != nullptr) {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+void NibbleServer::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);
+  for (const char* service : kHealthServices) {
+    health->SetServingStatus(service, serving);
   }
+  kserve_service_.SetReady(serving);
+  serving_ = serving;
+}
+
+std::string NibbleServer::RenderMetrics() const {
+  MetricsSnapshot snapshot{.rpcs = rpc_stats_.Snapshot(),
+                           .batcher = batcher_.Stats(),
+                           .weights = {},
+                           .serving = serving_.load()};
+  for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {
+    snapshot.weights.push_back(
+        {.name = weight->name,
+         .resident_bytes = weight->packed.resident_bytes()});
+  }
+  return RenderPrometheusText(snapshot);
+}
+
+void NibbleServer::Drain(absl::Duration delay, absl::Duration grace) {
+  absl::MutexLock lock(&drain_mutex_);
+  if (server_ == nullptr || drained_) return;
+  drained_ = true;
+  SetServing(false);
+  if (delay > absl::ZeroDuration()) {
+    LogInfo("draining: health is NOT_SERVING, still accepting calls",
+            {{"drain_delay", absl::FormatDuration(delay)}});
+    absl::SleepFor(delay);
+  }
+  LogInfo("draining: stopped accepting calls, finishing in-flight ones",
+          {{"grace", absl::FormatDuration(grace)}});
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  // Every call has ended, so no client waits on the batcher any more; this
+  // stops its threads once they have answered what they still hold.
+  batcher_.Shutdown();
+  LogInfo("draining: done, every call has ended");
+}
+
+void NibbleServer::Shutdown(absl::Duration grace) {
+  Drain(absl::ZeroDuration(), grace);
 }
 
 void NibbleServer::Wait() {

@@ -2,21 +2,30 @@
 // the NibbleService, the Open Inference Protocol (KServe v2) service, gRPC's
 // standard health service and server reflection, listening on one address.
 //
+// Lifecycle: Start listens first, with health NOT_SERVING and every call that
+// needs weights answered UNAVAILABLE while it loads options.data_dir, then
+// turns SERVING. Drain turns health NOT_SERVING again, stops accepting calls,
+// lets in-flight ones finish and runs what the batcher has queued.
+//
 // Example:
 //   absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
 //       nibble::server::NibbleServer::Start({.listen = "127.0.0.1:0"},
 //                                           nibble::cpu::CpuKernels());
 //   int port = (*server)->port();
-//   (*server)->Shutdown();
+//   (*server)->Drain(absl::ZeroDuration(), absl::Seconds(5));
 #ifndef NIBBLE_SERVER_NIBBLE_SERVER_H_
 #define NIBBLE_SERVER_NIBBLE_SERVER_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/gemm_kernel.h"
@@ -27,7 +36,9 @@
 #include "server/batcher.h"
 #include "server/kserve_service.h"
 #include "server/matmul_runner.h"
+#include "server/metrics_http.h"
 #include "server/nibble_service.h"
+#include "server/rpc_metrics.h"
 #include "server/weight_directory.h"
 #include "server/weight_store.h"
 
@@ -40,6 +51,19 @@ struct ServerOptions {
   int threads = 0;
   // Largest request or response message, so that large activations fit.
   int max_message_bytes = 64 << 20;
+  // Most bytes of packed weights held resident (nibbled --max_weight_bytes);
+  // 0 for no limit.
+  int64_t max_weight_bytes = 0;
+  // How often an idle connection is pinged, and how long the server waits
+  // for the answer before closing it (--keepalive_time_ms,
+  // --keepalive_timeout_ms), so that vanished clients free their resources.
+  absl::Duration keepalive_time = absl::Minutes(1);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
+  // Shortest interval between client pings the server tolerates, with or
+  // without calls in flight; clients pinging more often are disconnected.
+  absl::Duration min_client_ping_interval = absl::Seconds(10);
+  // Concurrent calls per connection (--max_concurrent_streams).
+  int max_concurrent_streams = 256;
   // Which kernel variant wins for which shape (nibbled --tuning_table).
   TuningTable tuning_table = TuningTable::Default();
   // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
@@ -55,14 +79,17 @@ struct ServerOptions {
   std::string tls_client_ca;
   // Bearer tokens (--auth_token_file, --auth_all); none needed when unset.
   std::optional<TokenAuthenticator> auth;
+  // HOST:PORT for Prometheus's GET /metrics (--metrics_listen); port 0 picks
+  // a free one (see metrics_port()); empty for none.
+  std::string metrics_listen;
 };
 
 class NibbleServer {
  public:
-  // Loads the weights in options.data_dir, then starts serving. The kernels
-  // must outlive the server. FAILED_PRECONDITION when the data directory
-  // cannot be created, listed or written; UNAVAILABLE when the address cannot
-  // be bound.
+  // Starts listening, loads the weights in options.data_dir (see Lifecycle
+  // above), then serves; returns once loaded. The kernels must outlive the
+  // server. FAILED_PRECONDITION when the data directory cannot be created,
+  // listed or written; UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<NibbleServer>> Start(
       const ServerOptions& options, std::vector<const GemmKernel*> kernels);
 
@@ -73,8 +100,20 @@ class NibbleServer {
   // What Start found in options.data_dir: all zero and empty without one.
   const LoadReport& data_dir_report() const { return data_dir_report_; }
   BatcherStats batcher_stats() const { return batcher_.Stats(); }
-  // Stops accepting calls, lets in-flight calls finish until `grace` has
-  // passed, then cancels the rest.
+  int64_t resident_bytes() const { return store_.resident_bytes(); }
+  // The port of GET /metrics; 0 without options.metrics_listen.
+  int metrics_port() const {
+    return metrics_http_ != nullptr ? metrics_http_->port() : 0;
+  }
+  // What GET /metrics answers: Prometheus text.
+  std::string RenderMetrics() const;
+  // Turns health NOT_SERVING (and KServe ServerReady false) and keeps
+  // serving for `delay`, so that load balancers stop sending new calls; then
+  // stops accepting calls, lets in-flight ones finish until `grace` has
+  // passed, cancels the rest, and runs what the batcher still holds. Returns
+  // when all is done.
+  void Drain(absl::Duration delay, absl::Duration grace);
+  // Drain without the delay. Idempotent, like Drain.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
   // Blocks until the server has shut down.
   void Wait();
@@ -84,6 +123,8 @@ class NibbleServer {
                std::vector<const GemmKernel*> kernels);
   // Fills the store from data_dir_, and data_dir_report_.
   absl::Status LoadWeights();
+  // Health of every service, and KServe ServerReady.
+  void SetServing(bool serving);
 
   ThreadPool pool_;
   Scheduler scheduler_;
@@ -96,8 +137,16 @@ class NibbleServer {
   std::optional<TokenAuthenticator> auth_;
   NibbleServiceImpl service_;
   KServeServiceImpl kserve_service_;
+  // Written by interceptors until server_ is gone.
+  RpcStats rpc_stats_;
+  std::atomic<bool> serving_ = false;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // Last, so destroyed first: its scrapes read everything above.
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  // Makes Drain run once; later and concurrent calls wait for it to end.
+  absl::Mutex drain_mutex_;
+  bool drained_ ABSL_GUARDED_BY(drain_mutex_) = false;
 };
 
 }  // namespace nibble::server

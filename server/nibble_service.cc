@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/packed_weight.h"
+#include "server/log.h"
 #include "server/matmul_rpc.h"
 #include "server/matmul_stream.h"
 #include "server/proto_conversions.h"
@@ -21,6 +22,24 @@ class RefusedStream final
   explicit RefusedStream(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
 };
+
+// The store's answer to whether `name`, of `bytes` resident bytes, fits in
+// --max_weight_bytes; logged when it does not, for the operator.
+absl::Status CheckBudget(const WeightStore& store, absl::string_view name,
+                         const WeightSpec& spec, int64_t bytes) {
+  absl::Status status = store.CheckFits(name, bytes);
+  if (!status.ok()) {
+    LogWarning("upload refused: over --max_weight_bytes",
+               {{"name", name},
+                {"format", WeightFormatName(spec.format)},
+                {"k", spec.k},
+                {"n", spec.n},
+                {"bytes", bytes},
+                {"resident_bytes", store.resident_bytes()},
+                {"max_weight_bytes", store.max_resident_bytes()}});
+  }
+  return status;
+}
 
 }  // namespace
 
@@ -43,8 +62,14 @@ absl::Status NibbleServiceImpl::Upload(
           !status.ok()) {
         return status;
       }
-      // Refused before any data is sent; checked again at the end.
+      // Refused before any data is sent, so that a weight past the budget
+      // never occupies memory here; both are checked again at the commit.
       if (absl::Status status = store_->CheckNameFree(upload.name());
+          !status.ok()) {
+        return status;
+      }
+      if (absl::Status status = CheckBudget(*store_, upload.name(), *spec,
+                                            PackedResidentBytes(*spec));
           !status.ok()) {
         return status;
       }
@@ -76,6 +101,12 @@ absl::Status NibbleServiceImpl::Upload(
     if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
       return status;
     }
+    // Before the file is written, so that a refused weight leaves none.
+    if (absl::Status status =
+            CheckBudget(*store_, name, weight->spec, packed->resident_bytes());
+        !status.ok()) {
+      return status;
+    }
     if (data_dir_ != nullptr) {
       if (absl::Status status = data_dir_->Save(name, *weight); !status.ok()) {
         return absl::Status(status.code(), absl::StrCat("weight \"", name,
@@ -93,6 +124,14 @@ absl::Status NibbleServiceImpl::Upload(
     if (!stored.ok()) return stored.status();
     FillWeightInfo(**stored, response);
   }
+  const WeightSpec& spec = weight->spec;
+  LogInfo("weight uploaded", {{"name", name},
+                              {"format", WeightFormatName(spec.format)},
+                              {"k", spec.k},
+                              {"n", spec.n},
+                              {"group", spec.group_size},
+                              {"bytes", response->resident_bytes()},
+                              {"resident_bytes", store_->resident_bytes()}});
   return absl::OkStatus();
 }
 
@@ -129,6 +168,9 @@ grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext* context,
       !status.ok()) {
     return ToGrpcStatus(status);
   }
+  if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
+    return ToGrpcStatus(status);
+  }
   for (const auto& weight : store_->List()) {
     FillWeightInfo(*weight, response->add_weights());
   }
@@ -159,7 +201,12 @@ grpc::Status NibbleServiceImpl::DeleteWeight(
                                     "\" was not deleted: ", status.message())));
     }
   }
-  return ToGrpcStatus(store_->Remove(request->name()));
+  if (absl::Status status = store_->Remove(request->name()); !status.ok()) {
+    return ToGrpcStatus(status);
+  }
+  LogInfo("weight deleted", {{"name", request->name()},
+                             {"resident_bytes", store_->resident_bytes()}});
+  return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
@@ -184,6 +231,9 @@ grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
 NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
       !status.ok()) {
+    return new RefusedStream(ToGrpcStatus(status));
+  }
+  if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
     return new RefusedStream(ToGrpcStatus(status));
   }
   return new MatmulStreamReactor(store_, batcher_, context);

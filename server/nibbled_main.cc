@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/tuning_table.h"
+#include "server/log.h"
 #include "server/nibble_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -29,9 +30,29 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "outputs travel in one message).");
 // Room for a header and a small matmul; anything smaller is a mistake.
 constexpr int kMinMessageBytes = 4096;
+ABSL_FLAG(int64_t, max_weight_bytes, 0,
+          "Most bytes of packed weights held resident (the sum of their "
+          "resident_bytes); an upload past it fails with RESOURCE_EXHAUSTED "
+          "and changes nothing. 0 for no limit.");
+ABSL_FLAG(int64_t, max_request_rows, 4096,
+          "Most rows of A (M) one Matmul or ModelInfer request may have; "
+          "larger ones fail with INVALID_ARGUMENT.");
+ABSL_FLAG(int64_t, keepalive_time_ms, 60'000,
+          "How often, in milliseconds, the server pings a connection with no "
+          "traffic, to find clients that have vanished.");
+ABSL_FLAG(int64_t, keepalive_timeout_ms, 20'000,
+          "How long, in milliseconds, the server waits for a ping's answer "
+          "before closing the connection.");
+ABSL_FLAG(int, max_concurrent_streams, 256,
+          "Most calls in flight on one client connection; further calls wait "
+          "in the client.");
 
 ABSL_FLAG(double, shutdown_grace_seconds, 5.0,
           "On SIGTERM or SIGINT, how long in-flight calls may take to finish.");
+ABSL_FLAG(double, drain_delay_seconds, 0.0,
+          "On SIGTERM or SIGINT, how long to keep serving with health "
+          "NOT_SERVING before refusing new calls, so that load balancers "
+          "(e.g. Kubernetes endpoints) stop routing here first.");
 ABSL_FLAG(int64_t, max_batch_rows, 64,
           "Most rows of A that concurrent Matmul requests on one weight are "
           "merged into per kernel call; 1 turns merging off.");
@@ -45,6 +66,8 @@ ABSL_FLAG(int64_t, max_queue_rows, 4096,
           "with RESOURCE_EXHAUSTED.");
 // Longer waits would be a misconfiguration: clients time out first.
 constexpr int64_t kMaxBatchDelayUs = 1'000'000;
+// gRPC takes milliseconds as int; a day is longer than any useful interval.
+constexpr int64_t kMaxKeepaliveMs = 24 * 3600 * 1000;
 
 ABSL_FLAG(std::string, data_dir, "",
           "Directory where every uploaded weight is written before the upload "
@@ -63,6 +86,9 @@ ABSL_FLAG(std::string, auth_token_file, "",
 ABSL_FLAG(bool, auth_all, false,
           "with --auth_token_file: every call needs a token, except health "
           "checks, reflection and KServe ServerLive/ServerReady");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on, at GET /metrics (e.g. "
+          "0.0.0.0:9464; port 0 picks a free one); empty for none.");
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
@@ -99,6 +125,38 @@ std::string FlagProblems() {
   if (!(absl::GetFlag(FLAGS_shutdown_grace_seconds) >= 0)) {
     absl::StrAppend(&problems,
                     "--shutdown_grace_seconds must not be negative\n");
+  }
+  if (!(absl::GetFlag(FLAGS_drain_delay_seconds) >= 0)) {
+    absl::StrAppend(&problems, "--drain_delay_seconds must not be negative\n");
+  }
+  if (absl::GetFlag(FLAGS_max_weight_bytes) < 0) {
+    absl::StrAppend(
+        &problems, "--max_weight_bytes=", absl::GetFlag(FLAGS_max_weight_bytes),
+        " is negative: give a byte count, or 0 for no limit\n");
+  }
+  const int64_t max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
+  if (max_request_rows < 1) {
+    absl::StrAppend(&problems, "--max_request_rows=", max_request_rows,
+                    " must be at least 1\n");
+  } else if (max_request_rows > absl::GetFlag(FLAGS_max_queue_rows)) {
+    absl::StrAppend(&problems, "--max_request_rows=", max_request_rows,
+                    " must be at most --max_queue_rows=",
+                    absl::GetFlag(FLAGS_max_queue_rows),
+                    ", or such requests could never be queued\n");
+  }
+  for (auto [flag, value] :
+       {std::pair("keepalive_time_ms", absl::GetFlag(FLAGS_keepalive_time_ms)),
+        std::pair("keepalive_timeout_ms",
+                  absl::GetFlag(FLAGS_keepalive_timeout_ms))}) {
+    if (value < 1 || value > kMaxKeepaliveMs) {
+      absl::StrAppend(&problems, "--", flag, "=", value, " must be from 1 to ",
+                      kMaxKeepaliveMs, "\n");
+    }
+  }
+  if (absl::GetFlag(FLAGS_max_concurrent_streams) < 1) {
+    absl::StrAppend(&problems, "--max_concurrent_streams=",
+                    absl::GetFlag(FLAGS_max_concurrent_streams),
+                    " must be at least 1\n");
   }
   return problems;
 }
@@ -157,6 +215,10 @@ absl::Status SecurityFromFlags(nibble::server::ServerOptions& options) {
   return absl::OkStatus();
 }
 
+using nibble::server::LogError;
+using nibble::server::LogInfo;
+using nibble::server::LogWarning;
+
 int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
@@ -193,57 +255,98 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.keepalive_time =
+      absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
+  options.keepalive_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_timeout_ms));
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.tuning_table = std::move(tuning_table);
-  options.batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
-                      .max_batch_delay = absl::Microseconds(
-                          absl::GetFlag(FLAGS_max_batch_delay_us)),
-                      .max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows)};
+  options.batching = {
+      .max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
+      .max_batch_delay =
+          absl::Microseconds(absl::GetFlag(FLAGS_max_batch_delay_us)),
+      .max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows),
+      .max_request_rows = absl::GetFlag(FLAGS_max_request_rows)};
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   if (absl::Status status = SecurityFromFlags(options); !status.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", status.message());
     return 2;
+  }
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (!data_dir.empty()) {
+    LogInfo("loading weights", {{"data_dir", data_dir}});
   }
   absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
       nibble::server::NibbleServer::Start(options,
                                           nibble::cpu::CpuKernels(isa));
   if (!server.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", server.status().message());
+    LogError("not started", {{"error", server.status().message()}});
     // An unusable --data_dir is a usage error, like a bad flag.
     return server.status().code() == absl::StatusCode::kFailedPrecondition ? 2
                                                                            : 1;
   }
-  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   const nibble::server::LoadReport& loaded = (*server)->data_dir_report();
   for (const nibble::server::WeightFileProblem& problem : loaded.problems) {
     absl::FPrintF(stderr, "nibbled: skipped %s, not serving it: %s\n",
                   problem.path, problem.reason);
+    LogWarning("skipped weight file",
+               {{"path", problem.path}, {"reason", problem.reason}});
   }
   for (const std::string& path : loaded.removed_temp_files) {
     absl::FPrintF(stderr, "nibbled: removed %s, left by an unfinished upload\n",
                   path);
+    LogInfo("removed unfinished upload", {{"path", path}});
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string address =
+      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", (*server)->port());
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  const std::string metrics_address =
+      metrics_listen.empty()
+          ? ""
+          : absl::StrCat(metrics_listen.substr(0, metrics_listen.rfind(':')),
+                         ":", (*server)->metrics_port());
   absl::PrintF(
-      "nibbled: listening on %s:%d (%d threads, %s kernels, tuning table "
-      "%s%s)\n",
-      listen.substr(0, listen.rfind(':')), (*server)->port(),
-      (*server)->threads(), nibble::cpu::IsaName(isa),
+      "nibbled: listening on %s (%d threads, %s kernels, tuning table "
+      "%s%s%s)\n",
+      address, (*server)->threads(), nibble::cpu::IsaName(isa),
       tuning_table_path.empty() ? "built-in" : tuning_table_path,
       data_dir.empty() ? ""
                        : absl::StrFormat(", %d weights loaded from %s",
-                                         loaded.weights_loaded, data_dir));
+                                         loaded.weights_loaded, data_dir),
+      metrics_address.empty()
+          ? ""
+          : absl::StrCat(", metrics at http://", metrics_address, "/metrics"));
   std::fflush(stdout);
+  // The line above is what scripts and tests wait for; this one is for log
+  // collectors.
+  LogInfo("listening",
+          {{"addr", address},
+           {"threads", (*server)->threads()},
+           {"kernels", nibble::cpu::IsaName(isa)},
+           {"tuning_table",
+            tuning_table_path.empty() ? "built-in" : tuning_table_path},
+           {"data_dir", data_dir},
+           {"weights_loaded", loaded.weights_loaded},
+           {"metrics_addr", metrics_address},
+           {"resident_bytes", (*server)->resident_bytes()},
+           {"max_weight_bytes", options.max_weight_bytes}});
 
   std::thread stopper([&server, &stop_signals] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
-    absl::FPrintF(stderr, "nibbled: %s received, shutting down\n",
-                  strsignal(signal));
-    (*server)->Shutdown(
-        absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+    const double delay = absl::GetFlag(FLAGS_drain_delay_seconds);
+    const double grace = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+    LogInfo("signal received, draining", {{"signal", strsignal(signal)},
+                                          {"drain_delay_seconds", delay},
+                                          {"grace_seconds", grace}});
+    (*server)->Drain(absl::Seconds(delay), absl::Seconds(grace));
   });
   (*server)->Wait();
   stopper.join();
-  absl::FPrintF(stderr, "nibbled: stopped\n");
+  LogInfo("stopped");
   return 0;
 }

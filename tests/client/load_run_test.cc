@@ -1,7 +1,7 @@
 // RunLoad against an in-process fake server that answers every request after a
 // fixed delay: the open loop keeps its rate however slow the replies, the
 // closed loop is bound by them, and --verify and --max_in_flight count their
-// errors.
+// errors. --api=Check goes to gRPC's own health service instead of Matmul.
 #include "client/load_run.h"
 
 #include <chrono>
@@ -20,6 +20,7 @@
 #include "client/request_sender.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 #include "kernels/dtype.h"
 #include "nibble/v1/nibble.grpc.pb.h"
@@ -110,8 +111,9 @@ constexpr int64_t kN = 4;
 
 class LoadRunTest : public ::testing::Test {
  protected:
-  // Starts the fake server answering after `delay` with C of random values.
-  void StartServer(absl::Duration delay) {
+  // Starts the fake server answering after `delay` with C of random values;
+  // with `health`, gRPC's default health service too.
+  void StartServer(absl::Duration delay, bool health = false) {
     c_ = RandomMatrixBytes(1, kN, DType::kF32, /*seed=*/7);
     service_ = std::make_unique<SlowFakeService>(delay, c_);
     grpc::ServerBuilder builder;
@@ -119,7 +121,10 @@ class LoadRunTest : public ::testing::Test {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port);
     builder.RegisterService(service_.get());
+    // The switch is process-wide and read when the server is built.
+    grpc::EnableDefaultHealthCheckService(health);
     server_ = builder.BuildAndStart();
+    grpc::EnableDefaultHealthCheckService(false);
     ASSERT_NE(server_, nullptr);
     config_.targets = {absl::StrCat("127.0.0.1:", port)};
   }
@@ -219,6 +224,30 @@ TEST_F(LoadRunTest, VerifyCountsWrongRepliesAsErrors) {
               Contains(Key(std::string(kVerifyMismatchError))));
   EXPECT_EQ(wrong.total.errors.at(std::string(kVerifyMismatchError)),
             wrong.verified);
+}
+
+TEST(LoadApiTest, ParsesCheckInAnyCase) {
+  EXPECT_EQ(ParseLoadApi("check").value_or(LoadApi::kMatmul), LoadApi::kCheck);
+  EXPECT_EQ(LoadApiName(LoadApi::kCheck), "Check");
+  EXPECT_FALSE(ParseLoadApi("Health").ok());
+}
+
+TEST_F(LoadRunTest, CheckCountsOnlyServingRepliesAsSuccesses) {
+  // Matmul would take 200 ms a reply; health checks come back at once.
+  StartServer(absl::Milliseconds(200), /*health=*/true);
+  config_.api = LoadApi::kCheck;
+  config_.concurrency = 2;
+  config_.duration = absl::Milliseconds(500);
+  const LoadReport serving = Run();
+  EXPECT_TRUE(serving.total.errors.empty());
+  EXPECT_GT(serving.total.latencies.count(), 20);
+  EXPECT_LT(serving.total.latencies.ValueAtQuantile(0.5), 100000);
+
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  const LoadReport not_serving = Run();
+  EXPECT_EQ(not_serving.total.latencies.count(), 0);
+  ASSERT_THAT(not_serving.total.errors, Contains(Key("UNAVAILABLE")));
+  EXPECT_GT(not_serving.total.errors.at("UNAVAILABLE"), 20);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // Calls a real nibbled through the Open Inference Protocol (KServe v2) stub:
 // health and metadata, ModelInfer against the float64 reference for every
-// datatype and both ways of sending A, and every bad request answered with its
-// status code while the server stays up. Weights are uploaded through
-// nibble.v1, as a deployment would.
+// datatype and both ways of sending A, the same bytes and kernel as nibble.v1
+// Matmul for the same A, and every bad request answered with its status code
+// while the server stays up. Weights are uploaded through nibble.v1, as a
+// deployment would.
+#include <cstring>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -101,6 +103,19 @@ std::vector<double> OutputValues(const std::string& bytes, DType dtype) {
   std::vector<float> floats(bytes.size() / DTypeSize(dtype));
   ConvertToFloat(dtype, bytes.data(), floats.size(), floats.data());
   return std::vector<double>(floats.begin(), floats.end());
+}
+
+// The KServe v2 datatype of `dtype`.
+std::string Datatype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "FP32";
+    case DType::kF16:
+      return "FP16";
+    case DType::kBF16:
+      return "BF16";
+  }
+  return "unknown";
 }
 
 // Model kModel, input "a" [m, K] of `datatype`, no data yet.
@@ -279,9 +294,7 @@ class KServeInferTest : public KServeTest,
 
 TEST_P(KServeInferTest, MatchesTheFloat64Reference) {
   const InferCase& param = GetParam();
-  const std::string datatype = param.dtype == DType::kF32   ? "FP32"
-                               : param.dtype == DType::kF16 ? "FP16"
-                                                            : "BF16";
+  const std::string datatype = Datatype(param.dtype);
   const uint64_t seed =
       7100 + 10 * static_cast<int>(param.dtype) + (param.fp32_contents ? 1 : 0);
   SCOPED_TRACE(::testing::Message()
@@ -328,6 +341,57 @@ INSTANTIATE_TEST_SUITE_P(EveryDatatype, KServeInferTest,
                            return absl::StrCat(
                                DTypeName(info.param.dtype),
                                info.param.fp32_contents ? "_contents" : "_raw");
+                         });
+
+class KServeMatchesMatmulTest : public KServeTest,
+                                public ::testing::WithParamInterface<DType> {};
+
+// Both front doors lead to the same runner, so the same A must give the same
+// bits and the same kernel, not merely close values.
+TEST_P(KServeMatchesMatmulTest, SameBytesAndKernelAsMatmul) {
+  const DType dtype = GetParam();
+  const uint64_t seed = 7300 + static_cast<int>(dtype);
+  SCOPED_TRACE(::testing::Message()
+               << Datatype(dtype) << " activation seed " << seed << ", weight "
+               << kSpec.DebugString() << " seed " << kWeightSeed);
+  const int64_t m = 3;
+  const Activations a = RandomActivations(m, kSpec.k, dtype, seed);
+
+  v1::MatmulRequest matmul_request;
+  matmul_request.set_weight_name(kModel);
+  matmul_request.set_m(m);
+  matmul_request.set_dtype(ToProto(dtype));
+  matmul_request.set_a(a.bytes);
+  v1::MatmulResponse matmul;
+  grpc::ClientContext context;
+  const grpc::Status matmul_status =
+      nibble_->Matmul(&context, matmul_request, &matmul);
+  ASSERT_TRUE(matmul_status.ok()) << matmul_status.error_message();
+
+  inference::ModelInferRequest infer_request = InferRequest(Datatype(dtype), m);
+  infer_request.add_raw_input_contents(a.bytes);
+  inference::ModelInferResponse infer;
+  const grpc::Status infer_status = Infer(infer_request, &infer);
+  ASSERT_TRUE(infer_status.ok()) << infer_status.error_message();
+
+  ASSERT_EQ(infer.raw_output_contents_size(), 1);
+  const std::string& infer_c = infer.raw_output_contents(0);
+  ASSERT_EQ(matmul.c().size(), m * kSpec.n * DTypeSize(dtype));
+  ASSERT_EQ(infer_c.size(), matmul.c().size());
+  EXPECT_EQ(std::memcmp(infer_c.data(), matmul.c().data(), infer_c.size()), 0)
+      << "ModelInfer's C differs from Matmul's";
+  EXPECT_FALSE(matmul.kernel().empty());
+  const auto kernel = infer.parameters().find("kernel");
+  ASSERT_NE(kernel, infer.parameters().end())
+      << "ModelInfer's response has no \"kernel\" parameter";
+  EXPECT_EQ(kernel->second.string_param(), matmul.kernel());
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryDatatype, KServeMatchesMatmulTest,
+                         ::testing::Values(DType::kF32, DType::kF16,
+                                           DType::kBF16),
+                         [](const auto& info) {
+                           return std::string(DTypeName(info.param));
                          });
 
 class KServeBadInputTest : public KServeTest {

@@ -2,6 +2,7 @@
 // report: the asked rate is met, and a server stalled with SIGSTOP shows in
 // the percentiles, since latency counts from each request's scheduled time.
 // Sweeps stop at the first step over the SLO and write CSV and SVG too.
+// --api=Check times the health check RPC with no weight at all.
 #include <signal.h>
 
 #include <chrono>
@@ -82,14 +83,18 @@ class LoadTest : public ::testing::Test {
 
   // Runs `nibble-load <args>` against the server with --json; its exit code,
   // output in `output_` and the JSON in `json_`.
-  int Load(const std::string& args) {
+  int Run(const std::string& args) {
     const int code = testing::RunCommand(
         absl::StrCat(NIBBLE_LOAD_PATH, " --target=", server_->target(),
-                     " --name=w --m=1 --dtype=f32 --json=", json_path_, " ",
-                     args),
+                     " --json=", json_path_, " ", args),
         &output_);
     json_ = ReadFile(json_path_);
     return code;
+  }
+
+  // Run with M = 1 in f32 on weight "w".
+  int Load(const std::string& args) {
+    return Run(absl::StrCat("--name=w --m=1 --dtype=f32 ", args));
   }
 
   std::unique_ptr<testing::NibbledProcess> server_;
@@ -270,7 +275,34 @@ TEST_F(LoadTest, VerifyCountsWrongRepliesAsErrors) {
   EXPECT_EQ(Load("--random=1"), 2);
   EXPECT_THAT(output_, HasSubstr("serves --verify only"));
   EXPECT_EQ(Load("--api=Grpc"), 2);
-  EXPECT_THAT(output_, HasSubstr("use Matmul, MatmulStream or ModelInfer"));
+  EXPECT_THAT(output_, HasSubstr("use Matmul, MatmulStream, ModelInfer (KServe "
+                                 "v2) or Check"));
+}
+
+TEST_F(LoadTest, CheckTimesTheHealthRpcWithoutAWeight) {
+  ASSERT_EQ(Run("--api=Check --concurrency=1 --duration=1 --warmup=0.2"), 0)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("api:         Check"));
+  EXPECT_THAT(output_, Not(HasSubstr("weight:")));
+  EXPECT_THAT(output_, Not(HasSubstr("kernel:")));
+  EXPECT_THAT(json_, HasSubstr("\"api\": \"Check\""));
+  EXPECT_THAT(json_, HasSubstr("\"weight\": null"));
+  EXPECT_THAT(json_, HasSubstr("\"kernels\": null"));
+  EXPECT_EQ(JsonValue(json_, "errors"), 0) << json_;
+  // Loopback health checks take well under a millisecond each.
+  EXPECT_GT(JsonValue(json_, "requests_ok"), 100) << json_;
+  EXPECT_GT(JsonValue(json_, "p50", "latency_us"), 0) << json_;
+}
+
+TEST_F(LoadTest, CheckRefusesTheMatmulFlags) {
+  EXPECT_EQ(Run("--api=Check --verify=1 --random=1"), 2);
+  EXPECT_THAT(output_, HasSubstr("--verify does not go with --api=Check"));
+  EXPECT_EQ(Run("--api=Check --name=w"), 2);
+  EXPECT_THAT(output_, HasSubstr("--name does not go with --api=Check"));
+  EXPECT_EQ(Run("--api=Check --m=4"), 2);
+  EXPECT_THAT(output_, HasSubstr("--m does not go with --api=Check"));
+  EXPECT_EQ(Run("--concurrency=1"), 2);
+  EXPECT_THAT(output_, HasSubstr("--name is required"));
 }
 
 // Two servers holding the same shape but different data: replies from the

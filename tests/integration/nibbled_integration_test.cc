@@ -238,7 +238,7 @@ TEST(NibbledTuningTableTest, MissingOrMalformedTableIsAUsageError) {
                                              missing),
                                 &output),
             2);
-  EXPECT_THAT(output, HasSubstr("--tuning_table: " + missing));
+  EXPECT_THAT(output, HasSubstr("--tuning_table: cannot open " + missing));
 
   const std::string malformed = ::testing::TempDir() + "/bad_tuning.txt";
   std::ofstream(malformed) << "# format group k n threads max_m variant\n"

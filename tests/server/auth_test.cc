@@ -43,7 +43,8 @@ TEST(TokenAuthenticatorTest, RefusesEmptyAndSpacedFiles) {
   EXPECT_THAT(TokenAuthenticator::FromFile("/nonexistent/tokens", false)
                   .status()
                   .message(),
-              HasSubstr("cannot read the token file /nonexistent/tokens"));
+              HasSubstr("cannot read the token file: cannot open "
+                        "/nonexistent/tokens: No such file or directory"));
 }
 
 TEST(TokenAuthenticatorTest, ReadsFromAFile) {

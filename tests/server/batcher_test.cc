@@ -5,11 +5,14 @@
 // in-process server and checks that their requests shared kernel calls.
 #include "server/batcher.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,6 +35,7 @@
 #include "kernels/thread_pool.h"
 #include "kernels/weight_format.h"
 #include "server/matmul_runner.h"
+#include "server/metrics_histogram.h"
 #include "server/nibble_server.h"
 
 namespace nibble::server {
@@ -46,6 +50,15 @@ constexpr absl::Duration kHang = absl::Seconds(60);
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
 double Tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-4 : 1e-2; }
+
+// Batches of at most `rows` rows, which must be a bucket bound.
+int64_t BatchesOfAtMost(const BatcherStats& stats, double rows) {
+  const std::span<const double> bounds = stats.batch_rows.upper_bounds();
+  const auto bound = std::find(bounds.begin(), bounds.end(), rows);
+  EXPECT_NE(bound, bounds.end()) << rows << " rows is no bucket bound";
+  if (bound == bounds.end()) return -1;
+  return stats.batch_rows.CumulativeCounts()[bound - bounds.begin()];
+}
 
 // A weight as the server holds it, with its canonical form for the
 // reference.
@@ -261,7 +274,9 @@ TEST_F(BatcherTest, MergesQueuedRequestsIntoFullBatches) {
   EXPECT_EQ(stats.batches_run, 4);
   EXPECT_EQ(stats.requests_run, 41);
   EXPECT_EQ(stats.rows_run, 41);
-  EXPECT_EQ(stats.batches_by_rows.at(16), 2);
+  EXPECT_EQ(stats.batch_rows.count(), 4);
+  EXPECT_EQ(stats.batch_rows.sum(), 41);
+  EXPECT_EQ(BatchesOfAtMost(stats, 16) - BatchesOfAtMost(stats, 8), 2);
   EXPECT_TRUE(stats.queued_rows_by_weight.empty());
 }
 
@@ -285,6 +300,55 @@ TEST_F(BatcherTest, EveryRequestGetsItsOwnRowsAndBatchesNeverMix) {
   EXPECT_GE(calls.size(), 1u + 6u);
   EXPECT_LT(calls.size(), 1u + 60u);
   for (const KernelCall& call : calls) EXPECT_LE(call.m, 12);
+}
+
+TEST_F(BatcherTest, StatsCountEveryRequestRowAndBatchByWeight) {
+  const uint64_t seed = 404;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::unique_ptr<MatmulBatcher> batcher = Start({.max_batch_rows = 8});
+  std::shared_ptr<Submitted> held = SubmitHeld(*batcher, 2);
+  std::map<std::string, WeightMatmulCounts> want_by_weight;
+  want_by_weight["batch-a"] = {.requests = 1, .rows = 2};
+  std::vector<std::shared_ptr<Submitted>> submitted;
+  for (int i = 0; i < 50; ++i) {
+    const TestWeight& weight = rng() % 2 == 0 ? weight_a_ : weight_b_;
+    const int64_t m = std::uniform_int_distribution<int64_t>(1, 6)(rng);
+    submitted.push_back(Submit(*batcher, weight, m, kDTypes[rng() % 3]));
+    WeightMatmulCounts& want = want_by_weight[weight.resident->name];
+    ++want.requests;
+    want.rows += m;
+  }
+  Release();
+  held->ExpectCorrect();
+  for (const auto& request : submitted) request->ExpectCorrect();
+
+  const BatcherStats stats = batcher->Stats();
+  const int64_t calls = static_cast<int64_t>(Calls().size());
+  EXPECT_EQ(stats.batches_run, calls);
+  EXPECT_EQ(stats.requests_run, 51);
+  ASSERT_EQ(stats.run_by_weight.size(), want_by_weight.size());
+  for (const auto& [name, want] : want_by_weight) {
+    EXPECT_EQ(stats.run_by_weight.at(name).requests, want.requests) << name;
+    EXPECT_EQ(stats.run_by_weight.at(name).rows, want.rows) << name;
+  }
+  // One batch-rows and one compute observation per kernel call, one queue
+  // observation per request run.
+  EXPECT_EQ(stats.batch_rows.count(), calls);
+  EXPECT_EQ(stats.batch_rows.sum(), stats.rows_run);
+  EXPECT_EQ(stats.compute_seconds.count(), calls);
+  EXPECT_GT(stats.compute_seconds.sum(), 0);
+  EXPECT_EQ(stats.queue_seconds.count(), 51);
+  // Everything queued behind the held call waited for it.
+  EXPECT_GT(stats.queue_seconds.sum(), 0);
+  EXPECT_EQ(BatchesOfAtMost(stats, 8), calls) << "a batch passed 8 rows";
+  for (const Histogram* histogram :
+       {&stats.batch_rows, &stats.compute_seconds, &stats.queue_seconds}) {
+    int64_t total = 0;
+    for (const int64_t count : histogram->bucket_counts()) total += count;
+    EXPECT_EQ(total, histogram->count());
+    EXPECT_EQ(histogram->CumulativeCounts().back(), histogram->count());
+  }
 }
 
 TEST_F(BatcherTest, RequestsNeverJoinABatchThatLosesTheirPrecision) {
@@ -312,6 +376,10 @@ TEST_F(BatcherTest, IdleWeightRunsASmallRequestOnTheSubmittingThread) {
   // Answered before Submit returned: no dispatcher was involved.
   EXPECT_TRUE(small->answered.HasBeenNotified());
   small->ExpectCorrect();
+  const BatcherStats inline_stats = batcher->Stats();
+  EXPECT_EQ(inline_stats.queue_seconds.count(), 1);
+  EXPECT_EQ(inline_stats.queue_seconds.sum(), 0)
+      << "it ran inline, so it never queued";
 
   std::unique_ptr<MatmulBatcher> delayed =
       Start({.max_batch_delay = absl::Milliseconds(1)}, /*hold_first=*/false);
@@ -376,7 +444,8 @@ TEST_F(BatcherTest, FullQueueRefusesAtOnceNamingTheWeightAndLimit) {
   first->ExpectCorrect();
   second->ExpectCorrect();
   other->ExpectCorrect();
-  EXPECT_EQ(batcher->Stats().requests_refused, 1);
+  EXPECT_EQ(batcher->Stats().requests_refused_queue_full, 1);
+  EXPECT_EQ(batcher->Stats().requests_refused_shutting_down, 0);
 }
 
 TEST_F(BatcherTest, RequestOfTooManyRowsIsInvalidAndNamesTheLimit) {
@@ -485,6 +554,7 @@ TEST_F(BatcherTest, ShutdownRunsQueuedWorkAndRefusesNewWork) {
   // Run without waiting out the hour-long delay.
   held->ExpectCorrect();
   for (const auto& request : queued) request->ExpectCorrect();
+  EXPECT_EQ(batcher->Stats().requests_refused_shutting_down, 1);
   batcher->Shutdown();  // again: returns at once
 }
 
@@ -537,9 +607,8 @@ TEST(BatchingServerTest, ConcurrentClientsGetCorrectResultsInSharedBatches) {
   EXPECT_EQ(stats.requests_run, kClients * kRequestsPerClient);
   EXPECT_EQ(stats.rows_run, kClients * kRequestsPerClient);
   EXPECT_LT(stats.batches_run, stats.requests_run) << "nothing was merged";
-  for (const auto& [rows, batches] : stats.batches_by_rows) {
-    EXPECT_LE(rows, 16) << batches << " batches";
-  }
+  EXPECT_EQ(BatchesOfAtMost(stats, 16), stats.batches_run)
+      << "a batch passed max_batch_rows";
   (*server)->Shutdown();
 }
 

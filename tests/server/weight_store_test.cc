@@ -1,8 +1,11 @@
 // Tests the resident weight store: names, duplicates, lookups, deletion while
-// a request still holds the weight.
+// a request still holds the weight, the resident-bytes budget and loading.
 #include "server/weight_store.h"
 
+#include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -79,6 +82,85 @@ TEST(WeightStoreTest, RemovedWeightOutlivesItsUsers) {
   ASSERT_TRUE(store.Remove("w").ok());
   EXPECT_EQ(in_use->name, "w");
   EXPECT_EQ(in_use->packed.spec().n, 8);
+}
+
+TEST(PackedResidentBytesTest, MatchesWhatPackingHolds) {
+  // N below, at and past a panel boundary; every group size; every format.
+  for (WeightFormat format :
+       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    for (const auto& [k, n, group] :
+         {std::tuple(32, 8, 32), std::tuple(64, 16, 32),
+          std::tuple(128, 17, 64), std::tuple(256, 40, 128),
+          std::tuple(96, 33, 96)}) {
+      const WeightSpec spec{format, k, n, group};
+      absl::StatusOr<PackedWeight> packed =
+          PackedWeight::Pack(RandomQuantizedWeight(spec, 7));
+      ASSERT_TRUE(packed.ok()) << spec.DebugString();
+      EXPECT_EQ(PackedResidentBytes(spec), packed->resident_bytes())
+          << spec.DebugString();
+    }
+  }
+}
+
+TEST(WeightStoreBudgetTest, CountsResidentBytesThroughInsertAndRemove) {
+  WeightStore store;
+  EXPECT_EQ(store.resident_bytes(), 0);
+  PackedWeight a = SmallWeight(1);
+  const int64_t bytes = a.resident_bytes();
+  ASSERT_TRUE(store.Insert("a", std::move(a)).ok());
+  ASSERT_TRUE(store.Insert("b", SmallWeight(2)).ok());
+  EXPECT_EQ(store.resident_bytes(), 2 * bytes);
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_EQ(store.resident_bytes(), bytes);
+  // A refused duplicate adds nothing.
+  EXPECT_FALSE(store.Insert("b", SmallWeight(3)).ok());
+  EXPECT_EQ(store.resident_bytes(), bytes);
+}
+
+TEST(WeightStoreBudgetTest, WeightPastTheBudgetIsRefusedAndChangesNothing) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store(/*max_resident_bytes=*/2 * bytes + bytes / 2);
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
+  ASSERT_TRUE(store.Insert("b", SmallWeight(2)).ok());
+  EXPECT_TRUE(store.CheckFits("c", bytes / 2).ok());
+  EXPECT_EQ(store.CheckFits("c", bytes).code(),
+            absl::StatusCode::kResourceExhausted);
+
+  absl::Status status = store.Insert("c", SmallWeight(3));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(),
+              HasSubstr("\"c\" needs " + std::to_string(bytes) + " bytes"));
+  EXPECT_THAT(status.message(),
+              HasSubstr(std::to_string(2 * bytes) + " of the " +
+                        std::to_string(store.max_resident_bytes())));
+  EXPECT_THAT(status.message(), HasSubstr("--max_weight_bytes"));
+  EXPECT_EQ(store.Get("c").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.resident_bytes(), 2 * bytes);
+  EXPECT_EQ(store.List().size(), 2u);
+
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_TRUE(store.Insert("c", SmallWeight(3)).ok());
+}
+
+TEST(WeightStoreBudgetTest, ZeroBudgetMeansNoLimit) {
+  WeightStore store;
+  EXPECT_EQ(store.max_resident_bytes(), 0);
+  EXPECT_TRUE(store.CheckFits("huge", int64_t{1} << 50).ok());
+}
+
+TEST(WeightStoreLoadingTest, ClientsWaitWhileTheLoaderInserts) {
+  WeightStore store;
+  store.SetLoading(true);
+  ASSERT_TRUE(store.Insert("w", SmallWeight(1)).ok());
+  for (const absl::Status& status :
+       {store.CheckLoaded(), store.Get("w").status(), store.CheckNameFree("x"),
+        store.Remove("w")}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(status.message(), HasSubstr("loading weights from --data_dir"));
+  }
+  store.SetLoading(false);
+  EXPECT_TRUE(store.CheckLoaded().ok());
+  EXPECT_TRUE(store.Get("w").ok());
 }
 
 }  // namespace

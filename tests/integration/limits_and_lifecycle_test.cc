@@ -1,0 +1,380 @@
+// Runs real nibbled processes against their limits and through their
+// lifecycle: --max_weight_bytes refuses an upload whole and skips files at
+// start, --max_request_rows refuses large M, health turns SERVING once the
+// weights are loaded, and SIGTERM drains: NOT_SERVING during
+// --drain_delay_seconds, every in-flight request answered, exit code 0.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
+#include "kernels/dtype.h"
+#include "kernels/weight_format.h"
+#include "nibble/v1/nibble.grpc.pb.h"
+#include "proto/conversions.h"
+#include "tests/integration/nibbled_process.h"
+
+namespace nibble {
+namespace {
+
+using ::grpc::health::v1::HealthCheckResponse;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+template <typename T>
+std::string Bytes(const std::vector<T>& array) {
+  return std::string(reinterpret_cast<const char*>(array.data()),
+                     array.size() * sizeof(T));
+}
+
+// A fresh, empty path under the test's temporary directory.
+std::string FreshDirectory(const std::string& name) {
+  const std::string path = absl::StrCat(
+      ::testing::TempDir(), "/limits_and_lifecycle_test-", getpid(), "-", name);
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+// The names of the files in `dir`, sorted.
+std::vector<std::string> FileNames(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Starts nibbled with `args`, with what it prints to stderr written to
+// `stderr_path`.
+absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> StartNibbled(
+    const std::vector<std::string>& args, const std::string& stderr_path) {
+  std::fflush(stderr);
+  const int saved_stderr = dup(STDERR_FILENO);
+  const int file =
+      open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(file, STDERR_FILENO);
+  close(file);
+  // Shutdown waits out the grace while a client's idle channel stays open,
+  // as a test's does when it calls Stop, so the grace is short here; tests
+  // of draining give a longer one (the last flag wins).
+  std::vector<std::string> all_args = {"--threads=2",
+                                       "--shutdown_grace_seconds=0.5"};
+  all_args.insert(all_args.end(), args.begin(), args.end());
+  absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+      testing::NibbledProcess::Start(NIBBLED_PATH, all_args);
+  dup2(saved_stderr, STDERR_FILENO);
+  close(saved_stderr);
+  return server;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+v1::MatmulRequest MatmulRequestFor(const std::string& name, int64_t m,
+                                   int64_t k) {
+  v1::MatmulRequest request;
+  request.set_weight_name(name);
+  request.set_m(m);
+  request.set_dtype(ToProto(DType::kF32));
+  request.set_a(Bytes(std::vector<float>(m * k, 0.25f)));
+  return request;
+}
+
+class Client {
+ public:
+  explicit Client(const std::string& target)
+      : channel_(
+            grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+        stub_(v1::NibbleService::NewStub(channel_)),
+        health_(grpc::health::v1::Health::NewStub(channel_)),
+        kserve_(inference::GRPCInferenceService::NewStub(channel_)) {}
+
+  v1::NibbleService::Stub& stub() { return *stub_; }
+
+  // Sends the header, then (unless `header_only`) every byte.
+  grpc::Status Upload(const std::string& name, const QuantizedWeight& weight,
+                      bool header_only = false) {
+    grpc::ClientContext context;
+    v1::WeightInfo info;
+    auto writer = stub_->UploadWeight(&context, &info);
+    v1::UploadWeightRequest request;
+    v1::WeightHeader* header = request.mutable_header();
+    header->set_name(name);
+    header->set_format(ToProto(weight.spec.format));
+    header->set_k(weight.spec.k);
+    header->set_n(weight.spec.n);
+    header->set_group_size(weight.spec.group_size);
+    writer->Write(request);
+    const std::pair<v1::WeightTensor, std::string> tensors[] = {
+        {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
+        {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
+        {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
+    for (const auto& [tensor, bytes] : tensors) {
+      if (header_only || bytes.empty()) continue;
+      v1::UploadWeightRequest chunk;
+      chunk.mutable_chunk()->set_tensor(tensor);
+      chunk.mutable_chunk()->set_offset(0);
+      chunk.mutable_chunk()->set_data(bytes);
+      writer->Write(chunk);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  grpc::Status Delete(const std::string& name) {
+    grpc::ClientContext context;
+    v1::DeleteWeightRequest request;
+    request.set_name(name);
+    v1::DeleteWeightResponse response;
+    return stub_->DeleteWeight(&context, request, &response);
+  }
+
+  grpc::Status Matmul(const std::string& name, int64_t m, int64_t k) {
+    grpc::ClientContext context;
+    v1::MatmulResponse response;
+    return stub_->Matmul(&context, MatmulRequestFor(name, m, k), &response);
+  }
+
+  // The health of `service` ("" for the server), or UNKNOWN when the check
+  // itself fails.
+  HealthCheckResponse::ServingStatus Health(const std::string& service) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    HealthCheckResponse response;
+    if (!health_->Check(&context, request, &response).ok()) {
+      return HealthCheckResponse::UNKNOWN;
+    }
+    return response.status();
+  }
+
+  bool KServeReady() {
+    grpc::ClientContext context;
+    inference::ServerReadyResponse response;
+    return kserve_
+               ->ServerReady(&context, inference::ServerReadyRequest(),
+                             &response)
+               .ok() &&
+           response.ready();
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::NibbleService::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
+};
+
+constexpr WeightSpec kSmallSpec = {WeightFormat::kU4b8, 128, 64, 32};
+// What one kSmallSpec weight holds resident: 4 panels of 16 columns, each
+// 16 code words and 4 scales per column.
+constexpr int64_t kSmallResidentBytes = 4 * 16 * (16 * 4 + 4 * 2);
+
+TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
+  const std::string dir = FreshDirectory("budget");
+  const std::string log = dir + ".stderr";
+  auto server = StartNibbled(
+      {"--data_dir=" + dir,
+       absl::StrCat("--max_weight_bytes=", kSmallResidentBytes * 5 / 2)},
+      log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->target());
+  ASSERT_TRUE(client.Upload("a", RandomQuantizedWeight(kSmallSpec, 1)).ok());
+  ASSERT_TRUE(client.Upload("b", RandomQuantizedWeight(kSmallSpec, 2)).ok());
+
+  grpc::Status refused =
+      client.Upload("c", RandomQuantizedWeight(kSmallSpec, 3));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr(absl::StrCat("\"c\" needs ", kSmallResidentBytes)));
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max_weight_bytes"));
+  EXPECT_THAT(FileNames(dir), ElementsAre("a.nibble", "b.nibble"));
+  EXPECT_TRUE(client.Matmul("a", 2, kSmallSpec.k).ok());
+  EXPECT_TRUE(client.Matmul("b", 2, kSmallSpec.k).ok());
+  EXPECT_EQ(client.Matmul("c", 2, kSmallSpec.k).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  // The header alone is refused: without the early check this upload would
+  // fail for ending before its data.
+  grpc::Status huge = client.Upload(
+      "huge", RandomQuantizedWeight({WeightFormat::kU4b8, 4096, 4096, 128}, 4),
+      /*header_only=*/true);
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  ASSERT_TRUE(client.Delete("a").ok());
+  EXPECT_TRUE(client.Upload("c", RandomQuantizedWeight(kSmallSpec, 3)).ok());
+  EXPECT_TRUE(client.Matmul("c", 2, kSmallSpec.k).ok());
+  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_THAT(ReadFile(log), HasSubstr("msg=\"upload refused: over "
+                                       "--max_weight_bytes\" name=c"));
+}
+
+TEST(WeightBudgetTest, WeightsPastTheBudgetAreSkippedAtStart) {
+  const std::string dir = FreshDirectory("budget_at_start");
+  const std::string log = dir + ".stderr";
+  {
+    auto server = StartNibbled({"--data_dir=" + dir}, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    Client client((*server)->target());
+    for (const char* name : {"a", "b", "c"}) {
+      ASSERT_TRUE(
+          client.Upload(name, RandomQuantizedWeight(kSmallSpec, 5)).ok());
+    }
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  auto server = StartNibbled(
+      {"--data_dir=" + dir,
+       absl::StrCat("--max_weight_bytes=", kSmallResidentBytes * 2)},
+      log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->startup_line(),
+              HasSubstr(", 2 weights loaded from " + dir));
+  Client client((*server)->target());
+  EXPECT_TRUE(client.Matmul("b", 1, kSmallSpec.k).ok());
+  EXPECT_EQ(client.Matmul("c", 1, kSmallSpec.k).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ((*server)->Stop(), 0);
+  const std::string messages = ReadFile(log);
+  EXPECT_THAT(messages, HasSubstr("nibbled: skipped " + dir + "/c.nibble"));
+  EXPECT_THAT(messages, HasSubstr("--max_weight_bytes"));
+  // Skipped files stay, to be served once the budget allows.
+  EXPECT_THAT(FileNames(dir), ElementsAre("a.nibble", "b.nibble", "c.nibble"));
+}
+
+TEST(RequestLimitTest, MoreRowsThanMaxRequestRowsIsInvalid) {
+  const std::string log = FreshDirectory("max_rows") + ".stderr";
+  auto server = StartNibbled({"--max_request_rows=4"}, log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->target());
+  ASSERT_TRUE(client.Upload("w", RandomQuantizedWeight(kSmallSpec, 6)).ok());
+  EXPECT_TRUE(client.Matmul("w", 4, kSmallSpec.k).ok());
+  grpc::Status status = client.Matmul("w", 5, kSmallSpec.k);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("--max_request_rows"));
+}
+
+TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
+  const std::string dir = FreshDirectory("health");
+  const std::string log = dir + ".stderr";
+  {
+    auto server = StartNibbled({"--data_dir=" + dir}, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    Client client((*server)->target());
+    ASSERT_TRUE(client.Upload("w", RandomQuantizedWeight(kSmallSpec, 7)).ok());
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  auto server = StartNibbled({"--data_dir=" + dir}, log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->target());
+  for (const char* service :
+       {"", "nibble.v1.NibbleService", "inference.GRPCInferenceService"}) {
+    EXPECT_EQ(client.Health(service), HealthCheckResponse::SERVING)
+        << "service \"" << service << "\"";
+  }
+  EXPECT_TRUE(client.KServeReady());
+  EXPECT_TRUE(client.Matmul("w", 1, kSmallSpec.k).ok());
+  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_THAT(ReadFile(log), HasSubstr("msg=\"listening\""));
+}
+
+// SIGTERM while a MatmulStream keeps sending: health turns NOT_SERVING
+// during the drain delay while calls are still accepted, every request sent
+// on the stream is answered OK, and nibbled exits 0.
+TEST(LifecycleTest, SigtermDrainsInFlightRequestsAndExitsZero) {
+  const std::string log = FreshDirectory("drain") + ".stderr";
+  auto server = StartNibbled(
+      {"--drain_delay_seconds=1", "--shutdown_grace_seconds=10"}, log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->target());
+  const WeightSpec spec = {WeightFormat::kU4b8, 1024, 1024, 128};
+  ASSERT_TRUE(client.Upload("w", RandomQuantizedWeight(spec, 8)).ok());
+
+  grpc::ClientContext context;
+  auto stream = client.stub().MatmulStream(&context);
+  std::atomic<bool> stop_writing = false;
+  std::atomic<int64_t> sent = 0;
+  std::thread writer([&] {
+    v1::MatmulStreamRequest request;
+    *request.mutable_request() = MatmulRequestFor("w", 16, spec.k);
+    while (!stop_writing.load()) {
+      request.set_id(sent.load());
+      if (!stream->Write(request)) break;
+      ++sent;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    stream->WritesDone();
+  });
+  std::atomic<int64_t> answered_ok = 0;
+  std::atomic<int64_t> failed = 0;
+  std::string first_failure;
+  std::thread reader([&] {
+    v1::MatmulStreamResponse response;
+    while (stream->Read(&response)) {
+      if (response.has_response()) {
+        ++answered_ok;
+      } else {
+        if (failed++ == 0) first_failure = response.error().message();
+      }
+    }
+  });
+  // The stream is in flight once its first answers are back.
+  while (answered_ok == 0 && sent < 1000) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+
+  ASSERT_EQ(kill((*server)->pid(), SIGTERM), 0);
+  const absl::Time signalled = absl::Now();
+  HealthCheckResponse::ServingStatus health = HealthCheckResponse::SERVING;
+  while (health == HealthCheckResponse::SERVING &&
+         absl::Now() - signalled < absl::Milliseconds(800)) {
+    health = client.Health("");
+  }
+  EXPECT_EQ(health, HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(client.Health("nibble.v1.NibbleService"),
+            HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(client.KServeReady());
+  // Still inside the drain delay: new calls are served.
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(1));
+  EXPECT_TRUE(client.Matmul("w", 1, spec.k).ok());
+
+  // Past the delay nibbled stops accepting calls; the stream, in flight,
+  // keeps being answered.
+  absl::SleepFor(absl::Milliseconds(1500) - (absl::Now() - signalled));
+  stop_writing = true;
+  writer.join();
+  reader.join();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(failed.load(), 0) << first_failure;
+  EXPECT_GT(sent.load(), 0);
+  EXPECT_EQ(answered_ok.load(), sent.load());
+  EXPECT_EQ((*server)->Stop(), 0);
+  const std::string messages = ReadFile(log);
+  EXPECT_THAT(messages, HasSubstr("msg=\"signal received, draining\""));
+  EXPECT_THAT(messages, HasSubstr("msg=\"stopped\""));
+}
+
+}  // namespace
+}  // namespace nibble
