@@ -105,9 +105,11 @@ void MatmulBatcher::RunInline(WeightQueue& queue, MatmulWork work) {
   RunBatch(std::move(batch));
   mu_.Lock();
   queue.running = false;
-  if (queue.requests.empty()) queues_.erase(queue.weight.get());
-  // What queued meanwhile is the dispatchers' now, as is the end.
-  work_changed_.SignalAll();
+  const bool queued_meanwhile = !queue.requests.empty();
+  if (!queued_meanwhile) queues_.erase(queue.weight.get());
+  // What queued meanwhile is the dispatchers' now, as is the end. Otherwise
+  // they sleep on: waking one would only delay this request's reply.
+  if (queued_meanwhile || stopping_) work_changed_.SignalAll();
   mu_.Unlock();
 }
 
