@@ -1,5 +1,7 @@
 #include "server/nibble_service.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -23,12 +25,25 @@ class RefusedStream final
   void OnDone() override { delete this; }
 };
 
-// The store's answer to whether `name`, of `bytes` resident bytes, fits in
-// --max_weight_bytes; logged when it does not, for the operator.
-absl::Status CheckBudget(const WeightStore& store, absl::string_view name,
-                         const WeightSpec& spec, int64_t bytes) {
-  absl::Status status = store.CheckFits(name, bytes);
-  if (!status.ok()) {
+// What an upload of `spec` is reserved in --max_weight_bytes: the larger of
+// what it buffers (the canonical tensors, which UploadAssembler holds
+// without slack) and what it will hold resident once packed. Both layouts
+// coexist only at the commit, while the weight is packed and written, so
+// memory stays below twice the budget however many uploads run; reserving
+// their sum instead would refuse a weight that fits the budget once packed.
+int64_t UploadReservationBytes(const WeightSpec& spec) {
+  return std::max(spec.canonical_bytes(), PackedResidentBytes(spec));
+}
+
+// The store's reservation for weight `name` of `spec`; refusals are logged
+// for the operator.
+absl::StatusOr<WeightStore::Reservation> ReserveBudget(WeightStore& store,
+                                                       absl::string_view name,
+                                                       const WeightSpec& spec) {
+  const int64_t bytes = UploadReservationBytes(spec);
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      store.Reserve(name, bytes);
+  if (!reservation.ok()) {
     LogWarning("upload refused: over --max_weight_bytes",
                {{"name", name},
                 {"format", WeightFormatName(spec.format)},
@@ -36,9 +51,10 @@ absl::Status CheckBudget(const WeightStore& store, absl::string_view name,
                 {"n", spec.n},
                 {"bytes", bytes},
                 {"resident_bytes", store.resident_bytes()},
+                {"reserved_bytes", store.reserved_bytes()},
                 {"max_weight_bytes", store.max_resident_bytes()}});
   }
-  return status;
+  return reservation;
 }
 
 }  // namespace
@@ -53,6 +69,9 @@ absl::Status NibbleServiceImpl::Upload(
     grpc::ServerReader<v1::UploadWeightRequest>* reader,
     v1::WeightInfo* response) {
   UploadAssembler upload;
+  // Held from the header on and released on every early return, so that
+  // uploads in progress never buffer more than the budget together.
+  WeightStore::Reservation reservation;
   v1::UploadWeightRequest request;
   while (reader->Read(&request)) {
     if (request.has_header()) {
@@ -63,16 +82,15 @@ absl::Status NibbleServiceImpl::Upload(
         return status;
       }
       // Refused before any data is sent, so that a weight past the budget
-      // never occupies memory here; both are checked again at the commit.
+      // never occupies memory here; the name is checked again at the commit.
       if (absl::Status status = store_->CheckNameFree(upload.name());
           !status.ok()) {
         return status;
       }
-      if (absl::Status status = CheckBudget(*store_, upload.name(), *spec,
-                                            PackedResidentBytes(*spec));
-          !status.ok()) {
-        return status;
-      }
+      absl::StatusOr<WeightStore::Reservation> reserved =
+          ReserveBudget(*store_, upload.name(), *spec);
+      if (!reserved.ok()) return reserved.status();
+      reservation = *std::move(reserved);
     } else if (request.has_chunk()) {
       absl::StatusOr<WeightTensorKind> tensor =
           TensorFromProto(request.chunk().tensor());
@@ -98,13 +116,9 @@ absl::Status NibbleServiceImpl::Upload(
   const std::string name = upload.name();
   {
     absl::MutexLock lock(&commit_mutex_);
+    // The budget needs no second check: the reservation covers the packed
+    // weight, and Insert turns it into resident bytes.
     if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
-      return status;
-    }
-    // Before the file is written, so that a refused weight leaves none.
-    if (absl::Status status =
-            CheckBudget(*store_, name, weight->spec, packed->resident_bytes());
-        !status.ok()) {
       return status;
     }
     if (data_dir_ != nullptr) {
@@ -114,7 +128,8 @@ absl::Status NibbleServiceImpl::Upload(
                                                         status.message()));
       }
     }
-    if (absl::Status status = store_->Insert(name, *std::move(packed));
+    if (absl::Status status =
+            store_->Insert(name, *std::move(packed), std::move(reservation));
         !status.ok()) {
       if (data_dir_ != nullptr) data_dir_->Remove(name).IgnoreError();
       return status;

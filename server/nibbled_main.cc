@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/tuning_table.h"
 #include "server/log.h"
+#include "server/memory_limit.h"
 #include "server/nibble_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -32,8 +33,10 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20,
 constexpr int kMinMessageBytes = 4096;
 ABSL_FLAG(int64_t, max_weight_bytes, 0,
           "Most bytes of packed weights held resident (the sum of their "
-          "resident_bytes); an upload past it fails with RESOURCE_EXHAUSTED "
-          "and changes nothing. 0 for no limit.");
+          "resident_bytes) plus those reserved by uploads in progress; an "
+          "upload past it fails with RESOURCE_EXHAUSTED and changes nothing. "
+          "0 for 3/4 of the memory available to nibbled (the smaller of "
+          "physical memory and its cgroup's memory limit); -1 for no limit.");
 ABSL_FLAG(int64_t, max_request_rows, 4096,
           "Most rows of A (M) one Matmul or ModelInfer request may have; "
           "larger ones fail with INVALID_ARGUMENT.");
@@ -129,10 +132,11 @@ std::string FlagProblems() {
   if (!(absl::GetFlag(FLAGS_drain_delay_seconds) >= 0)) {
     absl::StrAppend(&problems, "--drain_delay_seconds must not be negative\n");
   }
-  if (absl::GetFlag(FLAGS_max_weight_bytes) < 0) {
+  if (absl::GetFlag(FLAGS_max_weight_bytes) < -1) {
     absl::StrAppend(
         &problems, "--max_weight_bytes=", absl::GetFlag(FLAGS_max_weight_bytes),
-        " is negative: give a byte count, or 0 for no limit\n");
+        " is below -1: give a byte count, 0 for 3/4 of the "
+        "available memory, or -1 for no limit\n");
   }
   const int64_t max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
   if (max_request_rows < 1) {
@@ -159,6 +163,27 @@ std::string FlagProblems() {
                     " must be at least 1\n");
   }
   return problems;
+}
+
+// --max_weight_bytes resolved: the budget in bytes, 0 for none, and where it
+// came from, for the startup log.
+struct WeightBudget {
+  int64_t bytes = 0;
+  std::string source;
+};
+
+WeightBudget WeightBudgetFromFlag(int64_t flag) {
+  if (flag == -1) return {.bytes = 0, .source = "--max_weight_bytes=-1"};
+  if (flag > 0) return {.bytes = flag, .source = "--max_weight_bytes"};
+  const nibble::server::MemoryLimit available = nibble::server::AvailableMemory(
+      nibble::server::PhysicalMemoryBytes(), "/sys/fs/cgroup");
+  // Without a known size there is nothing to take a share of.
+  if (available.bytes <= 0) {
+    return {.bytes = 0, .source = "unknown memory size"};
+  }
+  // A quarter stays for requests, gRPC's buffers and uploads being packed.
+  return {.bytes = available.bytes / 4 * 3,
+          .source = absl::StrCat("3/4 of ", available.source)};
 }
 
 // The PEM file named by --`flag`; empty when the flag is.
@@ -255,7 +280,9 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
+  const WeightBudget budget =
+      WeightBudgetFromFlag(absl::GetFlag(FLAGS_max_weight_bytes));
+  options.max_weight_bytes = budget.bytes;
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.keepalive_time =
       absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
@@ -333,7 +360,9 @@ int main(int argc, char** argv) {
            {"weights_loaded", loaded.weights_loaded},
            {"metrics_addr", metrics_address},
            {"resident_bytes", (*server)->resident_bytes()},
-           {"max_weight_bytes", options.max_weight_bytes}});
+           {"max_weight_bytes",
+            budget.bytes > 0 ? absl::StrCat(budget.bytes) : "none"},
+           {"max_weight_bytes_from", budget.source}});
 
   std::thread stopper([&server, &stop_signals] {
     int signal = 0;

@@ -65,6 +65,12 @@ absl::Status UploadAssembler::OnHeader(absl::string_view name,
   has_header_ = true;
   name_ = std::string(name);
   weight_.spec = spec;
+  // Allocated whole up front: growing with the chunks could leave up to
+  // twice the bytes allocated, past what the upload reserved in the budget.
+  // Pages untouched until data arrives cost no memory.
+  weight_.qweight.reserve(spec.qweight_bytes() / sizeof(uint32_t));
+  weight_.scales.reserve(spec.scales_bytes() / sizeof(uint16_t));
+  weight_.zeros.reserve(spec.zeros_bytes());
   return absl::OkStatus();
 }
 

@@ -51,7 +51,8 @@ class UploadAssembler {
   int64_t ExpectedBytes(WeightTensorKind tensor) const;
   bool has_header_ = false;
   std::string name_;
-  // Filled in place as chunks arrive; sized to the bytes received so far.
+  // Filled in place as chunks arrive; sized to the bytes received so far,
+  // with capacity for exactly the spec's bytes.
   QuantizedWeight weight_;
   std::array<int64_t, 3> received_ = {};  // bytes, by WeightTensorKind
 };

@@ -67,7 +67,42 @@ absl::Status ValidateWeightName(absl::string_view name) {
   return absl::OkStatus();
 }
 
-absl::Status WeightStore::Insert(std::string name, PackedWeight packed) {
+WeightStore::Reservation::Reservation(Reservation&& other) noexcept
+    : store_(std::exchange(other.store_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+WeightStore::Reservation& WeightStore::Reservation::operator=(
+    Reservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    store_ = std::exchange(other.store_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+WeightStore::Reservation::~Reservation() { Release(); }
+
+void WeightStore::Reservation::Release() {
+  if (store_ == nullptr) return;
+  absl::MutexLock lock(&store_->mutex_);
+  store_->reserved_bytes_ -= bytes_;
+  store_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::StatusOr<WeightStore::Reservation> WeightStore::Reserve(
+    absl::string_view name, int64_t bytes) {
+  absl::MutexLock lock(&mutex_);
+  if (absl::Status status = CheckFitsLocked(name, bytes); !status.ok()) {
+    return status;
+  }
+  reserved_bytes_ += bytes;
+  return Reservation(this, bytes);
+}
+
+absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
+                                 Reservation reservation) {
   if (absl::Status status = ValidateWeightName(name); !status.ok()) {
     return status;
   }
@@ -75,11 +110,19 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed) {
   auto weight = std::make_shared<const ResidentWeight>(
       ResidentWeight{name, std::move(packed)});
   absl::MutexLock lock(&mutex_);
+  // On the failures below `reservation` is released when this returns,
+  // after the lock.
   if (weights_.contains(name)) return AlreadyExists(name);
-  if (absl::Status status = CheckFitsLocked(name, bytes); !status.ok()) {
+  if (absl::Status status = CheckFitsLocked(name, bytes, reservation.bytes_);
+      !status.ok()) {
     return status;
   }
   weights_.emplace(std::move(name), std::move(weight));
+  // The reservation turns into resident bytes under the same lock, so the
+  // weight is never counted twice nor not at all.
+  reserved_bytes_ -= reservation.bytes_;
+  reservation.store_ = nullptr;
+  reservation.bytes_ = 0;
   resident_bytes_ += bytes;
   return absl::OkStatus();
 }
@@ -106,17 +149,27 @@ absl::Status WeightStore::CheckFits(absl::string_view name,
   return CheckFitsLocked(name, bytes);
 }
 
-absl::Status WeightStore::CheckFitsLocked(absl::string_view name,
-                                          int64_t bytes) const {
-  if (max_resident_bytes_ == 0 ||
-      bytes <= max_resident_bytes_ - resident_bytes_) {
+absl::Status WeightStore::CheckFitsLocked(absl::string_view name, int64_t bytes,
+                                          int64_t own_reserved) const {
+  const int64_t others_reserved = reserved_bytes_ - own_reserved;
+  const int64_t in_use = resident_bytes_ + others_reserved;
+  if (max_resident_bytes_ == 0 || bytes <= max_resident_bytes_ - in_use) {
     return absl::OkStatus();
   }
+  if (others_reserved == 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "weight \"", name, "\" needs ", bytes, " bytes resident but ",
+        resident_bytes_, " of the ", max_resident_bytes_,
+        " bytes allowed by --max_weight_bytes are in use: delete a weight or "
+        "raise --max_weight_bytes"));
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "weight \"", name, "\" needs ", bytes, " bytes resident but ",
-      resident_bytes_, " of the ", max_resident_bytes_,
-      " bytes allowed by --max_weight_bytes are in use: delete a weight or "
-      "raise --max_weight_bytes"));
+      "weight \"", name, "\" needs ", bytes, " bytes resident but ", in_use,
+      " of the ", max_resident_bytes_,
+      " bytes allowed by --max_weight_bytes are in use (", resident_bytes_,
+      " resident, ", others_reserved,
+      " reserved by uploads in progress): retry once they finish, delete a "
+      "weight or raise --max_weight_bytes"));
 }
 
 absl::Status WeightStore::Remove(absl::string_view name) {
@@ -140,6 +193,11 @@ std::vector<std::shared_ptr<const ResidentWeight>> WeightStore::List() const {
 int64_t WeightStore::resident_bytes() const {
   absl::MutexLock lock(&mutex_);
   return resident_bytes_;
+}
+
+int64_t WeightStore::reserved_bytes() const {
+  absl::MutexLock lock(&mutex_);
+  return reserved_bytes_;
 }
 
 void WeightStore::SetLoading(bool loading) {

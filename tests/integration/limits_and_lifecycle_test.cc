@@ -1,7 +1,8 @@
 // Runs real nibbled processes against their limits and through their
-// lifecycle: --max_weight_bytes refuses an upload whole and skips files at
-// start, --max_request_rows refuses large M, health turns SERVING once the
-// weights are loaded, and SIGTERM drains: NOT_SERVING during
+// lifecycle: --max_weight_bytes refuses an upload whole, counts uploads in
+// progress, and skips files at start, --max_request_rows refuses large M,
+// health turns SERVING once the weights are loaded, and SIGTERM drains:
+// NOT_SERVING during
 // --drain_delay_seconds, every in-flight request answered, exit code 0.
 #include <fcntl.h>
 #include <signal.h>
@@ -39,6 +40,7 @@ namespace {
 using ::grpc::health::v1::HealthCheckResponse;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 template <typename T>
 std::string Bytes(const std::vector<T>& array) {
@@ -74,9 +76,10 @@ absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> StartNibbled(
       open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   dup2(file, STDERR_FILENO);
   close(file);
-  // Shutdown waits out the grace while a client's idle channel stays open,
-  // as a test's does when it calls Stop, so the grace is short here; tests
-  // of draining give a longer one (the last flag wins).
+  // Shutdown waits for every open connection to close, and a client's idle
+  // channel, as a test's is when it calls Stop, reads the server's GOAWAY
+  // only at its next backup poll (every 5 s), so the grace is short here;
+  // tests of draining give a longer one (the last flag wins).
   std::vector<std::string> all_args = {"--threads=2",
                                        "--shutdown_grace_seconds=0.5"};
   all_args.insert(all_args.end(), args.begin(), args.end());
@@ -230,6 +233,81 @@ TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
   EXPECT_EQ((*server)->Stop(), 0);
   EXPECT_THAT(ReadFile(log), HasSubstr("msg=\"upload refused: over "
                                        "--max_weight_bytes\" name=c"));
+}
+
+// An upload reserves its weight's bytes once its header arrives, so uploads
+// that stall after the header cannot together buffer more than the budget.
+TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {
+  const std::string log = FreshDirectory("reservation") + ".stderr";
+  auto server = StartNibbled(
+      {absl::StrCat("--max_weight_bytes=", kSmallResidentBytes)}, log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->target());
+
+  grpc::ClientContext stalled_context;
+  v1::WeightInfo stalled_info;
+  auto stalled = client.stub().UploadWeight(&stalled_context, &stalled_info);
+  v1::UploadWeightRequest header;
+  header.mutable_header()->set_name("a");
+  header.mutable_header()->set_format(ToProto(kSmallSpec.format));
+  header.mutable_header()->set_k(kSmallSpec.k);
+  header.mutable_header()->set_n(kSmallSpec.n);
+  header.mutable_header()->set_group_size(kSmallSpec.group_size);
+  ASSERT_TRUE(stalled->Write(header));
+  // The header is reserved once nibbled has read it; until then a header
+  // alone fails for ending early instead.
+  const QuantizedWeight b = RandomQuantizedWeight(kSmallSpec, 9);
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  grpc::Status probe;
+  do {
+    probe = client.Upload("b", b, /*header_only=*/true);
+  } while (probe.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED &&
+           absl::Now() < give_up);
+
+  grpc::Status refused = client.Upload("b", b);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr(absl::StrCat(kSmallResidentBytes,
+                                     " reserved by uploads in progress")));
+
+  stalled_context.TryCancel();
+  EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // nibbled releases the reservation when it sees the cancellation, just
+  // after the client does.
+  grpc::Status uploaded;
+  do {
+    uploaded = client.Upload("b", b);
+  } while (uploaded.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+           absl::Now() < give_up + absl::Seconds(5));
+  EXPECT_TRUE(uploaded.ok()) << uploaded.error_message();
+  EXPECT_TRUE(client.Matmul("b", 1, kSmallSpec.k).ok());
+  EXPECT_EQ(client.Matmul("a", 1, kSmallSpec.k).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
+TEST(WeightBudgetTest, DefaultBudgetIsAShareOfMemoryAndMinusOneIsNone) {
+  const std::string log = FreshDirectory("default_budget") + ".stderr";
+  {
+    auto server = StartNibbled({}, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  const std::string automatic = ReadFile(log);
+  EXPECT_THAT(automatic, HasSubstr("max_weight_bytes_from=\"3/4 of "));
+  EXPECT_THAT(automatic, Not(HasSubstr("max_weight_bytes=none")));
+  {
+    auto server = StartNibbled({"--max_weight_bytes=-1"}, log);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  EXPECT_THAT(ReadFile(log), HasSubstr("max_weight_bytes=none"));
+
+  std::string output;
+  EXPECT_EQ(testing::RunCommand(
+                absl::StrCat(NIBBLED_PATH, " --max_weight_bytes=-2"), &output),
+            2);
+  EXPECT_THAT(output, HasSubstr("--max_weight_bytes=-2 is below -1"));
 }
 
 TEST(WeightBudgetTest, WeightsPastTheBudgetAreSkippedAtStart) {

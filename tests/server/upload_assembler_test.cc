@@ -65,6 +65,11 @@ TEST_P(UploadAssemblerRoundTripTest, ReassemblesTheWeightFromOddChunks) {
   EXPECT_EQ(received->qweight, sent.qweight);
   EXPECT_EQ(received->scales, sent.scales);
   EXPECT_EQ(received->zeros, sent.zeros);
+  // No slack from growing with the chunks: the upload's budget reservation
+  // counts exactly these bytes.
+  EXPECT_EQ(received->qweight.capacity(), received->qweight.size());
+  EXPECT_EQ(received->scales.capacity(), received->scales.size());
+  EXPECT_EQ(received->zeros.capacity(), received->zeros.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, UploadAssemblerRoundTripTest,

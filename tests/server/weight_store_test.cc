@@ -1,5 +1,6 @@
 // Tests the resident weight store: names, duplicates, lookups, deletion while
-// a request still holds the weight, the resident-bytes budget and loading.
+// a request still holds the weight, the resident-bytes budget with the
+// reservations of uploads in progress, and loading.
 #include "server/weight_store.h"
 
 #include <cstdint>
@@ -146,6 +147,94 @@ TEST(WeightStoreBudgetTest, ZeroBudgetMeansNoLimit) {
   WeightStore store;
   EXPECT_EQ(store.max_resident_bytes(), 0);
   EXPECT_TRUE(store.CheckFits("huge", int64_t{1} << 50).ok());
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      store.Reserve("huge", int64_t{1} << 50);
+  ASSERT_TRUE(reservation.ok());
+  EXPECT_EQ(store.reserved_bytes(), int64_t{1} << 50);
+}
+
+TEST(WeightStoreReservationTest, ReservationBlocksOthersUntilDestroyed) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store(/*max_resident_bytes=*/bytes + bytes / 2);
+  {
+    absl::StatusOr<WeightStore::Reservation> first = store.Reserve("a", bytes);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->bytes(), bytes);
+    EXPECT_EQ(store.reserved_bytes(), bytes);
+    EXPECT_EQ(store.resident_bytes(), 0);
+
+    absl::StatusOr<WeightStore::Reservation> second = store.Reserve("b", bytes);
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(
+        second.status().message(),
+        HasSubstr(std::to_string(bytes) + " reserved by uploads in progress"));
+    EXPECT_EQ(store.CheckFits("b", bytes).code(),
+              absl::StatusCode::kResourceExhausted);
+    // A weight inserted without a reservation is refused as well.
+    EXPECT_EQ(store.Insert("b", SmallWeight(2)).code(),
+              absl::StatusCode::kResourceExhausted);
+
+    // Moving keeps one reservation, released once.
+    WeightStore::Reservation moved = *std::move(first);
+    EXPECT_EQ(moved.bytes(), bytes);
+    EXPECT_EQ(store.reserved_bytes(), bytes);
+  }
+  EXPECT_EQ(store.reserved_bytes(), 0);
+  EXPECT_TRUE(store.Reserve("b", bytes).ok());
+  EXPECT_EQ(store.reserved_bytes(), 0);
+}
+
+TEST(WeightStoreReservationTest, AssigningOverAReservationReleasesIt) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store(/*max_resident_bytes=*/2 * bytes);
+  absl::StatusOr<WeightStore::Reservation> a = store.Reserve("a", bytes);
+  absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", bytes);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  *a = *std::move(b);
+  EXPECT_EQ(store.reserved_bytes(), bytes);
+}
+
+TEST(WeightStoreReservationTest, InsertTurnsTheReservationIntoResidentBytes) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  // Room for exactly one weight: counting it both reserved and resident
+  // would refuse it.
+  WeightStore store(/*max_resident_bytes=*/bytes);
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      store.Reserve("a", bytes);
+  ASSERT_TRUE(reservation.ok());
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1), *std::move(reservation)).ok());
+  EXPECT_EQ(store.resident_bytes(), bytes);
+  EXPECT_EQ(store.reserved_bytes(), 0);
+  EXPECT_EQ(store.Reserve("b", 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_EQ(store.resident_bytes(), 0);
+  EXPECT_EQ(store.reserved_bytes(), 0);
+}
+
+TEST(WeightStoreReservationTest, RefusedInsertReleasesTheReservation) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store(/*max_resident_bytes=*/3 * bytes);
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
+  absl::StatusOr<WeightStore::Reservation> duplicate =
+      store.Reserve("a", bytes);
+  ASSERT_TRUE(duplicate.ok());
+  EXPECT_EQ(store.Insert("a", SmallWeight(2), *std::move(duplicate)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store.reserved_bytes(), 0);
+  EXPECT_EQ(store.resident_bytes(), bytes);
+
+  // A reservation smaller than the weight covers only its own bytes.
+  absl::StatusOr<WeightStore::Reservation> small = store.Reserve("b", 1);
+  ASSERT_TRUE(small.ok());
+  absl::StatusOr<WeightStore::Reservation> other =
+      store.Reserve("c", bytes + bytes / 2);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(store.Insert("b", SmallWeight(3), *std::move(small)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.reserved_bytes(), bytes + bytes / 2);
+  EXPECT_EQ(store.resident_bytes(), bytes);
 }
 
 TEST(WeightStoreLoadingTest, ClientsWaitWhileTheLoaderInserts) {
