@@ -3,7 +3,6 @@
 // float64 reference.
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,10 +13,12 @@
 #include "kernels/reference.h"
 #include "kernels/weight_format.h"
 #include "tests/integration/nibbled_process.h"
+#include "tests/integration/test_files.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::testing::ReadFile;
 using ::testing::HasSubstr;
 
 template <typename T>
@@ -25,13 +26,6 @@ void WriteFile(const std::string& path, const std::vector<T>& array) {
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(array.data()),
              array.size() * sizeof(T));
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
 }
 
 class CliTest : public ::testing::TestWithParam<std::tuple<WeightFormat, int>> {

@@ -9,7 +9,6 @@
 #include <ostream>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,10 +22,12 @@
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"
+#include "tests/integration/upload_messages.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::testing::UploadWeight;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -35,41 +36,6 @@ using ::testing::IsEmpty;
 constexpr char kModel[] = "kserve-u4";
 constexpr uint64_t kWeightSeed = 7001;
 const WeightSpec kSpec{WeightFormat::kU4, 128, 40, 32};
-
-template <typename T>
-std::string Bytes(const std::vector<T>& array) {
-  return std::string(reinterpret_cast<const char*>(array.data()),
-                     array.size() * sizeof(T));
-}
-
-grpc::Status UploadWeight(v1::NibbleService::Stub& stub,
-                          const std::string& name,
-                          const QuantizedWeight& weight) {
-  grpc::ClientContext context;
-  v1::WeightInfo info;
-  auto writer = stub.UploadWeight(&context, &info);
-  v1::UploadWeightRequest header;
-  header.mutable_header()->set_name(name);
-  header.mutable_header()->set_format(ToProto(weight.spec.format));
-  header.mutable_header()->set_k(weight.spec.k);
-  header.mutable_header()->set_n(weight.spec.n);
-  header.mutable_header()->set_group_size(weight.spec.group_size);
-  writer->Write(header);
-  // Small weights: each tensor fits in one chunk.
-  const std::pair<v1::WeightTensor, std::string> tensors[] = {
-      {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
-      {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
-      {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
-  for (const auto& [tensor, bytes] : tensors) {
-    if (bytes.empty()) continue;
-    v1::UploadWeightRequest chunk;
-    chunk.mutable_chunk()->set_tensor(tensor);
-    chunk.mutable_chunk()->set_data(bytes);
-    if (!writer->Write(chunk)) break;  // the server has already answered
-  }
-  writer->WritesDone();
-  return writer->Finish();
-}
 
 // The weight behind kModel, made once.
 const QuantizedWeight& Weight() {

@@ -4,20 +4,14 @@
 // health turns SERVING once the weights are loaded, and SIGTERM drains:
 // NOT_SERVING during
 // --drain_delay_seconds, every in-flight request answered, exit code 0.
-#include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,28 +27,22 @@
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"
+#include "tests/integration/test_files.h"
+#include "tests/integration/upload_messages.h"
 
 namespace nibble {
 namespace {
 
 using ::grpc::health::v1::HealthCheckResponse;
+using ::nibble::testing::Bytes;
+using ::nibble::testing::FreshDirectory;
+using ::nibble::testing::ReadFile;
+using ::nibble::testing::StartNibbledLoggingTo;
+using ::nibble::testing::UploadHeader;
+using ::nibble::testing::UploadWeight;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-template <typename T>
-std::string Bytes(const std::vector<T>& array) {
-  return std::string(reinterpret_cast<const char*>(array.data()),
-                     array.size() * sizeof(T));
-}
-
-// A fresh, empty path under the test's temporary directory.
-std::string FreshDirectory(const std::string& name) {
-  const std::string path = absl::StrCat(
-      ::testing::TempDir(), "/limits_and_lifecycle_test-", getpid(), "-", name);
-  std::filesystem::remove_all(path);
-  return path;
-}
 
 // The names of the files in `dir`, sorted.
 std::vector<std::string> FileNames(const std::string& dir) {
@@ -64,35 +52,6 @@ std::vector<std::string> FileNames(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-// Starts nibbled with `args`, with what it prints to stderr written to
-// `stderr_path`.
-absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> StartNibbled(
-    const std::vector<std::string>& args, const std::string& stderr_path) {
-  std::fflush(stderr);
-  const int saved_stderr = dup(STDERR_FILENO);
-  const int file =
-      open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  dup2(file, STDERR_FILENO);
-  close(file);
-  // Shutdown waits for every open connection to close, and a client's idle
-  // channel, as a test's is when it calls Stop, reads the server's GOAWAY
-  // only at its next backup poll (every 5 s), so the grace is short here;
-  // tests of draining give a longer one (the last flag wins).
-  std::vector<std::string> all_args = {"--threads=2",
-                                       "--shutdown_grace_seconds=0.5"};
-  all_args.insert(all_args.end(), args.begin(), args.end());
-  absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
-      testing::NibbledProcess::Start(NIBBLED_PATH, all_args);
-  dup2(saved_stderr, STDERR_FILENO);
-  close(saved_stderr);
-  return server;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 v1::MatmulRequest MatmulRequestFor(const std::string& name, int64_t m,
@@ -116,34 +75,14 @@ class Client {
 
   v1::NibbleService::Stub& stub() { return *stub_; }
 
-  // Sends the header, then (unless `header_only`) every byte.
-  grpc::Status Upload(const std::string& name, const QuantizedWeight& weight,
-                      bool header_only = false) {
-    grpc::ClientContext context;
-    v1::WeightInfo info;
-    auto writer = stub_->UploadWeight(&context, &info);
-    v1::UploadWeightRequest request;
-    v1::WeightHeader* header = request.mutable_header();
-    header->set_name(name);
-    header->set_format(ToProto(weight.spec.format));
-    header->set_k(weight.spec.k);
-    header->set_n(weight.spec.n);
-    header->set_group_size(weight.spec.group_size);
-    writer->Write(request);
-    const std::pair<v1::WeightTensor, std::string> tensors[] = {
-        {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
-        {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
-        {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
-    for (const auto& [tensor, bytes] : tensors) {
-      if (header_only || bytes.empty()) continue;
-      v1::UploadWeightRequest chunk;
-      chunk.mutable_chunk()->set_tensor(tensor);
-      chunk.mutable_chunk()->set_offset(0);
-      chunk.mutable_chunk()->set_data(bytes);
-      writer->Write(chunk);
-    }
-    writer->WritesDone();
-    return writer->Finish();
+  grpc::Status Upload(const std::string& name, const QuantizedWeight& weight) {
+    return UploadWeight(*stub_, name, weight);
+  }
+
+  // Sends only the header of an upload of `name` with `spec`.
+  grpc::Status UploadHeaderOnly(const std::string& name,
+                                const WeightSpec& spec) {
+    return UploadWeight(*stub_, {UploadHeader(name, spec)});
   }
 
   grpc::Status Delete(const std::string& name) {
@@ -199,10 +138,10 @@ constexpr int64_t kSmallResidentBytes = 4 * 16 * (16 * 4 + 4 * 2);
 TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
   const std::string dir = FreshDirectory("budget");
   const std::string log = dir + ".stderr";
-  auto server = StartNibbled(
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
       {"--data_dir=" + dir,
-       absl::StrCat("--max_weight_bytes=", kSmallResidentBytes * 5 / 2)},
-      log);
+       absl::StrCat("--max_weight_bytes=", kSmallResidentBytes * 5 / 2)});
   ASSERT_TRUE(server.ok()) << server.status();
   Client client((*server)->target());
   ASSERT_TRUE(client.Upload("a", RandomQuantizedWeight(kSmallSpec, 1)).ok());
@@ -222,9 +161,8 @@ TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
 
   // The header alone is refused: without the early check this upload would
   // fail for ending before its data.
-  grpc::Status huge = client.Upload(
-      "huge", RandomQuantizedWeight({WeightFormat::kU4b8, 4096, 4096, 128}, 4),
-      /*header_only=*/true);
+  grpc::Status huge =
+      client.UploadHeaderOnly("huge", {WeightFormat::kU4b8, 4096, 4096, 128});
   EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 
   ASSERT_TRUE(client.Delete("a").ok());
@@ -239,28 +177,23 @@ TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
 // that stall after the header cannot together buffer more than the budget.
 TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {
   const std::string log = FreshDirectory("reservation") + ".stderr";
-  auto server = StartNibbled(
-      {absl::StrCat("--max_weight_bytes=", kSmallResidentBytes)}, log);
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {absl::StrCat("--max_weight_bytes=", kSmallResidentBytes)});
   ASSERT_TRUE(server.ok()) << server.status();
   Client client((*server)->target());
 
   grpc::ClientContext stalled_context;
   v1::WeightInfo stalled_info;
   auto stalled = client.stub().UploadWeight(&stalled_context, &stalled_info);
-  v1::UploadWeightRequest header;
-  header.mutable_header()->set_name("a");
-  header.mutable_header()->set_format(ToProto(kSmallSpec.format));
-  header.mutable_header()->set_k(kSmallSpec.k);
-  header.mutable_header()->set_n(kSmallSpec.n);
-  header.mutable_header()->set_group_size(kSmallSpec.group_size);
-  ASSERT_TRUE(stalled->Write(header));
+  ASSERT_TRUE(stalled->Write(UploadHeader("a", kSmallSpec)));
   // The header is reserved once nibbled has read it; until then a header
   // alone fails for ending early instead.
   const QuantizedWeight b = RandomQuantizedWeight(kSmallSpec, 9);
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
   grpc::Status probe;
   do {
-    probe = client.Upload("b", b, /*header_only=*/true);
+    probe = client.UploadHeaderOnly("b", b.spec);
   } while (probe.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED &&
            absl::Now() < give_up);
 
@@ -289,7 +222,7 @@ TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {
 TEST(WeightBudgetTest, DefaultBudgetIsAShareOfMemoryAndMinusOneIsNone) {
   const std::string log = FreshDirectory("default_budget") + ".stderr";
   {
-    auto server = StartNibbled({}, log);
+    auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {});
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_EQ((*server)->Stop(), 0);
   }
@@ -297,7 +230,8 @@ TEST(WeightBudgetTest, DefaultBudgetIsAShareOfMemoryAndMinusOneIsNone) {
   EXPECT_THAT(automatic, HasSubstr("max_weight_bytes_from=\"3/4 of "));
   EXPECT_THAT(automatic, Not(HasSubstr("max_weight_bytes=none")));
   {
-    auto server = StartNibbled({"--max_weight_bytes=-1"}, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--max_weight_bytes=-1"});
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_EQ((*server)->Stop(), 0);
   }
@@ -314,7 +248,8 @@ TEST(WeightBudgetTest, WeightsPastTheBudgetAreSkippedAtStart) {
   const std::string dir = FreshDirectory("budget_at_start");
   const std::string log = dir + ".stderr";
   {
-    auto server = StartNibbled({"--data_dir=" + dir}, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     Client client((*server)->target());
     for (const char* name : {"a", "b", "c"}) {
@@ -323,10 +258,10 @@ TEST(WeightBudgetTest, WeightsPastTheBudgetAreSkippedAtStart) {
     }
     EXPECT_EQ((*server)->Stop(), 0);
   }
-  auto server = StartNibbled(
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
       {"--data_dir=" + dir,
-       absl::StrCat("--max_weight_bytes=", kSmallResidentBytes * 2)},
-      log);
+       absl::StrCat("--max_weight_bytes=", kSmallResidentBytes * 2)});
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_THAT((*server)->startup_line(),
               HasSubstr(", 2 weights loaded from " + dir));
@@ -344,7 +279,8 @@ TEST(WeightBudgetTest, WeightsPastTheBudgetAreSkippedAtStart) {
 
 TEST(RequestLimitTest, MoreRowsThanMaxRequestRowsIsInvalid) {
   const std::string log = FreshDirectory("max_rows") + ".stderr";
-  auto server = StartNibbled({"--max_request_rows=4"}, log);
+  auto server =
+      StartNibbledLoggingTo(NIBBLED_PATH, log, {"--max_request_rows=4"});
   ASSERT_TRUE(server.ok()) << server.status();
   Client client((*server)->target());
   ASSERT_TRUE(client.Upload("w", RandomQuantizedWeight(kSmallSpec, 6)).ok());
@@ -358,13 +294,14 @@ TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
   const std::string dir = FreshDirectory("health");
   const std::string log = dir + ".stderr";
   {
-    auto server = StartNibbled({"--data_dir=" + dir}, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     Client client((*server)->target());
     ASSERT_TRUE(client.Upload("w", RandomQuantizedWeight(kSmallSpec, 7)).ok());
     EXPECT_EQ((*server)->Stop(), 0);
   }
-  auto server = StartNibbled({"--data_dir=" + dir}, log);
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
   ASSERT_TRUE(server.ok()) << server.status();
   Client client((*server)->target());
   for (const char* service :
@@ -383,8 +320,9 @@ TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
 // on the stream is answered OK, and nibbled exits 0.
 TEST(LifecycleTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   const std::string log = FreshDirectory("drain") + ".stderr";
-  auto server = StartNibbled(
-      {"--drain_delay_seconds=1", "--shutdown_grace_seconds=10"}, log);
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {"--drain_delay_seconds=1", "--shutdown_grace_seconds=10"});
   ASSERT_TRUE(server.ok()) << server.status();
   Client client((*server)->target());
   const WeightSpec spec = {WeightFormat::kU4b8, 1024, 1024, 128};

@@ -8,9 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -18,19 +16,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/nibbled_process.h"
+#include "tests/integration/test_files.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::testing::ReadFile;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
 
 // The number after `"key": ` following the first `"within":` (the whole text
 // when empty); NaN when absent or null.

@@ -23,71 +23,15 @@
 #include "proto/conversions.h"
 #include "reflection_subset.grpc.pb.h"
 #include "tests/integration/nibbled_process.h"
+#include "tests/integration/upload_messages.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::testing::UploadHeader;
+using ::nibble::testing::UploadMessages;
+using ::nibble::testing::UploadWeight;
 using ::testing::HasSubstr;
-
-constexpr size_t kChunkBytes = 1 << 20;
-
-template <typename T>
-std::string Bytes(const std::vector<T>& array) {
-  return std::string(reinterpret_cast<const char*>(array.data()),
-                     array.size() * sizeof(T));
-}
-
-v1::UploadWeightRequest Header(const std::string& name,
-                               const WeightSpec& spec) {
-  v1::UploadWeightRequest request;
-  v1::WeightHeader* header = request.mutable_header();
-  header->set_name(name);
-  header->set_format(ToProto(spec.format));
-  header->set_k(spec.k);
-  header->set_n(spec.n);
-  header->set_group_size(spec.group_size);
-  return request;
-}
-
-v1::UploadWeightRequest Chunk(v1::WeightTensor tensor, uint64_t offset,
-                              std::string data) {
-  v1::UploadWeightRequest request;
-  request.mutable_chunk()->set_tensor(tensor);
-  request.mutable_chunk()->set_offset(offset);
-  request.mutable_chunk()->set_data(std::move(data));
-  return request;
-}
-
-// The whole upload, as a well-behaved client sends it.
-std::vector<v1::UploadWeightRequest> UploadMessages(
-    const std::string& name, const QuantizedWeight& weight) {
-  std::vector<v1::UploadWeightRequest> messages = {Header(name, weight.spec)};
-  const std::pair<v1::WeightTensor, std::string> tensors[] = {
-      {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
-      {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
-      {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
-  for (const auto& [tensor, bytes] : tensors) {
-    for (size_t offset = 0; offset < bytes.size(); offset += kChunkBytes) {
-      messages.push_back(
-          Chunk(tensor, offset, bytes.substr(offset, kChunkBytes)));
-    }
-  }
-  return messages;
-}
-
-// Sends an upload on `stub`; the server's answer.
-grpc::Status Upload(v1::NibbleService::Stub& stub,
-                    const std::vector<v1::UploadWeightRequest>& messages,
-                    v1::WeightInfo* info = nullptr) {
-  grpc::ClientContext context;
-  v1::WeightInfo ignored;
-  auto writer = stub.UploadWeight(&context, info != nullptr ? info : &ignored);
-  for (const v1::UploadWeightRequest& message : messages) {
-    if (!writer->Write(message)) break;  // the server has already answered
-  }
-  writer->WritesDone();
-  return writer->Finish();
-}
 
 // Activations in [-1, 1) in `dtype`, and the same values in double.
 struct Activations {
@@ -142,7 +86,7 @@ class NibbledTest : public ::testing::Test {
 
   grpc::Status Upload(const std::vector<v1::UploadWeightRequest>& messages,
                       v1::WeightInfo* info = nullptr) {
-    return nibble::Upload(*stub_, messages, info);
+    return UploadWeight(*stub_, messages, info);
   }
 
   grpc::Status Matmul(const v1::MatmulRequest& request,
@@ -284,7 +228,7 @@ TEST(NibbledTuningTableTest, TheTableChoosesTheKernel) {
   auto stub = v1::NibbleService::NewStub(grpc::CreateChannel(
       (*server)->target(), grpc::InsecureChannelCredentials()));
   const QuantizedWeight weight = RandomQuantizedWeight(spec, 51);
-  ASSERT_TRUE(Upload(*stub, UploadMessages("striped", weight)).ok());
+  ASSERT_TRUE(UploadWeight(*stub, "striped", weight).ok());
   for (int64_t m : ms) {
     SCOPED_TRACE(::testing::Message() << "m=" << m);
     const Activations a = RandomActivations(m, spec.k, DType::kF32, 52);
@@ -511,20 +455,21 @@ TEST_F(NibbledBadInputTest, MatmulZeroOrNegativeM) {
 }
 
 TEST_F(NibbledBadInputTest, UploadKNotAMultipleOfTheGroupOr8) {
-  ExpectUploadError({Header("bad-g", {WeightFormat::kU4b8, 96, 16, 64})},
+  ExpectUploadError({UploadHeader("bad-g", {WeightFormat::kU4b8, 96, 16, 64})},
                     grpc::StatusCode::INVALID_ARGUMENT,
                     "not a multiple of the group size 64");
-  ExpectUploadError({Header("bad-8", {WeightFormat::kU4b8, 100, 16, 100})},
-                    grpc::StatusCode::INVALID_ARGUMENT, "not a multiple of 8");
-  ExpectUploadError({Header("bad-group", {WeightFormat::kU4b8, 64, 16, 16})},
-                    grpc::StatusCode::INVALID_ARGUMENT,
-                    "group size 16 is not supported");
-  ExpectUploadError({Header("bad-n", {WeightFormat::kU4b8, 64, 0, 32})},
+  ExpectUploadError(
+      {UploadHeader("bad-8", {WeightFormat::kU4b8, 100, 16, 100})},
+      grpc::StatusCode::INVALID_ARGUMENT, "not a multiple of 8");
+  ExpectUploadError(
+      {UploadHeader("bad-group", {WeightFormat::kU4b8, 64, 16, 16})},
+      grpc::StatusCode::INVALID_ARGUMENT, "group size 16 is not supported");
+  ExpectUploadError({UploadHeader("bad-n", {WeightFormat::kU4b8, 64, 0, 32})},
                     grpc::StatusCode::INVALID_ARGUMENT, "must be positive");
 }
 
 TEST_F(NibbledBadInputTest, UploadUnknownFormat) {
-  v1::UploadWeightRequest header = Header("bad-format", spec_);
+  v1::UploadWeightRequest header = UploadHeader("bad-format", spec_);
   header.mutable_header()->set_format(v1::WEIGHT_FORMAT_UNSPECIFIED);
   ExpectUploadError({header}, grpc::StatusCode::INVALID_ARGUMENT,
                     "weight format WEIGHT_FORMAT_UNSPECIFIED is not supported");
@@ -572,10 +517,10 @@ TEST_F(NibbledBadInputTest, UploadChunksOutOfOrder) {
 }
 
 TEST_F(NibbledBadInputTest, UploadBadNames) {
-  ExpectUploadError({Header("a/../escape", spec_)},
+  ExpectUploadError({UploadHeader("a/../escape", spec_)},
                     grpc::StatusCode::INVALID_ARGUMENT, "may only contain");
-  ExpectUploadError({Header("", spec_)}, grpc::StatusCode::INVALID_ARGUMENT,
-                    "empty");
+  ExpectUploadError({UploadHeader("", spec_)},
+                    grpc::StatusCode::INVALID_ARGUMENT, "empty");
 }
 
 TEST_F(NibbledBadInputTest, DeleteUnknownWeight) {

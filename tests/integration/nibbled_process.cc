@@ -1,5 +1,6 @@
 #include "tests/integration/nibbled_process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +73,29 @@ int NibbledProcess::Stop() {
   waitpid(pid_, &status, 0);
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+absl::StatusOr<std::unique_ptr<NibbledProcess>> StartNibbledLoggingTo(
+    const std::string& path, const std::string& stderr_path,
+    const std::vector<std::string>& args) {
+  std::fflush(stderr);
+  const int saved_stderr = dup(STDERR_FILENO);
+  const int file =
+      open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(file, STDERR_FILENO);
+  close(file);
+  // Shutdown waits for every open connection to close, and a client's idle
+  // channel, as a test's is when it calls Stop, reads the server's GOAWAY
+  // only at its next backup poll (every 5 s), so the grace is short here;
+  // tests of draining give a longer one (the last flag wins).
+  std::vector<std::string> all_args = {"--threads=2",
+                                       "--shutdown_grace_seconds=0.5"};
+  all_args.insert(all_args.end(), args.begin(), args.end());
+  absl::StatusOr<std::unique_ptr<NibbledProcess>> server =
+      NibbledProcess::Start(path, all_args);
+  dup2(saved_stderr, STDERR_FILENO);
+  close(saved_stderr);
+  return server;
 }
 
 int RunCommand(const std::string& command, std::string* output) {

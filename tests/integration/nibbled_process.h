@@ -50,6 +50,13 @@ class NibbledProcess {
   std::string startup_line_;
 };
 
+// Starts `path` like NibbledProcess::Start, with `--threads=2
+// --shutdown_grace_seconds=0.5` before `args`, and with what it prints to
+// stderr written to `stderr_path`.
+absl::StatusOr<std::unique_ptr<NibbledProcess>> StartNibbledLoggingTo(
+    const std::string& path, const std::string& stderr_path,
+    const std::vector<std::string>& args);
+
 // Runs a command line through the shell; its exit code, with stdout and
 // stderr captured into `output`.
 int RunCommand(const std::string& command, std::string* output);

@@ -1,16 +1,13 @@
 // Restarts a real nibbled on one --data_dir: acknowledged uploads come back
 // with identical results, deletes stay deleted, corrupt files are skipped
 // with a message, and an unusable directory fails at start or at upload.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,54 +19,23 @@
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"
+#include "tests/integration/test_files.h"
+#include "tests/integration/upload_messages.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::testing::Bytes;
+using ::nibble::testing::FreshDirectory;
+using ::nibble::testing::ReadFile;
+using ::nibble::testing::StartNibbledLoggingTo;
+using ::nibble::testing::UploadWeight;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-template <typename T>
-std::string Bytes(const std::vector<T>& array) {
-  return std::string(reinterpret_cast<const char*>(array.data()),
-                     array.size() * sizeof(T));
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
-}
-
-// A fresh, empty path under the test's temporary directory.
-std::string FreshDirectory(const std::string& name) {
-  const std::string path = absl::StrCat(
-      ::testing::TempDir(), "/persistence_test-", getpid(), "-", name);
-  std::filesystem::remove_all(path);
-  return path;
-}
-
-// Starts nibbled on `data_dir`, with what it prints to stderr while starting
-// written to `stderr_path`.
-absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> StartNibbled(
-    const std::string& data_dir, const std::string& stderr_path) {
-  std::fflush(stderr);
-  const int saved_stderr = dup(STDERR_FILENO);
-  const int file =
-      open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  dup2(file, STDERR_FILENO);
-  close(file);
-  absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
-      testing::NibbledProcess::Start(
-          NIBBLED_PATH, {"--threads=2", "--shutdown_grace_seconds=0.5",
-                         "--data_dir=" + data_dir});
-  dup2(saved_stderr, STDERR_FILENO);
-  close(saved_stderr);
-  return server;
 }
 
 class Client {
@@ -79,31 +45,7 @@ class Client {
             grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
 
   grpc::Status Upload(const std::string& name, const QuantizedWeight& weight) {
-    grpc::ClientContext context;
-    v1::WeightInfo info;
-    auto writer = stub_->UploadWeight(&context, &info);
-    v1::UploadWeightRequest request;
-    v1::WeightHeader* header = request.mutable_header();
-    header->set_name(name);
-    header->set_format(ToProto(weight.spec.format));
-    header->set_k(weight.spec.k);
-    header->set_n(weight.spec.n);
-    header->set_group_size(weight.spec.group_size);
-    writer->Write(request);
-    const std::pair<v1::WeightTensor, std::string> tensors[] = {
-        {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
-        {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
-        {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
-    for (const auto& [tensor, bytes] : tensors) {
-      if (bytes.empty()) continue;
-      v1::UploadWeightRequest chunk;
-      chunk.mutable_chunk()->set_tensor(tensor);
-      chunk.mutable_chunk()->set_offset(0);
-      chunk.mutable_chunk()->set_data(bytes);
-      writer->Write(chunk);
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    return UploadWeight(*stub_, name, weight);
   }
 
   // The names and specs of the served weights, one string each.
@@ -159,7 +101,8 @@ TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
   std::vector<std::string> listed;
   std::vector<std::string> results;
   {
-    auto server = StartNibbled(dir, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_THAT((*server)->startup_line(),
                 HasSubstr(", 0 weights loaded from " + dir));
@@ -177,7 +120,8 @@ TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
     EXPECT_EQ((*server)->Stop(), 0);
   }
   {
-    auto server = StartNibbled(dir, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_THAT((*server)->startup_line(),
                 HasSubstr(", 3 weights loaded from " + dir));
@@ -192,7 +136,8 @@ TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
     EXPECT_EQ((*server)->Stop(), 0);
   }
   {
-    auto server = StartNibbled(dir, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_THAT((*server)->startup_line(),
                 HasSubstr(", 2 weights loaded from " + dir));
@@ -209,7 +154,8 @@ TEST(PersistenceTest, CorruptFileIsSkippedWithAMessage) {
   const WeightSpec spec{WeightFormat::kU4b8, 64, 16, 32};
   std::string good_result;
   {
-    auto server = StartNibbled(dir, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     Client client((*server)->target());
     SCOPED_TRACE("seeds 31, 32");
@@ -224,7 +170,7 @@ TEST(PersistenceTest, CorruptFileIsSkippedWithAMessage) {
   WriteFile(dir + "/bad.nibble", bad);
   WriteFile(dir + "/good.nibble.tmp-1-0", "torn");
 
-  auto server = StartNibbled(dir, log);
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_THAT((*server)->startup_line(),
               HasSubstr(", 1 weights loaded from " + dir));
@@ -249,7 +195,8 @@ TEST(PersistenceTest, ConcurrentUploadsOfOneNameKeepTheAcknowledgedOne) {
   constexpr int kRounds = 4;
   std::vector<std::string> winners;  // C from the weight that was stored
   {
-    auto server = StartNibbled(dir, log);
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     for (int round = 0; round < kRounds; ++round) {
       const std::string name = absl::StrCat("w", round);
@@ -275,7 +222,7 @@ TEST(PersistenceTest, ConcurrentUploadsOfOneNameKeepTheAcknowledgedOne) {
     }
     EXPECT_EQ((*server)->Stop(), 0);
   }
-  auto server = StartNibbled(dir, log);
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
   ASSERT_TRUE(server.ok()) << server.status();
   Client client((*server)->target());
   for (int round = 0; round < kRounds; ++round) {
@@ -300,7 +247,8 @@ TEST(PersistenceTest, UnusableDataDirIsAUsageError) {
 
 TEST(PersistenceTest, FailedSaveFailsTheUploadAndStoresNothing) {
   const std::string dir = FreshDirectory("vanished");
-  auto server = StartNibbled(dir, dir + ".stderr");
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, dir + ".stderr",
+                                      {"--data_dir=" + dir});
   ASSERT_TRUE(server.ok()) << server.status();
   std::filesystem::remove_all(dir);
   Client client((*server)->target());

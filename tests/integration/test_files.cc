@@ -1,0 +1,28 @@
+#include "tests/integration/test_files.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/file_contents.h"
+
+namespace nibble::testing {
+
+std::string ReadFile(const std::string& path) {
+  return ReadFileContents(path).value_or("");
+}
+
+std::string FreshDirectory(const std::string& name) {
+  const ::testing::TestInfo* test =
+      ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/", test->test_suite_name(), "-",
+                   getpid(), "-", name);
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+}  // namespace nibble::testing
