@@ -152,10 +152,12 @@ void RenderRpcs(const std::vector<RpcMethodStats>& rpcs, Exposition& out) {
   }
 }
 
-void RenderWeights(const std::vector<WeightGauge>& weights, Exposition& out) {
+void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
+  const std::vector<WeightGauge>& weights = snapshot.weights;
   int64_t total_bytes = 0;
-  for (const WeightGauge& weight : weights)
+  for (const WeightGauge& weight : weights) {
     total_bytes += weight.resident_bytes;
+  }
   out.Family("nibble_weights", "gauge", "Weights resident.");
   out.Sample("nibble_weights", {}, static_cast<int64_t>(weights.size()));
   out.Family("nibble_resident_weight_bytes", "gauge",
@@ -167,6 +169,14 @@ void RenderWeights(const std::vector<WeightGauge>& weights, Exposition& out) {
     out.Sample("nibble_weight_bytes", {{"weight", weight.name}},
                weight.resident_bytes);
   }
+  out.Family("nibble_reserved_weight_bytes", "gauge",
+             "Bytes reserved against the budget by uploads in progress.");
+  out.Sample("nibble_reserved_weight_bytes", {},
+             snapshot.reserved_weight_bytes);
+  out.Family("nibble_max_weight_bytes", "gauge",
+             "The budget for resident and reserved weight bytes "
+             "(--max_weight_bytes); 0 for none.");
+  out.Sample("nibble_max_weight_bytes", {}, snapshot.max_weight_bytes);
 }
 
 void RenderBatcher(const BatcherStats& stats, Exposition& out) {
@@ -233,7 +243,7 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
              "Whether nibbled takes new calls (1) or is shutting down (0).");
   out.Sample("nibble_serving", {}, snapshot.serving ? 1 : 0);
   RenderRpcs(snapshot.rpcs, out);
-  RenderWeights(snapshot.weights, out);
+  RenderWeights(snapshot, out);
   RenderBatcher(snapshot.batcher, out);
   return out.Take();
 }

@@ -25,6 +25,8 @@
 //   weights                                gauge
 //   resident_weight_bytes                  gauge, all weights
 //   weight_bytes{weight}                   gauge
+//   reserved_weight_bytes                  gauge, held by uploads in progress
+//   max_weight_bytes                       gauge, the budget; 0 for none
 //   matmul_requests_total{weight}          counter, requests run
 //   matmul_rows_total{weight}              counter, rows of A run
 //   matmul_dropped_total{reason}           counter; reason is queue_full,
@@ -58,6 +60,10 @@ struct MetricsSnapshot {
   std::vector<RpcMethodStats> rpcs;
   BatcherStats batcher;
   std::vector<WeightGauge> weights;
+  // Held by uploads in progress (see WeightStore::Reserve).
+  int64_t reserved_weight_bytes = 0;
+  // --max_weight_bytes in effect; 0 for none.
+  int64_t max_weight_bytes = 0;
   // False once the server is shutting down.
   bool serving = false;
 };

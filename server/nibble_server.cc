@@ -163,6 +163,8 @@ std::string NibbleServer::RenderMetrics() const {
   MetricsSnapshot snapshot{.rpcs = rpc_stats_.Snapshot(),
                            .batcher = batcher_.Stats(),
                            .weights = {},
+                           .reserved_weight_bytes = store_.reserved_bytes(),
+                           .max_weight_bytes = store_.max_resident_bytes(),
                            .serving = serving_.load()};
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {
     snapshot.weights.push_back(

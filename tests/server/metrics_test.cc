@@ -349,10 +349,13 @@ MetricsSnapshot RandomSnapshot(std::mt19937_64& rng) {
   batcher.requests_cancelled = rng() % 10;
   batcher.queued_rows_by_weight["proj"] = 1 + rng() % 100;
   batcher.queued_rows_by_weight["up"] = 1 + rng() % 100;
-  MetricsSnapshot snapshot{.rpcs = rpc_stats.Snapshot(),
-                           .batcher = std::move(batcher),
-                           .weights = {},
-                           .serving = rng() % 2 == 0};
+  MetricsSnapshot snapshot{
+      .rpcs = rpc_stats.Snapshot(),
+      .batcher = std::move(batcher),
+      .weights = {},
+      .reserved_weight_bytes = static_cast<int64_t>(rng() >> 24),
+      .max_weight_bytes = static_cast<int64_t>(rng() >> 8),
+      .serving = rng() % 2 == 0};
   for (const std::string& weight : weights) {
     snapshot.weights.push_back(
         {.name = weight, .resident_bytes = static_cast<int64_t>(rng() >> 20)});
@@ -612,6 +615,8 @@ TEST(NibbleServerMetricsTest, ScrapeParsesAndCountsTheServersWork) {
   options.listen = "127.0.0.1:0";
   options.threads = 2;
   options.metrics_listen = "127.0.0.1:0";
+  constexpr int64_t kBudget = 1 << 30;
+  options.max_weight_bytes = kBudget;
   absl::StatusOr<std::unique_ptr<NibbleServer>> server =
       NibbleServer::Start(options, cpu::CpuKernels());
   ASSERT_TRUE(server.ok()) << server.status();
@@ -656,6 +661,12 @@ TEST(NibbleServerMetricsTest, ScrapeParsesAndCountsTheServersWork) {
       1);
   EXPECT_EQ(Value(*families, "nibble_serving", "nibble_serving"), 1);
   EXPECT_EQ(Value(*families, "nibble_weights", "nibble_weights"), 1);
+  EXPECT_EQ(
+      Value(*families, "nibble_max_weight_bytes", "nibble_max_weight_bytes"),
+      kBudget);
+  EXPECT_EQ(Value(*families, "nibble_reserved_weight_bytes",
+                  "nibble_reserved_weight_bytes"),
+            0);
   EXPECT_EQ(Value(*families, "nibble_weight_bytes", "nibble_weight_bytes",
                   {{"weight", "proj"}}),
             (*server)->resident_bytes());
