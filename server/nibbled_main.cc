@@ -2,8 +2,6 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/file_contents.h"
 #include "kernels/tuning_table.h"
 #include "server/log.h"
 #include "server/memory_limit.h"
@@ -190,14 +189,18 @@ WeightBudget WeightBudgetFromFlag(int64_t flag) {
 absl::StatusOr<std::string> ReadPemFlag(absl::string_view flag,
                                         const std::string& path) {
   if (path.empty()) return std::string();
-  std::ifstream file(path);
-  std::stringstream contents;
-  if (!file || !(contents << file.rdbuf())) {
+  absl::StatusOr<std::string> contents = nibble::ReadFileContents(path);
+  if (!contents.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot read ", path,
-                     "; check that it exists and is readable"));
+        absl::StrCat("--", flag, ": ", contents.status().message()));
   }
-  return contents.str();
+  return *std::move(contents);
+}
+
+// HOST of `listen` (HOST:PORT, as given) with the port actually bound, which
+// differs when the flag asked for port 0.
+std::string BoundAddress(const std::string& listen, int port) {
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
 }
 
 // --tls_* and --auth_* into `options`; InvalidArgument saying what to fix.
@@ -328,14 +331,12 @@ int main(int argc, char** argv) {
     LogInfo("removed unfinished upload", {{"path", path}});
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  const std::string address =
-      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", (*server)->port());
+  const std::string address = BoundAddress(listen, (*server)->port());
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   const std::string metrics_address =
       metrics_listen.empty()
           ? ""
-          : absl::StrCat(metrics_listen.substr(0, metrics_listen.rfind(':')),
-                         ":", (*server)->metrics_port());
+          : BoundAddress(metrics_listen, (*server)->metrics_port());
   absl::PrintF(
       "nibbled: listening on %s (%d threads, %s kernels, tuning table "
       "%s%s%s)\n",
