@@ -19,8 +19,13 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The gpu-labelled tests run only where nvidia-smi lists a GPU.
+GPU_PRESENT := $(shell nvidia-smi -L 2>/dev/null | grep -c GPU)
+CTEST_GPU_FILTER := $(if $(filter-out 0,$(GPU_PRESENT)),,-LE gpu)
+
 test: build
-	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --output-on-failure --timeout 300
+	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --output-on-failure --timeout 300 \
+	  $(CTEST_GPU_FILTER)
 
 demo: build
 	deploy/demo.sh $(BUILD_DIR)/bin
@@ -64,3 +69,30 @@ latency-bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load \
 	  nibble-bench
 	bench/latency_bench.sh $(BUILD_DIR)/bin
+
+# On the GPU machine: the kernels-only CUDA build, the GPU tests (also under
+# compute-sanitizer), nibble-gpu-bench against PyTorch, and the targets'
+# report; logs and results in $(BUILD_DIR)-gpu/gpu-check. Knobs:
+# GPU_CHECK_QUICK=1, BENCH_REPEATS, SANITIZER_GTEST_FILTER (deploy/gpu-check.sh).
+.PHONY: gpu-check
+gpu-check:
+	JOBS=$(JOBS) deploy/gpu-check.sh $(BUILD_DIR)-gpu
+
+# On this (Debian) machine, for a GPU machine that has no abseil: Debian's
+# abseil headers, shared libraries and CMake package under .gpu-deps/usr with
+# their relative layout, which gpu-check finds there.
+ABSL_LIBDIR := /usr/lib/x86_64-linux-gnu
+.PHONY: gpu-deps
+gpu-deps:
+	@test -f $(ABSL_LIBDIR)/cmake/absl/abslConfig.cmake || { echo \
+	  "gpu-deps: no abseil CMake package in $(ABSL_LIBDIR); install" \
+	  "libabsl-dev (make deps)"; exit 1; }
+	rm -rf .gpu-deps
+	mkdir -p .gpu-deps/usr/include .gpu-deps/usr/lib/x86_64-linux-gnu/cmake
+	cp -a /usr/include/absl .gpu-deps/usr/include/
+	cp -a $(ABSL_LIBDIR)/libabsl_*.so* .gpu-deps/usr/lib/x86_64-linux-gnu/
+	cp -a $(ABSL_LIBDIR)/cmake/absl .gpu-deps/usr/lib/x86_64-linux-gnu/cmake/
+	@size=$$(du -sm .gpu-deps | cut -f1); \
+	  echo "gpu-deps: .gpu-deps holds $$size MB"; \
+	  test $$size -lt 60 || { echo "gpu-deps: over 60 MB, too much to" \
+	  "carry to the GPU machine"; exit 1; }

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "kernels/device_weight.h"
 #include "kernels/dtype.h"
 #include "kernels/packed_weight.h"
 #include "kernels/thread_pool.h"
@@ -60,6 +61,8 @@ struct GemmOperands {
   const PackedWeight* b = nullptr;
   const void* a = nullptr;  // [M, K]
   void* c = nullptr;        // [M, N]
+  // The weight in the backend's memory; accelerator kernels need it.
+  const DeviceWeight* device = nullptr;
 };
 
 class GemmKernel {

@@ -1,5 +1,6 @@
 #include "kernels/scheduler.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -7,16 +8,23 @@
 
 namespace nibble {
 
-Scheduler::Scheduler(std::vector<const GemmKernel*> kernels, TuningTable table)
-    : kernels_(std::move(kernels)), table_(table) {}
+KernelVariant DefaultVariantRule(const GemmProblem& problem) {
+  constexpr int64_t kFusedMaxM = 8;
+  return problem.m <= kFusedMaxM ? KernelVariant::kFused
+                                 : KernelVariant::kDoubleBuffered;
+}
+
+Scheduler::Scheduler(std::vector<const GemmKernel*> kernels, TuningTable table,
+                     VariantRule rule)
+    : kernels_(std::move(kernels)),
+      table_(std::move(table)),
+      rule_(std::move(rule)) {}
 
 KernelVariant Scheduler::PreferredVariant(const GemmProblem& problem) const {
-  // Below this many rows the weight read dominates and fused wins on every
-  // machine measured so far.
-  constexpr int64_t kFusedMaxMWithoutRules = 8;
-  return table_.Lookup(problem).value_or(problem.m <= kFusedMaxMWithoutRules
-                                             ? KernelVariant::kFused
-                                             : KernelVariant::kDoubleBuffered);
+  if (std::optional<KernelVariant> variant = table_.Lookup(problem)) {
+    return *variant;
+  }
+  return rule_(problem);
 }
 
 absl::StatusOr<const GemmKernel*> Scheduler::Pick(

@@ -1,16 +1,26 @@
 // Picks the kernel for a problem among the registered ones: the tuning table
 // names the variant that should win for the problem's shape, and the first
 // registered kernel of that variant that supports the problem runs. When none
-// does, the other fast variants are tried, then the scalar reference.
+// does, the other fast variants are tried, then the scalar reference. Where
+// the table has no rule, a rule function given at construction decides (an
+// accelerator backend's, by shape and device), or by default M alone.
 //
 // Example:
 //   nibble::Scheduler scheduler(nibble::CpuKernels());
 //   absl::StatusOr<const nibble::GemmKernel*> kernel =
 //       scheduler.Pick(problem);
+//
+//   // GPU kernels first, the CPU's for the shapes they refuse:
+//   std::vector<const nibble::GemmKernel*> kernels =
+//       nibble::cuda::CudaKernels();
+//   kernels.insert(kernels.end(), cpu_kernels.begin(), cpu_kernels.end());
+//   nibble::Scheduler gpu_scheduler(std::move(kernels), nibble::TuningTable(),
+//                                   nibble::cuda::PreferredVariant);
 #ifndef NIBBLE_KERNELS_SCHEDULER_H_
 #define NIBBLE_KERNELS_SCHEDULER_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -20,14 +30,22 @@
 
 namespace nibble {
 
+// The variant that should win for a problem the tuning table has no rule for.
+using VariantRule = std::function<KernelVariant(const GemmProblem&)>;
+
+// Fused up to M of 8, double_buffered above: below that many rows the weight
+// read dominates and fused wins on every CPU measured so far.
+KernelVariant DefaultVariantRule(const GemmProblem& problem);
+
 class Scheduler {
  public:
   // The kernels must outlive the scheduler; their order breaks ties.
   explicit Scheduler(std::vector<const GemmKernel*> kernels,
-                     TuningTable table = TuningTable::Default());
+                     TuningTable table = TuningTable::Default(),
+                     VariantRule rule = DefaultVariantRule);
 
   // The variant the table prefers for the problem's shape; without a rule for
-  // the problem's format, fused for small M and double_buffered above.
+  // the problem's format, the one `rule` names.
   KernelVariant PreferredVariant(const GemmProblem& problem) const;
 
   // NOT_FOUND, naming the problem, when no kernel supports it.
@@ -38,6 +56,7 @@ class Scheduler {
  private:
   std::vector<const GemmKernel*> kernels_;
   TuningTable table_;
+  VariantRule rule_;
 };
 
 }  // namespace nibble

@@ -14,7 +14,7 @@ MatmulBackend BackendOf(const MatmulRunner* runner) {
               [runner](const ResidentWeight& weight, int64_t m, DType dtype,
                        absl::string_view a) {
                 return runner->Run(weight.packed, weight.name, m, /*k=*/0,
-                                   dtype, a);
+                                   dtype, a, weight.device.get());
               },
           .loses_precision =
               [runner](const ResidentWeight& weight, int64_t m, DType dtype) {

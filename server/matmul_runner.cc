@@ -35,11 +35,10 @@ absl::Status CheckMatmulShape(const WeightSpec& spec,
   return absl::OkStatus();
 }
 
-absl::StatusOr<MatmulResult> MatmulRunner::Run(const PackedWeight& weight,
-                                               absl::string_view weight_name,
-                                               int64_t m, int64_t k,
-                                               DType dtype,
-                                               absl::string_view a) const {
+absl::StatusOr<MatmulResult> MatmulRunner::Run(
+    const PackedWeight& weight, absl::string_view weight_name, int64_t m,
+    int64_t k, DType dtype, absl::string_view a,
+    const nibble::DeviceWeight* device) const {
   const WeightSpec& spec = weight.spec();
   if (absl::Status status =
           CheckMatmulShape(spec, weight_name, m, k, dtype, a.size());
@@ -56,8 +55,12 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(const PackedWeight& weight,
   result.c.resize(m * spec.n * element_bytes);
   result.kernel = std::string((*kernel)->name());
   const auto start = std::chrono::steady_clock::now();
-  if (absl::Status status = (*kernel)->Run(
-          problem, GemmOperands{&weight, a.data(), result.c.data()}, *pool_);
+  if (absl::Status status = (*kernel)->Run(problem,
+                                           GemmOperands{.b = &weight,
+                                                        .a = a.data(),
+                                                        .c = result.c.data(),
+                                                        .device = device},
+                                           *pool_);
       !status.ok()) {
     return status;
   }

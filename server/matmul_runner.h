@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/device_weight.h"
 #include "kernels/dtype.h"
 #include "kernels/packed_weight.h"
 #include "kernels/scheduler.h"
@@ -40,11 +41,13 @@ class MatmulRunner {
   // Both must outlive the runner.
   MatmulRunner(const Scheduler* scheduler, ThreadPool* pool);
 
-  // INVALID_ARGUMENT as CheckMatmulShape answers.
-  absl::StatusOr<MatmulResult> Run(const PackedWeight& weight,
-                                   absl::string_view weight_name, int64_t m,
-                                   int64_t k, DType dtype,
-                                   absl::string_view a) const;
+  // INVALID_ARGUMENT as CheckMatmulShape answers. `device` is the weight's
+  // copy in the backend's memory (ResidentWeight::device), null for none;
+  // accelerator kernels read it.
+  absl::StatusOr<MatmulResult> Run(
+      const PackedWeight& weight, absl::string_view weight_name, int64_t m,
+      int64_t k, DType dtype, absl::string_view a,
+      const nibble::DeviceWeight* device = nullptr) const;
 
   // Whether Run on `m` rows would round A below the precision of `dtype`:
   // the kernel it picks rounds activations to bf16 and dtype is not bf16.

@@ -27,6 +27,8 @@
 //   weight_bytes{weight}                   gauge
 //   reserved_weight_bytes                  gauge, held by uploads in progress
 //   max_weight_bytes                       gauge, the budget; 0 for none
+//   gpu_resident_bytes                     gauge, GPU memory all weights
+//                                          take (--backend=cuda)
 //   matmul_requests_total{weight}          counter, requests run
 //   matmul_rows_total{weight}              counter, rows of A run
 //   matmul_dropped_total{reason}           counter; reason is queue_full,
@@ -64,6 +66,9 @@ struct MetricsSnapshot {
   int64_t reserved_weight_bytes = 0;
   // --max_weight_bytes in effect; 0 for none.
   int64_t max_weight_bytes = 0;
+  // Accelerator memory the weights' device copies take (see
+  // WeightStore::device_bytes); 0 on the CPU backend.
+  int64_t gpu_resident_bytes = 0;
   // False once the server is shutting down.
   bool serving = false;
 };

@@ -1,7 +1,9 @@
 #include "server/nibble_server.h"
 
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -9,15 +11,32 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "server/log.h"
 #include "server/metrics.h"
 
 namespace nibble::server {
+namespace {
 
-NibbleServer::NibbleServer(const ServerOptions& options,
+// The CPU backend schedules `kernels` by the tuning table; the CUDA backend
+// puts the GPU's kernels first, so that `kernels` run only the shapes those
+// refuse, and picks variants by the GPU's rule.
+Scheduler MakeScheduler(Backend backend, std::vector<const GemmKernel*> kernels,
+                        const TuningTable& table) {
+  if (backend != Backend::kCuda) return Scheduler(std::move(kernels), table);
+  std::vector<const GemmKernel*> all = cuda::CudaKernels();
+  all.insert(all.end(), kernels.begin(), kernels.end());
+  return Scheduler(std::move(all), TuningTable(), cuda::PreferredVariant);
+}
+
+}  // namespace
+
+NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
                            std::vector<const GemmKernel*> kernels)
-    : pool_(options.threads),
-      scheduler_(std::move(kernels), options.tuning_table),
+    : backend_(backend),
+      pool_(options.threads),
+      scheduler_(
+          MakeScheduler(backend, std::move(kernels), options.tuning_table)),
       store_(options.max_weight_bytes),
       data_dir_(options.data_dir.empty()
                     ? std::nullopt
@@ -26,7 +45,7 @@ NibbleServer::NibbleServer(const ServerOptions& options,
       batcher_(options.batching, BackendOf(&runner_)),
       auth_(options.auth),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
-               auth_ ? &*auth_ : nullptr),
+               auth_ ? &*auth_ : nullptr, backend),
       kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr) {}
 
 NibbleServer::~NibbleServer() {
@@ -48,7 +67,11 @@ absl::Status NibbleServer::LoadWeights() {
         }
         absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(file.weight);
         if (!packed.ok()) return packed.status();
-        return store_.Insert(std::move(file.name), *std::move(packed));
+        absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+            UploadToBackend(backend_, file.name, file.weight);
+        if (!device.ok()) return device.status();
+        return store_.Insert(std::move(file.name), *std::move(packed),
+                             *std::move(device));
       });
   if (!report.ok()) return report.status();
   data_dir_report_ = *std::move(report);
@@ -84,8 +107,11 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  absl::StatusOr<Backend> backend =
+      ResolveBackend(options.backend, cuda::CompiledIn(), cuda::DeviceCount());
+  if (!backend.ok()) return backend.status();
   std::unique_ptr<NibbleServer> server(
-      new NibbleServer(options, std::move(kernels)));
+      new NibbleServer(options, *backend, std::move(kernels)));
   // Checked before listening, so that an unusable directory fails at once.
   if (server->data_dir_.has_value()) {
     if (absl::Status status = server->data_dir_->Prepare(); !status.ok()) {
@@ -165,6 +191,7 @@ std::string NibbleServer::RenderMetrics() const {
                            .weights = {},
                            .reserved_weight_bytes = store_.reserved_bytes(),
                            .max_weight_bytes = store_.max_resident_bytes(),
+                           .gpu_resident_bytes = store_.device_bytes(),
                            .serving = serving_.load()};
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {
     snapshot.weights.push_back(

@@ -64,6 +64,11 @@ struct ServerOptions {
   absl::Duration min_client_ping_interval = absl::Seconds(10);
   // Concurrent calls per connection (--max_concurrent_streams).
   int max_concurrent_streams = 256;
+  // Where matmuls run and weights are kept (nibbled --backend): kAuto takes
+  // the GPU when there is one. On kCuda the CUDA kernels run, with the given
+  // kernels for the shapes they refuse, and pick variants by the GPU's own
+  // rule rather than the tuning table.
+  Backend backend = Backend::kCpu;
   // Which kernel variant wins for which shape (nibbled --tuning_table).
   TuningTable tuning_table = TuningTable::Default();
   // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
@@ -88,8 +93,9 @@ class NibbleServer {
  public:
   // Starts listening, loads the weights in options.data_dir (see Lifecycle
   // above), then serves; returns once loaded. The kernels must outlive the
-  // server. FAILED_PRECONDITION when the data directory cannot be created,
-  // listed or written; UNAVAILABLE when the address cannot be bound.
+  // server. FAILED_PRECONDITION when options.backend cannot be had (see
+  // ResolveBackend) or the data directory cannot be created, listed or
+  // written; UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<NibbleServer>> Start(
       const ServerOptions& options, std::vector<const GemmKernel*> kernels);
 
@@ -97,6 +103,8 @@ class NibbleServer {
 
   int port() const { return port_; }
   int threads() const { return pool_.threads(); }
+  // options.backend resolved: kCpu or kCuda.
+  Backend backend() const { return backend_; }
   // What Start found in options.data_dir: all zero and empty without one.
   const LoadReport& data_dir_report() const { return data_dir_report_; }
   BatcherStats batcher_stats() const { return batcher_.Stats(); }
@@ -119,13 +127,14 @@ class NibbleServer {
   void Wait();
 
  private:
-  NibbleServer(const ServerOptions& options,
+  NibbleServer(const ServerOptions& options, Backend backend,
                std::vector<const GemmKernel*> kernels);
   // Fills the store from data_dir_, and data_dir_report_.
   absl::Status LoadWeights();
   // Health of every service, and KServe ServerReady.
   void SetServing(bool serving);
 
+  const Backend backend_;
   ThreadPool pool_;
   Scheduler scheduler_;
   WeightStore store_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -61,8 +63,13 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(WeightStore& store,
 
 NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                                      const WeightDirectory* data_dir,
-                                     const TokenAuthenticator* auth)
-    : store_(store), batcher_(batcher), data_dir_(data_dir), auth_(auth) {}
+                                     const TokenAuthenticator* auth,
+                                     Backend backend)
+    : store_(store),
+      batcher_(batcher),
+      data_dir_(data_dir),
+      auth_(auth),
+      backend_(backend) {}
 
 absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
@@ -114,6 +121,17 @@ absl::Status NibbleServiceImpl::Upload(
   absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(*weight);
   if (!packed.ok()) return packed.status();
   const std::string name = upload.name();
+  // Before the commit, so that a weight the GPU cannot take leaves no file
+  // behind, and a slow copy delays no other upload.
+  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+      UploadToBackend(backend_, name, *weight);
+  if (!device.ok()) {
+    LogWarning("upload refused: not copied to the backend",
+               {{"name", name},
+                {"backend", BackendName(backend_)},
+                {"error", device.status().message()}});
+    return device.status();
+  }
   {
     absl::MutexLock lock(&commit_mutex_);
     // The budget needs no second check: the reservation covers the packed
@@ -129,7 +147,8 @@ absl::Status NibbleServiceImpl::Upload(
       }
     }
     if (absl::Status status =
-            store_->Insert(name, *std::move(packed), std::move(reservation));
+            store_->Insert(name, *std::move(packed), std::move(reservation),
+                           *std::move(device));
         !status.ok()) {
       if (data_dir_ != nullptr) data_dir_->Remove(name).IgnoreError();
       return status;
@@ -146,7 +165,8 @@ absl::Status NibbleServiceImpl::Upload(
                               {"n", spec.n},
                               {"group", spec.group_size},
                               {"bytes", response->resident_bytes()},
-                              {"resident_bytes", store_->resident_bytes()}});
+                              {"resident_bytes", store_->resident_bytes()},
+                              {"device_bytes", store_->device_bytes()}});
   return absl::OkStatus();
 }
 

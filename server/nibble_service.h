@@ -31,9 +31,12 @@ class NibbleServiceImpl final
   // All must outlive the service. Without `data_dir` weights live only in
   // memory.
   // `data_dir` (--data_dir) and `auth` (--auth_token_file) may be null.
+  // Uploads are copied to the memory of `backend` (resolved; see
+  // UploadToBackend).
   NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                     const WeightDirectory* data_dir = nullptr,
-                    const TokenAuthenticator* auth = nullptr);
+                    const TokenAuthenticator* auth = nullptr,
+                    Backend backend = Backend::kCpu);
 
   grpc::Status UploadWeight(grpc::ServerContext* context,
                             grpc::ServerReader<v1::UploadWeightRequest>* reader,
@@ -62,6 +65,7 @@ class NibbleServiceImpl final
   MatmulBatcher* batcher_;
   const WeightDirectory* data_dir_;
   const TokenAuthenticator* auth_;
+  const Backend backend_;
   // Held from an upload's last name check until its weight is in the store,
   // and while a weight is deleted, so that two uploads of one name cannot
   // both write its file and a file never outlives its weight. A slow disk

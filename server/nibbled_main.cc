@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/file_contents.h"
 #include "kernels/tuning_table.h"
 #include "server/log.h"
@@ -24,6 +25,11 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "Address to serve on, HOST:PORT; port 0 picks a free port.");
+ABSL_FLAG(std::string, backend, "auto",
+          "Where matmuls run: cuda keeps the weights resident in GPU memory "
+          "and copies activations in and out per request (shapes its kernels "
+          "refuse run on the CPU); cpu; auto: cuda when a GPU is present, "
+          "else cpu.");
 ABSL_FLAG(int, threads, 0, "Kernel threads; 0 means one per hardware thread.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest request or response message in bytes (activations and "
@@ -98,6 +104,11 @@ ABSL_FLAG(std::string, tuning_table, "",
 // Every flag value that cannot work, one line each; empty when all can.
 std::string FlagProblems() {
   std::string problems;
+  if (absl::StatusOr<nibble::server::Backend> backend =
+          nibble::server::ParseBackend(absl::GetFlag(FLAGS_backend));
+      !backend.ok()) {
+    absl::StrAppend(&problems, "--backend: ", backend.status().message(), "\n");
+  }
   if (absl::GetFlag(FLAGS_threads) < 0) {
     absl::StrAppend(&problems, "--threads=", absl::GetFlag(FLAGS_threads),
                     " is negative: give a count, or 0 for one per core\n");
@@ -280,6 +291,7 @@ int main(int argc, char** argv) {
 
   const nibble::cpu::Isa isa = nibble::cpu::DetectIsa();
   nibble::server::ServerOptions options;
+  options.backend = *nibble::server::ParseBackend(absl::GetFlag(FLAGS_backend));
   options.listen = absl::GetFlag(FLAGS_listen);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -314,7 +326,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", server.status().message());
     LogError("not started", {{"error", server.status().message()}});
-    // An unusable --data_dir is a usage error, like a bad flag.
+    // An unusable --data_dir or --backend is a usage error, like a bad flag.
     return server.status().code() == absl::StatusCode::kFailedPrecondition ? 2
                                                                            : 1;
   }
@@ -337,11 +349,27 @@ int main(int argc, char** argv) {
       metrics_listen.empty()
           ? ""
           : BoundAddress(metrics_listen, (*server)->metrics_port());
+  const bool on_gpu = (*server)->backend() == nibble::server::Backend::kCuda;
+  const std::string device = on_gpu ? nibble::cuda::DeviceDescription() : "";
+  const std::string tuning_table_name =
+      tuning_table_path.empty() ? "built-in" : tuning_table_path;
+  // The CUDA backend picks variants by its own rule, not the table.
+  if (on_gpu && !tuning_table_path.empty()) {
+    absl::FPrintF(stderr,
+                  "nibbled: --tuning_table is not used on the cuda backend: "
+                  "the GPU's rule picks the kernel variants\n");
+    LogWarning("tuning table not used on the cuda backend",
+               {{"tuning_table", tuning_table_path}});
+  }
+  const std::string variants_from =
+      on_gpu ? std::string("GPU's variant rule")
+             : absl::StrCat("tuning table ", tuning_table_name);
   absl::PrintF(
-      "nibbled: listening on %s (%d threads, %s kernels, tuning table "
+      "nibbled: listening on %s (%s backend%s, %d threads, %s kernels, "
       "%s%s%s)\n",
-      address, (*server)->threads(), nibble::cpu::IsaName(isa),
-      tuning_table_path.empty() ? "built-in" : tuning_table_path,
+      address, nibble::server::BackendName((*server)->backend()),
+      on_gpu ? absl::StrCat(" on ", device) : "", (*server)->threads(),
+      nibble::cpu::IsaName(isa), variants_from,
       data_dir.empty() ? ""
                        : absl::StrFormat(", %d weights loaded from %s",
                                          loaded.weights_loaded, data_dir),
@@ -353,10 +381,11 @@ int main(int argc, char** argv) {
   // collectors.
   LogInfo("listening",
           {{"addr", address},
+           {"backend", nibble::server::BackendName((*server)->backend())},
+           {"device", device},
            {"threads", (*server)->threads()},
            {"kernels", nibble::cpu::IsaName(isa)},
-           {"tuning_table",
-            tuning_table_path.empty() ? "built-in" : tuning_table_path},
+           {"tuning_table", on_gpu ? "unused" : tuning_table_name},
            {"data_dir", data_dir},
            {"weights_loaded", loaded.weights_loaded},
            {"metrics_addr", metrics_address},

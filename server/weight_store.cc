@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace nibble::server {
 namespace {
@@ -33,6 +34,69 @@ absl::Status Loading() {
 }
 
 }  // namespace
+
+absl::string_view BackendName(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Backend> ParseBackend(absl::string_view name) {
+  for (Backend backend : {Backend::kAuto, Backend::kCpu, Backend::kCuda}) {
+    if (name == BackendName(backend)) return backend;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("backend \"", absl::CHexEscape(name),
+                   "\" is not one of auto, cpu or cuda"));
+}
+
+absl::StatusOr<Backend> ResolveBackend(Backend requested, bool compiled_in,
+                                       int gpus) {
+  switch (requested) {
+    case Backend::kAuto:
+      return gpus > 0 ? Backend::kCuda : Backend::kCpu;
+    case Backend::kCpu:
+      return Backend::kCpu;
+    case Backend::kCuda:
+      break;
+  }
+  if (!compiled_in) {
+    return absl::FailedPreconditionError(
+        "--backend=cuda: this build has no CUDA backend (nvcc was not found "
+        "when it was configured, or it was configured with "
+        "-DNIBBLE_CUDA=OFF): rebuild with the CUDA toolkit, or use "
+        "--backend=cpu");
+  }
+  if (gpus <= 0) {
+    return absl::FailedPreconditionError(
+        "--backend=cuda: no GPU is visible to nibbled (no NVIDIA driver or "
+        "device, or CUDA_VISIBLE_DEVICES hides them): use --backend=cpu or "
+        "--backend=auto");
+  }
+  return Backend::kCuda;
+}
+
+absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
+    Backend backend, absl::string_view name, const QuantizedWeight& canonical) {
+  if (backend != Backend::kCuda || !cuda::SupportsSpec(canonical.spec)) {
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+      cuda::UploadWeight(canonical);
+  if (!device.ok()) {
+    return absl::Status(
+        device.status().code(),
+        absl::StrCat("weight \"", name, "\" could not be copied to the GPU: ",
+                     device.status().message()));
+  }
+  return device;
+}
 
 int64_t PackedResidentBytes(const WeightSpec& spec) {
   const int64_t panels =
@@ -102,13 +166,15 @@ absl::StatusOr<WeightStore::Reservation> WeightStore::Reserve(
 }
 
 absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
-                                 Reservation reservation) {
+                                 Reservation reservation,
+                                 std::unique_ptr<nibble::DeviceWeight> device) {
   if (absl::Status status = ValidateWeightName(name); !status.ok()) {
     return status;
   }
   const int64_t bytes = packed.resident_bytes();
+  const int64_t device_bytes = device != nullptr ? device->device_bytes() : 0;
   auto weight = std::make_shared<const ResidentWeight>(
-      ResidentWeight{name, std::move(packed)});
+      ResidentWeight{name, std::move(packed), std::move(device)});
   absl::MutexLock lock(&mutex_);
   // On the failures below `reservation` is released when this returns,
   // after the lock.
@@ -124,6 +190,7 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
   reservation.store_ = nullptr;
   reservation.bytes_ = 0;
   resident_bytes_ += bytes;
+  device_bytes_ += device_bytes;
   return absl::OkStatus();
 }
 
@@ -178,6 +245,9 @@ absl::Status WeightStore::Remove(absl::string_view name) {
   auto it = weights_.find(name);
   if (it == weights_.end()) return NotFound(name);
   resident_bytes_ -= it->second->packed.resident_bytes();
+  if (it->second->device != nullptr) {
+    device_bytes_ -= it->second->device->device_bytes();
+  }
   weights_.erase(it);
   return absl::OkStatus();
 }
@@ -193,6 +263,11 @@ std::vector<std::shared_ptr<const ResidentWeight>> WeightStore::List() const {
 int64_t WeightStore::resident_bytes() const {
   absl::MutexLock lock(&mutex_);
   return resident_bytes_;
+}
+
+int64_t WeightStore::device_bytes() const {
+  absl::MutexLock lock(&mutex_);
+  return device_bytes_;
 }
 
 int64_t WeightStore::reserved_bytes() const {

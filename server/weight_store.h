@@ -1,6 +1,8 @@
 // The weights nibbled holds resident, by name: each one packed once, at
 // upload, into the layout its kernels read, and shared read-only with every
-// request that uses it. A deleted weight stays alive until the last request
+// request that uses it. On the CUDA backend (nibbled --backend) a weight is
+// also copied once into GPU memory, beside its packed copy, which the CPU
+// kernels fall back to. A deleted weight stays alive until the last request
 // using it finishes. An optional budget (nibbled --max_weight_bytes) caps the
 // bytes held resident plus those reserved by uploads in progress; a weight
 // that would pass it is refused whole.
@@ -10,8 +12,12 @@
 //   absl::StatusOr<nibble::server::WeightStore::Reservation> reservation =
 //       store.Reserve("proj", nibble::server::PackedResidentBytes(spec));
 //   ...  // receive the weight, pack it
-//   absl::Status s =
-//       store.Insert("proj", std::move(packed), *std::move(reservation));
+//   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+//       nibble::server::UploadToBackend(nibble::server::Backend::kCuda,
+//                                       "proj", canonical);
+//   ...  // answer !device.ok() with its status
+//   absl::Status s = store.Insert("proj", std::move(packed),
+//                                 *std::move(reservation), *std::move(device));
 //   absl::StatusOr<std::shared_ptr<const nibble::server::ResidentWeight>> w =
 //       store.Get("proj");
 #ifndef NIBBLE_SERVER_WEIGHT_STORE_H_
@@ -29,14 +35,44 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/device_weight.h"
 #include "kernels/packed_weight.h"
+#include "kernels/weight_format.h"
 
 namespace nibble::server {
 
 struct ResidentWeight {
   std::string name;
   PackedWeight packed;
+  // The copy in the backend's memory (see UploadToBackend); null on the CPU
+  // backend and for shapes the accelerator's kernels refuse.
+  std::shared_ptr<const nibble::DeviceWeight> device;
 };
+
+// Where nibbled runs matmuls and keeps weights (nibbled --backend).
+enum class Backend {
+  kAuto,  // kCuda when a GPU is present, else kCpu
+  kCpu,
+  kCuda,  // the CUDA kernels, with the CPU's for the shapes they refuse
+};
+
+// "auto", "cpu" or "cuda".
+absl::string_view BackendName(Backend backend);
+// The backend named as BackendName names it; INVALID_ARGUMENT listing the
+// choices for any other name.
+absl::StatusOr<Backend> ParseBackend(absl::string_view name);
+// `requested` for a program whose CUDA backend is `compiled_in` and sees
+// `gpus` GPUs: kAuto becomes kCuda when there is a GPU, else kCpu;
+// FAILED_PRECONDITION saying what is missing for kCuda without a GPU.
+absl::StatusOr<Backend> ResolveBackend(Backend requested, bool compiled_in,
+                                       int gpus);
+
+// The copy of `canonical` that the kernels of `backend` (resolved) read from
+// the accelerator's memory: null on the CPU backend and for shapes the CUDA
+// kernels refuse. On failure nibble::cuda::UploadWeight's status, naming the
+// weight, e.g. RESOURCE_EXHAUSTED when GPU memory is short.
+absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
+    Backend backend, absl::string_view name, const QuantizedWeight& canonical);
 
 // The bytes PackedWeight::Pack would hold resident for a weight of `spec`
 // (its resident_bytes()), known from the spec alone so that an upload can be
@@ -89,12 +125,16 @@ class WeightStore {
   // bytes of `reservation` (made by this store) count as free for this
   // weight. On success the reservation becomes the weight's resident bytes;
   // on failure it is released and the store is otherwise unchanged. Allowed
-  // while loading.
+  // while loading. `device` is the weight's copy from UploadToBackend, null
+  // for none; the store keeps it for as long as the weight.
   absl::Status Insert(std::string name, PackedWeight packed,
-                      Reservation reservation);
+                      Reservation reservation,
+                      std::unique_ptr<nibble::DeviceWeight> device = nullptr);
   // Insert without a reservation, as the loader does.
-  absl::Status Insert(std::string name, PackedWeight packed) {
-    return Insert(std::move(name), std::move(packed), Reservation());
+  absl::Status Insert(std::string name, PackedWeight packed,
+                      std::unique_ptr<nibble::DeviceWeight> device = nullptr) {
+    return Insert(std::move(name), std::move(packed), Reservation(),
+                  std::move(device));
   }
   // NOT_FOUND, naming the weight, when there is none by that name.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Get(
@@ -112,6 +152,8 @@ class WeightStore {
 
   // Sum of resident_bytes() over the weights held.
   int64_t resident_bytes() const;
+  // Sum of the device copies' device_bytes(): accelerator memory held.
+  int64_t device_bytes() const;
   // Sum of the bytes of the live reservations.
   int64_t reserved_bytes() const;
   int64_t max_resident_bytes() const { return max_resident_bytes_; }
@@ -135,6 +177,7 @@ class WeightStore {
   std::map<std::string, std::shared_ptr<const ResidentWeight>, std::less<>>
       weights_ ABSL_GUARDED_BY(mutex_);
   int64_t resident_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t device_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t reserved_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   bool loading_ ABSL_GUARDED_BY(mutex_) = false;
 };

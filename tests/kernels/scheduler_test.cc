@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,6 +24,7 @@ namespace {
 using ::nibble::testing::MockGemmKernel;
 using ::testing::_;
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::Field;
 using ::testing::HasSubstr;
 using ::testing::NiceMock;
@@ -73,10 +75,11 @@ class SchedulerTest : public ::testing::Test {
     AddKernel("fused", KernelVariant::kFused, true);
   }
 
-  Scheduler MakeScheduler(TuningTable table = TuningTable::Default()) const {
+  Scheduler MakeScheduler(TuningTable table = TuningTable::Default(),
+                          VariantRule rule = DefaultVariantRule) const {
     std::vector<const GemmKernel*> registered;
     for (const auto& kernel : kernels_) registered.push_back(kernel.get());
-    return Scheduler(registered, table);
+    return Scheduler(registered, table, std::move(rule));
   }
 
   // The name of the kernel picked for `problem`, or the error.
@@ -139,6 +142,47 @@ TEST_F(SchedulerTest, WithoutRulesForTheFormatFusedWinsUpToMOf8) {
 TuningTable FusedUpTo8Table() {
   return TuningTable({U4b8Rule(4096, 4096, 8, KernelVariant::kFused),
                       U4b8Rule(4096, 4096, 0, KernelVariant::kDoubleBuffered)});
+}
+
+TEST_F(SchedulerTest, RuleDecidesWhereTheTableHasNoRule) {
+  AddOneKernelPerVariant();
+  std::vector<int64_t> asked_m;
+  const Scheduler scheduler =
+      MakeScheduler(TuningTable(), [&asked_m](const GemmProblem& problem) {
+        asked_m.push_back(problem.m);
+        return problem.n >= 4096 ? KernelVariant::kStriped
+                                 : KernelVariant::kDoubleBuffered;
+      });
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(1, 4096)),
+            KernelVariant::kStriped);
+  EXPECT_EQ(PickedName(scheduler, Problem(2, 4096)), "striped");
+  EXPECT_EQ(PickedName(scheduler, Problem(3, 64)), "double_buffered");
+  EXPECT_THAT(asked_m, ElementsAre(1, 2, 3));
+}
+
+TEST_F(SchedulerTest, TableRulesWinOverTheRule) {
+  AddOneKernelPerVariant();
+  const Scheduler scheduler =
+      MakeScheduler(FusedUpTo8Table(),
+                    [](const GemmProblem&) { return KernelVariant::kStriped; });
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "fused");
+  EXPECT_EQ(PickedName(scheduler, Problem(64, 4096)), "double_buffered");
+  // The table has no rule for fp4.
+  GemmProblem fp4 = Problem(1, 4096);
+  fp4.format = WeightFormat::kFp4;
+  EXPECT_EQ(PickedName(scheduler, fp4), "striped");
+}
+
+// As nibbled's CUDA backend registers them: the accelerator's kernels first,
+// then the CPU's, which run the shapes the accelerator's refuse.
+TEST_F(SchedulerTest, RuleKeepsRegistrationOrderAcrossBackends) {
+  MockGemmKernel& gpu = AddKernel("gpu_fused", KernelVariant::kFused, true);
+  AddKernel("cpu_fused", KernelVariant::kFused, true);
+  const Scheduler scheduler = MakeScheduler(
+      TuningTable(), [](const GemmProblem&) { return KernelVariant::kFused; });
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "gpu_fused");
+  ON_CALL(gpu, Supports(_)).WillByDefault(Return(false));
+  EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "cpu_fused");
 }
 
 TEST_F(SchedulerTest, PicksFusedForSmallM) {

@@ -355,6 +355,7 @@ MetricsSnapshot RandomSnapshot(std::mt19937_64& rng) {
       .weights = {},
       .reserved_weight_bytes = static_cast<int64_t>(rng() >> 24),
       .max_weight_bytes = static_cast<int64_t>(rng() >> 8),
+      .gpu_resident_bytes = static_cast<int64_t>(rng() >> 16),
       .serving = rng() % 2 == 0};
   for (const std::string& weight : weights) {
     snapshot.weights.push_back(
@@ -405,6 +406,9 @@ TEST(RenderPrometheusTextTest, RandomStatsRenderValidExpositionText) {
                     "nibble_resident_weight_bytes"),
               resident_bytes);
     EXPECT_EQ(Value(*families, "nibble_weights", "nibble_weights"), 3);
+    EXPECT_EQ(Value(*families, "nibble_gpu_resident_bytes",
+                    "nibble_gpu_resident_bytes"),
+              snapshot.gpu_resident_bytes);
 
     const BatcherStats& batcher = snapshot.batcher;
     for (const auto& [weight, counts] : batcher.run_by_weight) {
@@ -451,9 +455,9 @@ TEST(RenderPrometheusTextTest, EmptySnapshotRendersEveryFamily) {
        {"nibble_build_info", "nibble_serving", "nibble_rpc_requests_total",
         "nibble_rpc_duration_seconds", "nibble_weights",
         "nibble_resident_weight_bytes", "nibble_weight_bytes",
-        "nibble_matmul_requests_total", "nibble_matmul_rows_total",
-        "nibble_matmul_dropped_total", "nibble_queued_rows",
-        "nibble_weight_queued_rows", "nibble_batch_rows",
+        "nibble_gpu_resident_bytes", "nibble_matmul_requests_total",
+        "nibble_matmul_rows_total", "nibble_matmul_dropped_total",
+        "nibble_queued_rows", "nibble_weight_queued_rows", "nibble_batch_rows",
         "nibble_matmul_queue_seconds", "nibble_batch_compute_seconds"}) {
     EXPECT_TRUE(families->contains(name)) << name;
   }
@@ -666,6 +670,9 @@ TEST(NibbleServerMetricsTest, ScrapeParsesAndCountsTheServersWork) {
       kBudget);
   EXPECT_EQ(Value(*families, "nibble_reserved_weight_bytes",
                   "nibble_reserved_weight_bytes"),
+            0);
+  EXPECT_EQ(Value(*families, "nibble_gpu_resident_bytes",
+                  "nibble_gpu_resident_bytes"),
             0);
   EXPECT_EQ(Value(*families, "nibble_weight_bytes", "nibble_weight_bytes",
                   {{"weight", "proj"}}),

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# `make gpu-check`, run on the GPU machine: builds the kernels with CUDA and
+# without gRPC, runs the GPU tests (ctest -L gpu, then the test binary under
+# compute-sanitizer memcheck), nibble-gpu-bench and the PyTorch baselines,
+# and prints bench/gpu/gpu_report.py's table of the targets last.
+#
+# Usage: deploy/gpu-check.sh [BUILD_DIR]   (default build-gpu)
+#
+# Environment:
+#   OUT                     logs, JSON lines and the report (default
+#                           BUILD_DIR/gpu-check)
+#   JOBS                    build jobs (default: nproc)
+#   GPU_CHECK_QUICK=1       two shapes and 50 repeats for the benchmarks
+#   BENCH_REPEATS=N         timed launches per point for both benchmarks
+#   SANITIZER_GTEST_FILTER  the tests compute-sanitizer runs (default *)
+#   SANITIZER_TIMEOUT       seconds before the sanitizer run is stopped
+#                           (default 180)
+#   PYTHON                  a python3 with torch (default: python3, else
+#                           /opt/torch/.venv/bin/python3)
+#
+# The machine has no abseil: `make gpu-deps` on a Debian machine copies
+# Debian's into .gpu-deps/usr, which this script uses when it is there.
+# A failed step does not stop the steps that do not need it; the script ends
+# with the passed, failed and skipped steps, the report, and exit status 1
+# when any step failed or was skipped.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+BUILD_DIR=${1:-build-gpu}
+OUT=${OUT:-$BUILD_DIR/gpu-check}
+JOBS=${JOBS:-$(nproc)}
+SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-180}
+mkdir -p "$OUT" || exit 1
+
+passed=()
+failed=()
+skipped=()
+
+# step NAME LOG COMMAND...: runs COMMAND with its output in $OUT/LOG and
+# records NAME as passed or failed; on failure shows the log's tail.
+step() {
+  local name=$1 log=$OUT/$2
+  shift 2
+  local start=$SECONDS
+  echo "== $name"
+  "$@" >"$log" 2>&1
+  local rc=$?
+  if ((rc == 0)); then
+    echo "   ok in $((SECONDS - start)) s ($log)"
+    passed+=("$name")
+    return 0
+  fi
+  tail -n 25 "$log" | sed 's/^/   | /'
+  if ((rc == 124)); then
+    echo "   FAILED: stopped after $((SECONDS - start)) s ($log)"
+  else
+    echo "   FAILED with status $rc in $((SECONDS - start)) s ($log)"
+  fi
+  failed+=("$name")
+  return 1
+}
+
+skip() {
+  echo "== $1: skipped, $2"
+  skipped+=("$1")
+}
+
+# The summary, then the report; the exit status.
+finish() {
+  echo "== passed: ${passed[*]:-none}"
+  echo "== failed: ${failed[*]:-none}"
+  echo "== skipped: ${skipped[*]:-none}"
+  if [[ -f $OUT/report.txt ]]; then
+    echo "== report ($OUT/report.txt, markdown in $OUT/report.md)"
+    cat "$OUT/report.txt"
+  fi
+  ((${#failed[@]} == 0 && ${#skipped[@]} == 0))
+  exit $?
+}
+
+deps=$PWD/.gpu-deps/usr
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DNIBBLE_BUILD_SERVICE=OFF
+  -DNIBBLE_CUDA=ON)
+if [[ -d $deps ]]; then
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$deps")
+  export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+# A configured build keeps its generator; a new one takes ninja where there
+# is one (the torch venv has it), else make.
+if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+  if command -v ninja >/dev/null; then
+    cmake_args+=(-G Ninja)
+  elif [[ -x /opt/torch/.venv/bin/ninja ]]; then
+    cmake_args+=(-G Ninja -DCMAKE_MAKE_PROGRAM=/opt/torch/.venv/bin/ninja)
+  else
+    cmake_args+=(-G "Unix Makefiles")
+  fi
+fi
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import torch' 2>/dev/null &&
+  [[ -x /opt/torch/.venv/bin/python3 ]]; then
+  PYTHON=/opt/torch/.venv/bin/python3
+fi
+
+bench_flags=()
+if [[ ${GPU_CHECK_QUICK:-0} == 1 ]]; then bench_flags+=(--quick); fi
+if [[ -n ${BENCH_REPEATS:-} ]]; then
+  bench_flags+=("--repeats=$BENCH_REPEATS")
+fi
+
+step configure configure.log cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}" ||
+  finish
+tests_built=0
+bench_built=0
+step "build tests" build-tests.log \
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target nibble_cuda_test &&
+  tests_built=1
+step "build bench" build-bench.log \
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target nibble-gpu-bench &&
+  bench_built=1
+
+if ((tests_built)); then
+  step "gpu tests" ctest.log ctest --test-dir "$BUILD_DIR" -L gpu \
+    --no-tests=error --output-on-failure --timeout 300 -j 4
+  sanitizer=$(command -v compute-sanitizer ||
+    echo /usr/local/cuda/bin/compute-sanitizer)
+  if [[ -x $sanitizer ]]; then
+    step "compute-sanitizer" sanitizer.log timeout "$SANITIZER_TIMEOUT" \
+      "$sanitizer" --tool memcheck --error-exitcode 1 \
+      "$BUILD_DIR/bin/nibble_cuda_test" \
+      "--gtest_filter=${SANITIZER_GTEST_FILTER:-*}"
+  else
+    skip compute-sanitizer "not on PATH nor in /usr/local/cuda/bin"
+  fi
+else
+  skip "gpu tests" "their build failed"
+  skip compute-sanitizer "the tests' build failed"
+fi
+
+rm -f "$OUT/nibble_gpu.jsonl" "$OUT/torch.jsonl" "$OUT/report.txt" \
+  "$OUT/report.md"
+if ((bench_built)); then
+  step nibble-gpu-bench bench.log "$BUILD_DIR/bin/nibble-gpu-bench" \
+    "${bench_flags[@]}" "--json=$OUT/nibble_gpu.jsonl"
+else
+  skip nibble-gpu-bench "its build failed"
+fi
+step "torch baselines" torch.log "$PYTHON" bench/gpu/torch_baselines.py \
+  "${bench_flags[@]}" "--json=$OUT/torch.jsonl"
+
+# The report is printed last by finish, so its step shows no log tail.
+if [[ -s $OUT/nibble_gpu.jsonl ]]; then
+  echo "== targets"
+  "$PYTHON" bench/gpu/gpu_report.py --markdown "$OUT/nibble_gpu.jsonl" \
+    "$OUT/torch.jsonl" >"$OUT/report.md" 2>/dev/null
+  if "$PYTHON" bench/gpu/gpu_report.py "$OUT/nibble_gpu.jsonl" \
+    "$OUT/torch.jsonl" >"$OUT/report.txt" 2>&1; then
+    passed+=(targets)
+  else
+    echo "   FAILED: targets missed or without data (the report follows)"
+    failed+=(targets)
+  fi
+else
+  skip targets "nibble-gpu-bench wrote no results"
+fi
+finish

@@ -1,0 +1,25 @@
+// cuda_backend.h for builds without nvcc: no GPU, no kernels.
+#include "absl/status/status.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace nibble::cuda {
+
+bool CompiledIn() { return false; }
+int DeviceCount() { return 0; }
+std::string DeviceDescription() { return ""; }
+bool SupportsSpec(const WeightSpec&) { return false; }
+
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
+    const QuantizedWeight&) {
+  return absl::UnavailableError(
+      "this build has no CUDA backend: nvcc was not found when it was "
+      "configured");
+}
+
+std::vector<const GemmKernel*> CudaKernels() { return {}; }
+
+KernelVariant PreferredVariant(const GemmProblem&) {
+  return KernelVariant::kFused;
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,130 @@
+// Launching nibble's CUDA GEMM on operands already on the GPU: what the
+// backend's GemmKernels, the GPU tests and the GPU benchmark call. Needs the
+// CUDA runtime; the rest of nibble uses cuda_backend.h.
+//
+// C [M, N] = A [M, K] · dequant(B), A in fp16 or bf16, fp32 accumulation on
+// mma.sync m16n8k16, C in fp16, bf16 or fp32.
+//
+// Example:
+//   nibble::cuda::Workspace workspace;
+//   nibble::cuda::DeviceGemm gemm{.variant = nibble::KernelVariant::kFused,
+//                                 .b = &weight, .a = a_dev,
+//                                 .a_dtype = nibble::DType::kF16,
+//                                 .c = c_dev, .c_dtype = nibble::DType::kF16,
+//                                 .m = 16};
+//   absl::Status s = nibble::cuda::LaunchGemm(gemm, workspace, stream);
+#ifndef NIBBLE_KERNELS_CUDA_CUDA_GEMM_H_
+#define NIBBLE_KERNELS_CUDA_CUDA_GEMM_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/device_weight.h"
+#include "kernels/dtype.h"
+#include "kernels/gemm_kernel.h"
+#include "kernels/weight_format.h"
+
+namespace nibble::cuda {
+
+// A CUDA error as a Status naming what failed, e.g. "cudaMalloc of 117 MB:
+// out of memory". OK for cudaSuccess.
+absl::Status CudaStatus(cudaError_t error, const std::string& what);
+
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  int compute_capability = 0;  // e.g. 90
+  int64_t l2_bytes = 0;
+  int64_t memory_bytes = 0;
+};
+// The current device; UNAVAILABLE with no driver or GPU.
+absl::StatusOr<DeviceInfo> CurrentDevice();
+
+// A weight in GPU memory in the layout of device_layout.h.
+class CudaWeight final : public DeviceWeight {
+ public:
+  // INVALID_ARGUMENT unless `canonical` validates with K a multiple of 64.
+  static absl::StatusOr<std::unique_ptr<CudaWeight>> Upload(
+      const QuantizedWeight& canonical);
+  ~CudaWeight() override;
+  CudaWeight(const CudaWeight&) = delete;
+  CudaWeight& operator=(const CudaWeight&) = delete;
+
+  const WeightSpec& spec() const override { return spec_; }
+  int64_t device_bytes() const override { return bytes_; }
+  int64_t padded_n() const { return padded_n_; }
+  const uint32_t* codes() const { return codes_; }
+  const uint32_t* scales() const { return scales_; }
+  const uint16_t* zeros() const { return zeros_; }  // nullptr unless kU4
+
+ private:
+  CudaWeight() = default;
+
+  WeightSpec spec_;
+  int64_t padded_n_ = 0;
+  int64_t bytes_ = 0;
+  uint32_t* codes_ = nullptr;
+  uint32_t* scales_ = nullptr;
+  uint16_t* zeros_ = nullptr;
+};
+
+// The fp32 partial sums and per-tile counters through which thread blocks
+// that share an output tile reduce it. Grows on demand; the kernels leave it
+// zeroed. Use one per stream.
+class Workspace {
+ public:
+  Workspace() = default;
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  // At least `partial_floats` floats and `counters` ints, all zero.
+  absl::Status Reserve(int64_t partial_floats, int64_t counters);
+  float* partials() const { return partials_; }
+  int* counters() const { return counters_; }
+
+ private:
+  float* partials_ = nullptr;
+  int* counters_ = nullptr;
+  int64_t partial_capacity_ = 0;
+  int64_t counter_capacity_ = 0;
+};
+
+struct DeviceGemm {
+  KernelVariant variant = KernelVariant::kFused;  // not kReference
+  const CudaWeight* b = nullptr;
+  const void* a = nullptr;      // device [M, K]
+  DType a_dtype = DType::kF16;  // kF16 or kBF16
+  void* c = nullptr;            // device [M, N]
+  DType c_dtype = DType::kF16;
+  int64_t m = 0;
+};
+
+// INVALID_ARGUMENT for operands the kernels do not take; launch errors as
+// CudaStatus. Asynchronous on `stream`.
+absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
+                        cudaStream_t stream);
+
+// How LaunchGemm divides a problem: rows per tile (16 · m_tiles), thread
+// blocks, and whether blocks share output tiles. For reports and tests.
+struct LaunchPlan {
+  int m_tiles = 1;
+  int64_t blocks = 0;
+  int64_t tiles = 0;
+  int64_t steps_per_tile = 0;
+};
+LaunchPlan PlanLaunch(KernelVariant variant, int64_t m, const WeightSpec& spec,
+                      const DeviceInfo& device);
+
+// e.g. "fused_u4b8_sm90": variant, format and the architecture it runs.
+std::string KernelName(KernelVariant variant, WeightFormat format,
+                       int compute_capability);
+
+}  // namespace nibble::cuda
+
+#endif  // NIBBLE_KERNELS_CUDA_CUDA_GEMM_H_

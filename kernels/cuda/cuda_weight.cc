@@ -1,0 +1,193 @@
+// The host side of cuda_gemm.h: device queries, weight upload and the
+// workspace. Plain C++ on the CUDA runtime API.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cuda/cuda_gemm.h"
+#include "kernels/cuda/device_layout.h"
+
+namespace nibble::cuda {
+namespace {
+
+template <typename T>
+absl::Status Allocate(T** pointer, int64_t count, const std::string& what) {
+  return CudaStatus(cudaMalloc(reinterpret_cast<void**>(pointer),
+                               static_cast<size_t>(count) * sizeof(T)),
+                    absl::StrFormat("cudaMalloc of %d bytes for %s",
+                                    count * sizeof(T), what));
+}
+
+template <typename T>
+absl::Status CopyToDevice(T* device, const std::vector<T>& host,
+                          const std::string& what) {
+  return CudaStatus(cudaMemcpy(device, host.data(), host.size() * sizeof(T),
+                               cudaMemcpyHostToDevice),
+                    absl::StrCat("copying ", what, " to the GPU"));
+}
+
+}  // namespace
+
+absl::Status CudaStatus(cudaError_t error, const std::string& what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(what, ": ", cudaGetErrorString(error));
+  switch (error) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(message);
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+      return absl::UnavailableError(message);
+    case cudaErrorInvalidValue:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::StatusOr<DeviceInfo> CurrentDevice() {
+  int device = 0;
+  if (absl::Status status = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
+      !status.ok()) {
+    return absl::UnavailableError(status.message());
+  }
+  // Properties are slow to query and never change: once per device.
+  static absl::Mutex mutex;
+  static auto* known = new std::vector<std::unique_ptr<DeviceInfo>>();
+  absl::MutexLock lock(&mutex);
+  if (device < static_cast<int>(known->size()) && (*known)[device]) {
+    return *(*known)[device];
+  }
+  cudaDeviceProp properties{};
+  if (absl::Status status =
+          CudaStatus(cudaGetDeviceProperties(&properties, device),
+                     "cudaGetDeviceProperties");
+      !status.ok()) {
+    return absl::UnavailableError(status.message());
+  }
+  auto info = std::make_unique<DeviceInfo>();
+  info->name = properties.name;
+  info->sm_count = properties.multiProcessorCount;
+  info->compute_capability = properties.major * 10 + properties.minor;
+  info->l2_bytes = properties.l2CacheSize;
+  info->memory_bytes = static_cast<int64_t>(properties.totalGlobalMem);
+  if (device >= static_cast<int>(known->size())) known->resize(device + 1);
+  (*known)[device] = std::move(info);
+  return *(*known)[device];
+}
+
+absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
+    const QuantizedWeight& canonical) {
+  if (absl::Status status = canonical.Validate(); !status.ok()) return status;
+  const WeightSpec& spec = canonical.spec;
+  if (spec.k % kTileK != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.DebugString(),
+                     ": the CUDA kernels need K to be a multiple of ", kTileK));
+  }
+  const DeviceLayout layout = MakeDeviceLayout(canonical);
+  std::unique_ptr<CudaWeight> weight(new CudaWeight());
+  weight->spec_ = spec;
+  weight->padded_n_ = layout.padded_n;
+  weight->bytes_ = layout.codes.size() * sizeof(uint32_t) +
+                   layout.scales.size() * sizeof(uint32_t) +
+                   layout.zeros.size() * sizeof(uint16_t);
+  const std::string name = spec.DebugString();
+  if (absl::Status status =
+          Allocate(&weight->codes_, layout.codes.size(), name + " codes");
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          Allocate(&weight->scales_, layout.scales.size(), name + " scales");
+      !status.ok()) {
+    return status;
+  }
+  if (!layout.zeros.empty()) {
+    if (absl::Status status =
+            Allocate(&weight->zeros_, layout.zeros.size(), name + " zeros");
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status =
+            CopyToDevice(weight->zeros_, layout.zeros, name + " zeros");
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status =
+          CopyToDevice(weight->codes_, layout.codes, name + " codes");
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          CopyToDevice(weight->scales_, layout.scales, name + " scales");
+      !status.ok()) {
+    return status;
+  }
+  return weight;
+}
+
+CudaWeight::~CudaWeight() {
+  cudaFree(codes_);
+  cudaFree(scales_);
+  cudaFree(zeros_);
+}
+
+Workspace::~Workspace() {
+  cudaFree(partials_);
+  cudaFree(counters_);
+}
+
+absl::Status Workspace::Reserve(int64_t partial_floats, int64_t counters) {
+  if (partial_floats > partial_capacity_) {
+    cudaFree(partials_);
+    partials_ = nullptr;
+    partial_capacity_ = 0;
+    if (absl::Status status =
+            Allocate(&partials_, partial_floats, "the GEMM workspace");
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status =
+            CudaStatus(cudaMemset(partials_, 0, partial_floats * sizeof(float)),
+                       "clearing the GEMM workspace");
+        !status.ok()) {
+      return status;
+    }
+    partial_capacity_ = partial_floats;
+  }
+  if (counters > counter_capacity_) {
+    cudaFree(counters_);
+    counters_ = nullptr;
+    counter_capacity_ = 0;
+    if (absl::Status status =
+            Allocate(&counters_, counters, "the GEMM tile counters");
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status =
+            CudaStatus(cudaMemset(counters_, 0, counters * sizeof(int)),
+                       "clearing the GEMM tile counters");
+        !status.ok()) {
+      return status;
+    }
+    counter_capacity_ = counters;
+  }
+  return absl::OkStatus();
+}
+
+std::string KernelName(KernelVariant variant, WeightFormat format,
+                       int compute_capability) {
+  // sm_90 runs the sm_90a code; older GPUs the sm_80 build.
+  return absl::StrCat(KernelVariantName(variant), "_", WeightFormatName(format),
+                      "_sm", compute_capability >= 90 ? 90 : 80);
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,75 @@
+#include "kernels/cuda/device_layout.h"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int64_t kBlock = 16;  // rows and columns of one fragment block
+constexpr int kWordsPerLane = static_cast<int>(kTileK / kBlock);
+
+// Index of the word holding B row `row` of column block `col_block` for
+// `lane`: the row's 16-row block within its 64-row step picks the word.
+int64_t WordIndex(int64_t k, int64_t row, int64_t col_block, int lane) {
+  const int64_t k_steps = k / kTileK;
+  return ((col_block * k_steps + row / kTileK) * 32 + lane) * kWordsPerLane +
+         (row % kTileK) / kBlock;
+}
+
+FragmentSlot SlotOf(int64_t row, int64_t col) {
+  return FragmentSlotOf(static_cast<int>(row % kBlock),
+                        static_cast<int>(col % kBlock));
+}
+
+int64_t PairIndex(int64_t padded_n, int64_t group, int64_t col) {
+  return (group * (padded_n / kBlock) + col / kBlock) * 8 + col % 8;
+}
+
+}  // namespace
+
+FragmentSlot FragmentSlotOf(int row, int col) {
+  const int t = (row % 8) / 2;
+  const int g = col % 8;
+  const int low_or_high = row % 2;  // codes i and i + 4
+  const int b_register = row / 8;   // b0 or b1 of the n8 tile
+  const int n8_tile = col / 8;
+  return {g * 4 + t, low_or_high * 4 + n8_tile * 2 + b_register};
+}
+
+DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical) {
+  const WeightSpec& spec = canonical.spec;
+  DeviceLayout layout;
+  layout.padded_n = (spec.n + kTileN - 1) / kTileN * kTileN;
+  layout.codes.assign(layout.padded_n * spec.k / kCodesPerWord, 0);
+  for (int64_t row = 0; row < spec.k; ++row) {
+    for (int64_t col = 0; col < spec.n; ++col) {
+      const FragmentSlot slot = SlotOf(row, col);
+      layout.codes[WordIndex(spec.k, row, col / kBlock, slot.lane)] |=
+          uint32_t{canonical.Code(row, col)} << (4 * slot.code);
+    }
+  }
+  const int64_t pairs = spec.groups() * layout.padded_n / 2;
+  layout.scales.assign(pairs, 0);
+  if (HasZeros(spec.format)) layout.zeros.assign(pairs, 0);
+  for (int64_t group = 0; group < spec.groups(); ++group) {
+    for (int64_t col = 0; col < spec.n; ++col) {
+      const int shift = col % kBlock >= 8 ? 16 : 0;
+      const int64_t row = group * spec.group_size;
+      layout.scales[PairIndex(layout.padded_n, group, col)] |=
+          uint32_t{canonical.Scale(row, col)} << shift;
+      if (!layout.zeros.empty()) {
+        layout.zeros[PairIndex(layout.padded_n, group, col)] |=
+            static_cast<uint16_t>(canonical.Zero(row, col) << (shift / 2));
+      }
+    }
+  }
+  return layout;
+}
+
+uint8_t CodeAt(const DeviceLayout& layout, int64_t k, int64_t row,
+               int64_t col) {
+  const FragmentSlot slot = SlotOf(row, col);
+  const uint32_t word =
+      layout.codes[WordIndex(k, row, col / kBlock, slot.lane)];
+  return (word >> (4 * slot.code)) & 0xfu;
+}
+
+}  // namespace nibble::cuda

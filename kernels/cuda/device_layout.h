@@ -1,0 +1,63 @@
+// The layout the CUDA kernels read, made on the host from the canonical
+// layout before the copy to the GPU. It is plain C++ so that it is tested
+// where there is no GPU.
+//
+// The unit is a 16 x 16 block of B (16 rows of K, 16 columns of N): one
+// 32-bit word per lane of a warp holds exactly the eight codes that lane
+// feeds to two m16n8k16 MMAs as its B fragments. With t = lane % 4 and
+// g = lane / 4, code i of the word (bits 4i..4i+3) is B[k][n] at
+//   i = 0: (2t, g)      i = 4: (2t + 1, g)        first n8 tile, b0
+//   i = 1: (2t + 8, g)  i = 5: (2t + 9, g)        first n8 tile, b1
+//   i = 2: (2t, g + 8)  i = 6: (2t + 1, g + 8)    second n8 tile, b0
+//   i = 3: (2t + 8, g + 8) i = 7: (2t + 9, g + 8) second n8 tile, b1
+// so ((word >> 4i) & 0x000f000f) puts one fragment register's two codes in
+// the low bits of its two 16-bit halves.
+//
+// Words are ordered [N/16][K/64][lane][4]: a lane's 16-byte load brings its
+// words for four consecutive 16-row blocks (64 rows of K), and a warp's load
+// is 512 contiguous bytes. N is padded to kTileN with code 0 and scale 0.
+//
+// Scales are [groups][N/16][8] pairs (fp16 bits of column g, then of column
+// g + 8), one 32-bit load per lane; zero points likewise as byte pairs.
+//
+// Example:
+//   nibble::cuda::DeviceLayout layout = nibble::cuda::MakeDeviceLayout(w);
+//   // copy layout.codes, layout.scales, layout.zeros to the GPU
+#ifndef NIBBLE_KERNELS_CUDA_DEVICE_LAYOUT_H_
+#define NIBBLE_KERNELS_CUDA_DEVICE_LAYOUT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/weight_format.h"
+
+namespace nibble::cuda {
+
+// Columns of B one thread block covers, and rows of K per pipeline step.
+inline constexpr int64_t kTileN = 128;
+inline constexpr int64_t kTileK = 64;
+
+// Position of code (row, col) of a 16 x 16 block: the lane that holds it and
+// the code's index within the lane's word (see above).
+struct FragmentSlot {
+  int lane;
+  int code;
+};
+FragmentSlot FragmentSlotOf(int row, int col);
+
+struct DeviceLayout {
+  int64_t padded_n = 0;          // N rounded up to kTileN
+  std::vector<uint32_t> codes;   // [padded_n/16][K/64][32][4]
+  std::vector<uint32_t> scales;  // [groups][padded_n/16][8] fp16 pairs
+  std::vector<uint16_t> zeros;   // [groups][padded_n/16][8] byte pairs
+};
+
+// Requires a weight that passes Validate() with K a multiple of kTileK.
+DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical);
+
+// Code (row, col) read back from `layout`; the tests' inverse of the above.
+uint8_t CodeAt(const DeviceLayout& layout, int64_t k, int64_t row, int64_t col);
+
+}  // namespace nibble::cuda
+
+#endif  // NIBBLE_KERNELS_CUDA_DEVICE_LAYOUT_H_

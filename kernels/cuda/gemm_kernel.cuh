@@ -1,0 +1,573 @@
+// The GEMM kernel template of the CUDA backend, shared by the per-format
+// translation units (gemm_fp4.cu, gemm_u4b8.cu, gemm_u4.cu) that instantiate
+// it, so that nvcc compiles the formats in parallel. Only cuda_gemm.cu and
+// those files include it.
+//
+// A thread block owns a tile of kTileN = 128 columns and 16 * MT rows of C and
+// walks K in steps of kTileK = 64. Each of its 8 warps owns 16 columns: per
+// 16-row block of K it dequantizes one 32-bit word of codes (its two n8 B
+// fragments, see device_layout.h) in registers and issues 2 * MT
+// mma.sync.m16n8k16 with fp32 accumulators. A, scales and zero points go
+// through a ring of kStages shared-memory stages filled by cp.async.
+//   fused:           codes go from global memory straight into a ring of
+//                    registers, never through shared memory;
+//   double_buffered: codes go through the cp.async stages too;
+//   striped:         double_buffered with the (tile, k step) sequence cut
+//                    evenly across one wave of blocks (stream-K).
+// Whenever a block covers only part of a tile's K steps, it adds its fp32
+// partial sums into the workspace; the last block to finish a tile (a
+// counter per tile) writes C and zeroes the workspace behind it.
+#ifndef NIBBLE_KERNELS_CUDA_GEMM_KERNEL_CUH_
+#define NIBBLE_KERNELS_CUDA_GEMM_KERNEL_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_layout.h"
+#include "kernels/dtype.h"
+#include "kernels/weight_format.h"
+
+namespace nibble::cuda::internal {
+
+inline constexpr int kThreads = 256;
+
+constexpr int kWarps = kThreads / 32;
+constexpr int kStepK = static_cast<int>(kTileK);
+constexpr int kBlockN = static_cast<int>(kTileN);
+// Per stage: codes of all warps, scales and zero points of up to two groups.
+constexpr int kCodeBytes = kThreads * 16;
+constexpr int kScaleBytes = 2 * kWarps * 8 * 4;
+constexpr int kZeroBytes = 2 * kWarps * 8 * 2;
+
+enum class OutType { kF16, kBF16, kF32 };
+
+struct Params {
+  const uint4* codes;
+  const uint32_t* scales;
+  const uint16_t* zeros;
+  const void* a;
+  void* c;
+  float* partials;
+  int* counters;
+  int m, n, k;
+  int blocks16_n;  // padded N / 16
+  // The first group of step s is (2 s) >> group_step_shift: 0 for groups of
+  // 32 rows, 1 for 64, 2 for 128, 31 for one group (per-channel).
+  int group_step_shift;
+  int group_size;
+  int k_steps;
+  int tiles_m;
+  int iters_base;   // every block runs this many (tile, k step) iterations,
+  int iters_extra;  // and the first iters_extra blocks one more
+  OutType out;
+};
+
+// Bit-level fp16 / bf16 pairs: the magic-number and rebias constants, and
+// the few pair operations the dequantization needs.
+template <typename T>
+struct Pair;
+
+template <>
+struct Pair<half> {
+  static constexpr uint32_t kMagic = 0x64006400u;      // 1024: ulp 1
+  static constexpr uint32_t kFp4Rebias = 0x74007400u;  // 2^14
+  static constexpr int kFp4Shift = 9;                  // e2m1 -> exponent
+  static constexpr uint32_t kFp4Mask = 0x0e000e00u;
+
+  __device__ static uint32_t Sub(uint32_t x, uint32_t y) {
+    return Bits(__hsub2(Value(x), Value(y)));
+  }
+  __device__ static uint32_t Mul(uint32_t x, uint32_t y) {
+    return Bits(__hmul2(Value(x), Value(y)));
+  }
+  __device__ static uint32_t FromHalfPair(uint32_t h) { return h; }
+  __device__ static void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+
+ private:
+  __device__ static half2 Value(uint32_t x) {
+    return *reinterpret_cast<half2*>(&x);
+  }
+  __device__ static uint32_t Bits(half2 x) {
+    return *reinterpret_cast<uint32_t*>(&x);
+  }
+};
+
+template <>
+struct Pair<__nv_bfloat16> {
+  static constexpr uint32_t kMagic = 0x43004300u;      // 128: ulp 1
+  static constexpr uint32_t kFp4Rebias = 0x7e807e80u;  // 2^126
+  static constexpr int kFp4Shift = 6;
+  static constexpr uint32_t kFp4Mask = 0x01c001c0u;
+
+  __device__ static uint32_t Sub(uint32_t x, uint32_t y) {
+    return Bits(__hsub2(Value(x), Value(y)));
+  }
+  __device__ static uint32_t Mul(uint32_t x, uint32_t y) {
+    return Bits(__hmul2(Value(x), Value(y)));
+  }
+  // fp16 scale pair to bf16, rounding to nearest.
+  __device__ static uint32_t FromHalfPair(uint32_t h) {
+    return Bits(
+        __float22bfloat162_rn(__half22float2(*reinterpret_cast<half2*>(&h))));
+  }
+  __device__ static void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+
+ private:
+  __device__ static __nv_bfloat162 Value(uint32_t x) {
+    return *reinterpret_cast<__nv_bfloat162*>(&x);
+  }
+  __device__ static uint32_t Bits(__nv_bfloat162 x) {
+    return *reinterpret_cast<uint32_t*>(&x);
+  }
+};
+
+// One word of codes into the four B fragment registers of two n8 tiles. The
+// two halves of a register are two rows of one column, so each n8 tile takes
+// its column's scale, and `bias` (the magic number plus the zero point), in
+// both halves.
+template <WeightFormat kFormat, typename T>
+__device__ __forceinline__ void Dequantize(uint32_t word,
+                                           const uint32_t (&scale)[2],
+                                           const uint32_t (&bias)[2],
+                                           uint32_t (&b)[4]) {
+  using P = Pair<T>;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int tile = i / 2;
+    const uint32_t codes = word >> (4 * i);
+    uint32_t value;
+    if constexpr (kFormat == WeightFormat::kFp4) {
+      // Sign to bit 15, exponent and mantissa to the low exponent bits, then
+      // multiply the exponent bias difference back in.
+      value = ((codes << 12) & 0x80008000u) |
+              ((codes << P::kFp4Shift) & P::kFp4Mask);
+      value = P::Mul(value, P::kFp4Rebias);
+    } else {
+      // (magic | q) - (magic + zero) is q - zero, exactly.
+      value = P::Sub((codes & 0x000f000fu) | P::kMagic, bias[tile]);
+    }
+    b[i] = P::Mul(value, scale[tile]);
+  }
+}
+
+// Both halves of a pair set to its low (0) or high (1) half.
+__device__ __forceinline__ uint32_t Broadcast(uint32_t pair, int half) {
+  return __byte_perm(pair, pair, half == 0 ? 0x1010 : 0x3232);
+}
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// 16 bytes global -> shared, bypassing L1.
+__device__ __forceinline__ void CopyAsync(void* shared, const void* global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                   SharedAddress(shared)),
+               "l"(global));
+}
+__device__ __forceinline__ void CommitAsync() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void WaitAsync() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void LoadMatrix(uint32_t (&a)[4],
+                                           const void* shared) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(SharedAddress(shared)));
+}
+
+// Which block runs iteration `iter` under the even split of Params.
+__device__ __forceinline__ int BlockOf(const Params& p, int iter) {
+  const int long_iters = p.iters_extra * (p.iters_base + 1);
+  return iter < long_iters ? iter / (p.iters_base + 1)
+                           : p.iters_extra + (iter - long_iters) / p.iters_base;
+}
+
+__device__ __forceinline__ void Store(const Params& p, int row, int col,
+                                      float value) {
+  if (row >= p.m || col >= p.n) return;
+  const int64_t index = static_cast<int64_t>(row) * p.n + col;
+  switch (p.out) {
+    case OutType::kF16:
+      static_cast<half*>(p.c)[index] = __float2half_rn(value);
+      break;
+    case OutType::kBF16:
+      static_cast<__nv_bfloat16*>(p.c)[index] = __float2bfloat16_rn(value);
+      break;
+    case OutType::kF32:
+      static_cast<float*>(p.c)[index] = value;
+      break;
+  }
+}
+
+// Writes tile `tile` of C from a block's accumulators for iterations
+// [begin, end), or, when other blocks share the tile, adds them to its fp32
+// partial sums; the tile's last block to finish then writes C and leaves the
+// partial sums and the counter zero for the next launch. Every thread of the
+// block calls it.
+template <int kMTiles>
+__device__ __forceinline__ void FinishTile(const Params& p, int tile, int begin,
+                                           int end, float (&acc)[kMTiles][2][4],
+                                           int& last_block) {
+  constexpr int kRows = 16 * kMTiles;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int tile_begin = tile * p.k_steps;
+  const int tile_end = tile_begin + p.k_steps;
+  if (begin > tile_begin || end < tile_end) {
+    float* partials = p.partials + static_cast<int64_t>(tile) * kRows * kBlockN;
+    auto slot = [&](int mt, int j, int r) {
+      return partials + (((warp * kMTiles + mt) * 2 + j) * 4 + r) * 32 + lane;
+    };
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) atomicAdd(slot(mt, j, r), acc[mt][j][r]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int contributors =
+          BlockOf(p, tile_end - 1) - BlockOf(p, tile_begin) + 1;
+      last_block = atomicAdd(p.counters + tile, 1) == contributors - 1;
+    }
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          acc[mt][j][r] = __ldcg(slot(mt, j, r));
+          *slot(mt, j, r) = 0.0f;
+        }
+    if (tid == 0) p.counters[tile] = 0;
+  }
+  const int row0 = (tile % p.tiles_m) * kRows + lane / 4;
+  const int col0 = (tile / p.tiles_m) * kBlockN + warp * 16 + (lane % 4) * 2;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        Store(p, row0 + mt * 16 + (r / 2) * 8, col0 + j * 8 + r % 2,
+              acc[mt][j][r]);
+      }
+}
+
+template <int kMTiles>
+constexpr int StageBytes(bool register_codes) {
+  return kMTiles * 16 * kStepK * 2 + (register_codes ? 0 : kCodeBytes) +
+         kScaleBytes + kZeroBytes;
+}
+
+template <WeightFormat kFormat, typename T, int kMTiles, bool kRegisterCodes,
+          int kStages>
+__global__ void __launch_bounds__(kThreads)
+    GemmKernel(const __grid_constant__ Params p) {
+  using P = Pair<T>;
+  constexpr int kRows = 16 * kMTiles;
+  constexpr int kABytes = kRows * kStepK * 2;
+  constexpr int kStageBytes = StageBytes<kMTiles>(kRegisterCodes);
+  constexpr bool kZeros = kFormat == WeightFormat::kU4;
+  // 16-byte chunks of A per stage, and how many each thread copies.
+  constexpr int kAChunks = kRows * 8;
+  constexpr int kAChunksPerThread = (kAChunks + kThreads - 1) / kThreads;
+  extern __shared__ __align__(128) unsigned char shared[];
+  __shared__ int last_block;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int block = static_cast<int>(blockIdx.x);
+  const int begin = block * p.iters_base + min(block, p.iters_extra);
+  const int end = begin + p.iters_base + (block < p.iters_extra ? 1 : 0);
+  const int groups_per_step = p.group_size == 32 ? 2 : 1;
+  const int64_t group_stride = static_cast<int64_t>(p.blocks16_n) * 8;
+
+  // The copies each thread makes per stage, spread so that every warp has
+  // the same share and none waits longer at the barrier: chunk c of A goes
+  // to lane c / 8 of warp c % 8; scale and zero-point pieces to lanes 8 and
+  // up, 16 and up.
+  int a_offset[kAChunksPerThread];  // byte offset in a stage, -1: none
+  int a_row[kAChunksPerThread];
+#pragma unroll
+  for (int i = 0; i < kAChunksPerThread; ++i) {
+    const int chunk = i * kThreads + lane * 8 + warp;
+    const int row = chunk / 8;
+    const int column = chunk % 8;
+    a_row[i] = chunk < kAChunks ? row : kRows;
+    a_offset[i] = row * 128 + ((column ^ (row & 7)) * 16);
+  }
+  const int scale_piece = max(lane - 8, 0) * 8 + warp;  // 16 per group
+  const bool copies_scales = lane >= 8 && scale_piece < 16 * groups_per_step;
+  const int zero_piece = max(lane - 16, 0) * 8 + warp;  // 8 per group
+  const bool copies_zeros =
+      kZeros && lane >= 16 && zero_piece < 8 * groups_per_step;
+
+  [[maybe_unused]] uint4 code_ring[kRegisterCodes ? kStages : 1];
+
+  auto stage_a = [&](int s) { return shared + s * kStageBytes; };
+  auto stage_codes = [&](int s) {
+    return reinterpret_cast<uint4*>(shared + s * kStageBytes + kABytes);
+  };
+  auto stage_scales = [&](int s) {
+    return reinterpret_cast<uint32_t*>(shared + s * kStageBytes + kABytes +
+                                       (kRegisterCodes ? 0 : kCodeBytes));
+  };
+  auto stage_zeros = [&](int s) {
+    return reinterpret_cast<uint16_t*>(
+        reinterpret_cast<unsigned char*>(stage_scales(s)) + kScaleBytes);
+  };
+
+  // The next iteration to load: its step, and source pointers that advance
+  // by one step at a time; recomputed only when the loads enter a new tile.
+  const int first_tile = begin / p.k_steps;
+  int load_tile = first_tile;
+  int load_step = begin - first_tile * p.k_steps;
+  int load_rows = 0;  // rows of A that exist in the tile
+  const uint4* code_source = nullptr;
+  const T* a_source = nullptr;
+  const uint32_t* scale_source = nullptr;
+  const uint16_t* zero_source = nullptr;
+  auto enter_tile = [&] {
+    const int m_tile = load_tile % p.tiles_m;
+    const int n_tile = load_tile / p.tiles_m;
+    load_rows = min(kRows, p.m - m_tile * kRows);
+    code_source =
+        p.codes +
+        (static_cast<int64_t>(n_tile * kWarps + warp) * p.k_steps + load_step) *
+            32 +
+        lane;
+    a_source = static_cast<const T*>(p.a) +
+               static_cast<int64_t>(m_tile * kRows) * p.k + load_step * kStepK;
+    scale_source = p.scales + n_tile * kWarps * 8 + (scale_piece % 16) * 4 +
+                   (scale_piece / 16) * group_stride;
+    if constexpr (kZeros) {
+      zero_source = p.zeros + n_tile * kWarps * 8 + (zero_piece % 8) * 8 +
+                    (zero_piece / 8) * group_stride;
+    }
+  };
+  enter_tile();
+
+  // Starts the loads of the next iteration into stage `s`.
+  auto issue = [&](int s) {
+    unsigned char* a_stage = stage_a(s);
+#pragma unroll
+    for (int i = 0; i < kAChunksPerThread; ++i) {
+      // Rows past M are left as they are: they only feed rows of C that are
+      // never stored.
+      if (a_row[i] < load_rows) {
+        const int chunk = i * kThreads + lane * 8 + warp;
+        CopyAsync(
+            a_stage + a_offset[i],
+            a_source + static_cast<int64_t>(a_row[i]) * p.k + (chunk % 8) * 8);
+      }
+    }
+    if constexpr (kRegisterCodes) {
+      code_ring[s] = __ldcs(code_source);
+    } else {
+      CopyAsync(stage_codes(s) + tid, code_source);
+    }
+    const int64_t group_offset =
+        ((load_step << 1) >> p.group_step_shift) * group_stride;
+    if (copies_scales) {
+      CopyAsync(stage_scales(s) + scale_piece * 4, scale_source + group_offset);
+    }
+    if constexpr (kZeros) {
+      if (copies_zeros) {
+        CopyAsync(stage_zeros(s) + zero_piece * 8, zero_source + group_offset);
+      }
+    }
+    if (++load_step == p.k_steps) {
+      load_step = 0;
+      ++load_tile;
+      enter_tile();
+    } else {
+      code_source += 32;
+      a_source += kStepK;
+    }
+  };
+
+  float acc[kMTiles][2][4];
+  auto clear = [&] {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mt][j][r] = 0.0f;
+  };
+
+  auto compute = [&](int s) {
+    uint4 words;
+    if constexpr (kRegisterCodes) {
+      words = code_ring[s];
+    } else {
+      words = stage_codes(s)[tid];
+    }
+    const uint32_t word[4] = {words.x, words.y, words.z, words.w};
+    // Per group of the step: the scales and biases of columns g and g + 8.
+    uint32_t scale[2][2];
+    uint32_t bias[2][2];
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      const int group = g < groups_per_step ? g : 0;
+      const int pair = (group * kWarps + warp) * 8 + lane / 4;
+      const uint32_t scales = P::FromHalfPair(stage_scales(s)[pair]);
+      uint32_t zeros = 0x0808u;
+      if constexpr (kZeros) zeros = stage_zeros(s)[pair];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        scale[g][half] = Broadcast(scales, half);
+        const uint32_t zero = (zeros >> (8 * half)) & 0xffu;
+        bias[g][half] = P::kMagic | zero | (zero << 16);
+      }
+    }
+    const unsigned char* a_stage = stage_a(s);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t b[4];
+      Dequantize<kFormat, T>(word[kk], scale[kk / 2], bias[kk / 2], b);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int row = mt * 16 + lane % 16;
+        const int column = kk * 2 + lane / 16;
+        uint32_t a[4];
+        LoadMatrix(a, a_stage + row * 128 + ((column ^ (row & 7)) * 16));
+        P::Mma(acc[mt][0], a, b[0], b[1]);
+        P::Mma(acc[mt][1], a, b[2], b[3]);
+      }
+    }
+  };
+
+  auto finish_tile = [&](int tile) {
+    FinishTile<kMTiles>(p, tile, begin, end, acc, last_block);
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (begin + s < end) issue(s);
+    CommitAsync();
+  }
+  clear();
+  int tile = first_tile;
+  int step = begin - first_tile * p.k_steps;
+  int iter = begin;
+  // One iteration on stage `s`; the tile's end is rare, so its code sits
+  // behind a branch the loop does not take.
+  auto run_iteration = [&](int s) {
+    WaitAsync<kStages - 2>();
+    __syncthreads();
+    if (iter + kStages - 1 < end) issue((s + kStages - 1) % kStages);
+    CommitAsync();
+    compute(s);
+    ++iter;
+    if (++step == p.k_steps || iter == end) {
+      finish_tile(tile);
+      clear();
+      step = 0;
+      ++tile;
+    }
+  };
+  if constexpr (kRegisterCodes) {
+    // The register ring needs every stage index known at compile time.
+    while (iter < end) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) {
+        if (iter < end) run_iteration(s);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int s = 0; iter < end; s = s + 1 == kStages ? 0 : s + 1) {
+      run_iteration(s);
+    }
+  }
+}
+
+// Enough bytes in flight to cover DRAM latency: deeper rings where the
+// stages are small (few rows of A).
+constexpr int kFusedStages = 4;
+template <int kMTiles>
+constexpr int PipelinedStages() {
+  return kMTiles <= 2 ? 8 : kMTiles == 4 ? 6 : 4;
+}
+
+using KernelFunction = void (*)(Params);
+
+struct KernelChoice {
+  KernelFunction function = nullptr;
+  int shared_bytes = 0;
+  int m_tiles = 1;
+};
+
+template <WeightFormat kFormat, typename T, int kMTiles>
+KernelChoice ChooseStaged(bool register_codes) {
+  if (register_codes) {
+    return {GemmKernel<kFormat, T, kMTiles, true, kFusedStages>,
+            kFusedStages * StageBytes<kMTiles>(true), kMTiles};
+  }
+  constexpr int kStages = PipelinedStages<kMTiles>();
+  return {GemmKernel<kFormat, T, kMTiles, false, kStages>,
+          kStages * StageBytes<kMTiles>(false), kMTiles};
+}
+
+template <WeightFormat kFormat, typename T>
+KernelChoice ChooseTiles(int m_tiles, bool register_codes) {
+  switch (m_tiles) {
+    case 1:
+      return ChooseStaged<kFormat, T, 1>(register_codes);
+    case 2:
+      return ChooseStaged<kFormat, T, 2>(register_codes);
+    case 4:
+      return ChooseStaged<kFormat, T, 4>(register_codes);
+    default:
+      return ChooseStaged<kFormat, T, 8>(register_codes);
+  }
+}
+
+// The kernel for one format; instantiated in that format's .cu file.
+template <WeightFormat kFormat>
+KernelChoice ChooseFormatKernel(DType a_dtype, int m_tiles,
+                                bool register_codes) {
+  return a_dtype == DType::kBF16
+             ? ChooseTiles<kFormat, __nv_bfloat16>(m_tiles, register_codes)
+             : ChooseTiles<kFormat, half>(m_tiles, register_codes);
+}
+
+extern template KernelChoice ChooseFormatKernel<WeightFormat::kFp4>(DType, int,
+                                                                    bool);
+extern template KernelChoice ChooseFormatKernel<WeightFormat::kU4b8>(DType, int,
+                                                                     bool);
+extern template KernelChoice ChooseFormatKernel<WeightFormat::kU4>(DType, int,
+                                                                   bool);
+
+}  // namespace nibble::cuda::internal
+
+#endif  // NIBBLE_KERNELS_CUDA_GEMM_KERNEL_CUH_

@@ -1,0 +1,309 @@
+// Every CUDA kernel against the float64 reference on the GPU: fresh random
+// data each run (the seed is printed on failure), C poisoned with NaN before
+// every launch, and every launch made twice so that a workspace left dirty by
+// the first shows in the second. Labelled `gpu`: ctest runs it only where a
+// GPU exists, and each test skips itself without one.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_gemm.h"
+#include "kernels/dtype.h"
+#include "kernels/reference.h"
+#include "kernels/thread_pool.h"
+#include "kernels/weight_format.h"
+
+namespace nibble::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                              \
+  if (DeviceCount() == 0) {                             \
+    GTEST_SKIP() << "no CUDA GPU: this test needs one"; \
+  }
+
+// A device allocation freed at scope exit.
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t bytes) : bytes_(bytes) {
+    EXPECT_EQ(cudaMalloc(&data_, bytes), cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(data_); }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+uint64_t FreshSeed() { return std::random_device{}(); }
+
+// Random weight with about half the scales negated, so that signs matter.
+QuantizedWeight SignedRandomWeight(const WeightSpec& spec, uint64_t seed) {
+  QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
+  std::mt19937_64 rng(seed ^ 0x5eed);
+  for (uint16_t& scale : weight.scales) {
+    if (rng() & 1) scale ^= 0x8000;
+  }
+  return weight;
+}
+
+// A [M, K] uniform in [-1, 1) encoded in `dtype`, and the values it holds.
+struct Activations {
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;
+};
+
+Activations RandomActivations(int64_t m, int64_t k, DType dtype,
+                              uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  Activations a{std::vector<uint8_t>(m * k * DTypeSize(dtype)), {}};
+  a.values.reserve(m * k);
+  for (int64_t i = 0; i < m * k; ++i) {
+    const float value = uniform(rng);
+    if (dtype == DType::kF32) {
+      std::memcpy(&a.bytes[i * 4], &value, 4);
+      a.values.push_back(value);
+      continue;
+    }
+    const uint16_t bits =
+        dtype == DType::kF16 ? FloatToHalf(value) : FloatToBf16(value);
+    std::memcpy(&a.bytes[i * 2], &bits, 2);
+    a.values.push_back(dtype == DType::kF16 ? HalfToFloat(bits)
+                                            : Bf16ToFloat(bits));
+  }
+  return a;
+}
+
+std::vector<double> Decode(DType dtype, const std::vector<uint8_t>& bytes) {
+  std::vector<double> values(bytes.size() / DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kF32) {
+      float value;
+      std::memcpy(&value, &bytes[i * 4], 4);
+      values[i] = value;
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, &bytes[i * 2], 2);
+      values[i] = dtype == DType::kF16 ? HalfToFloat(bits) : Bf16ToFloat(bits);
+    }
+  }
+  return values;
+}
+
+// fp16 weights and activations round each product's inputs to 11 bits, bf16
+// to 8; accumulation is fp32.
+double Tolerance(DType a_dtype) {
+  return a_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
+}
+
+struct LaunchCase {
+  KernelVariant variant;
+  WeightSpec spec;
+  int64_t m;
+  DType a_dtype;
+  DType c_dtype;
+};
+
+void PrintTo(const LaunchCase& c, std::ostream* os) {
+  *os << KernelVariantName(c.variant) << " " << c.spec.DebugString()
+      << " m=" << c.m << " a=" << DTypeName(c.a_dtype)
+      << " c=" << DTypeName(c.c_dtype);
+}
+
+std::vector<LaunchCase> AllLaunchCases() {
+  // N with a partial last tile, K from one step to many, every group size
+  // (per-channel too), M across the 16, 32, 64 and 128-row tiles.
+  const WeightSpec specs_by_format[][4] = {
+      {{WeightFormat::kU4b8, 64, 16, 32},
+       {WeightFormat::kU4b8, 1024, 200, 128},
+       {WeightFormat::kU4b8, 4096, 1024, 128},
+       {WeightFormat::kU4b8, 512, 384, 512}},
+      {{WeightFormat::kFp4, 128, 136, 32},
+       {WeightFormat::kFp4, 2048, 512, 32},
+       {WeightFormat::kFp4, 256, 1000, 64},
+       {WeightFormat::kFp4, 4096, 256, 4096}},
+      {{WeightFormat::kU4, 192, 72, 64},
+       {WeightFormat::kU4, 1024, 640, 128},
+       {WeightFormat::kU4, 2048, 256, 32},
+       {WeightFormat::kU4, 320, 128, 320}},
+  };
+  std::vector<LaunchCase> cases;
+  for (KernelVariant variant :
+       {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
+        KernelVariant::kStriped}) {
+    for (const auto& specs : specs_by_format) {
+      for (const WeightSpec& spec : specs) {
+        for (int64_t m : {1, 16, 33, 64, 130}) {
+          for (DType a_dtype : {DType::kF16, DType::kBF16}) {
+            const DType c_dtype = m % 2 == 1 ? DType::kF32 : a_dtype;
+            cases.push_back({variant, spec, m, a_dtype, c_dtype});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+std::string LaunchCaseName(const ::testing::TestParamInfo<LaunchCase>& info) {
+  const LaunchCase& c = info.param;
+  const std::string group = c.spec.group_size == c.spec.k
+                                ? "per_channel"
+                                : absl::StrCat("g", c.spec.group_size);
+  return absl::StrCat(KernelVariantName(c.variant), "_",
+                      WeightFormatName(c.spec.format), "_k", c.spec.k, "_n",
+                      c.spec.n, "_", group, "_m", c.m, "_",
+                      DTypeName(c.a_dtype), "_to_", DTypeName(c.c_dtype));
+}
+
+class LaunchGemmTest : public ::testing::TestWithParam<LaunchCase> {};
+
+TEST_P(LaunchGemmTest, MatchesTheFloat64Reference) {
+  SKIP_WITHOUT_GPU();
+  const LaunchCase& c = GetParam();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  const QuantizedWeight weight = SignedRandomWeight(c.spec, seed);
+  absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const Activations a = RandomActivations(c.m, c.spec.k, c.a_dtype, seed + 1);
+  DeviceArray a_device(a.bytes.size());
+  ASSERT_EQ(cudaMemcpy(a_device.data(), a.bytes.data(), a.bytes.size(),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const size_t c_bytes = c.m * c.spec.n * DTypeSize(c.c_dtype);
+  DeviceArray c_device(c_bytes);
+  const std::vector<double> want = ReferenceMatmul(a.values, c.m, weight);
+
+  Workspace workspace;
+  for (int launch = 0; launch < 2; ++launch) {
+    SCOPED_TRACE(absl::StrCat("launch ", launch));
+    // All-ones bytes are NaN in every output type: unwritten outputs fail.
+    ASSERT_EQ(cudaMemset(c_device.data(), 0xff, c_bytes), cudaSuccess);
+    const DeviceGemm gemm{.variant = c.variant,
+                          .b = b->get(),
+                          .a = a_device.data(),
+                          .a_dtype = c.a_dtype,
+                          .c = c_device.data(),
+                          .c_dtype = c.c_dtype,
+                          .m = c.m};
+    const absl::Status status = LaunchGemm(gemm, workspace, nullptr);
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> c_host(c_bytes);
+    ASSERT_EQ(cudaMemcpy(c_host.data(), c_device.data(), c_bytes,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_LE(MaxRelativeError(Decode(c.c_dtype, c_host), want),
+              Tolerance(c.a_dtype));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, LaunchGemmTest,
+                         ::testing::ValuesIn(AllLaunchCases()), LaunchCaseName);
+
+// The GemmKernel path nibbled takes: host A and C, f32 included.
+TEST(CudaKernelsTest, RunOnHostOperandsMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  const WeightSpec spec{WeightFormat::kU4, 512, 300, 64};
+  const QuantizedWeight weight = SignedRandomWeight(spec, seed);
+  absl::StatusOr<std::unique_ptr<DeviceWeight>> resident = UploadWeight(weight);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  ThreadPool pool(1);
+  int ran = 0;
+  for (const GemmKernel* kernel : CudaKernels()) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const GemmProblem problem{.m = 7,
+                                .n = spec.n,
+                                .k = spec.k,
+                                .format = spec.format,
+                                .group_size = spec.group_size,
+                                .dtype = dtype,
+                                .threads = 1};
+      if (!kernel->Supports(problem)) continue;
+      SCOPED_TRACE(absl::StrCat(kernel->name(), " ", DTypeName(dtype)));
+      const Activations a = RandomActivations(problem.m, spec.k, dtype, seed);
+      std::vector<uint8_t> c(problem.m * spec.n * DTypeSize(dtype), 0xff);
+      const absl::Status status = kernel->Run(
+          problem, {nullptr, a.bytes.data(), c.data(), resident->get()}, pool);
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_LE(MaxRelativeError(Decode(dtype, c),
+                                 ReferenceMatmul(a.values, problem.m, weight)),
+                Tolerance(dtype == DType::kF16 ? DType::kF16 : DType::kBF16));
+      ++ran;
+    }
+  }
+  EXPECT_EQ(ran, 9) << "three variants times three dtypes for u4";
+}
+
+TEST(CudaKernelsTest, RunWithoutAResidentWeightSaysWhatIsMissing) {
+  SKIP_WITHOUT_GPU();
+  const GemmProblem problem{.m = 1,
+                            .n = 16,
+                            .k = 64,
+                            .format = WeightFormat::kU4b8,
+                            .group_size = 64,
+                            .dtype = DType::kF16,
+                            .threads = 1};
+  std::vector<uint8_t> a(64 * 2), c(16 * 2);
+  ThreadPool pool(1);
+  const absl::Status status =
+      CudaKernels().front()->Run(problem, {nullptr, a.data(), c.data()}, pool);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("GPU memory"), std::string::npos) << status;
+}
+
+TEST(CudaKernelsTest, UploadRefusesKNotAMultipleOf64) {
+  SKIP_WITHOUT_GPU();
+  const QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 96, 16, 32}, FreshSeed());
+  const absl::StatusOr<std::unique_ptr<CudaWeight>> b =
+      CudaWeight::Upload(weight);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("multiple of 64"), std::string::npos)
+      << b.status();
+}
+
+TEST(CudaKernelsTest, LaunchRefusesF32Activations) {
+  SKIP_WITHOUT_GPU();
+  const QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 64, 16, 64}, FreshSeed());
+  absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
+  ASSERT_TRUE(b.ok()) << b.status();
+  DeviceArray a(64 * 4), c(16 * 4);
+  Workspace workspace;
+  const absl::Status status = LaunchGemm({.variant = KernelVariant::kFused,
+                                          .b = b->get(),
+                                          .a = a.data(),
+                                          .a_dtype = DType::kF32,
+                                          .c = c.data(),
+                                          .c_dtype = DType::kF32,
+                                          .m = 1},
+                                         workspace, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
+TEST(CudaKernelsTest, EveryVariantAndFormatHasAKernel) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_EQ(CudaKernels().size(), 9u);
+  for (const GemmKernel* kernel : CudaKernels()) {
+    EXPECT_NE(kernel->name().find(KernelVariantName(kernel->variant())),
+              std::string::npos)
+        << kernel->name();
+  }
+}
+
+}  // namespace
+}  // namespace nibble::cuda
