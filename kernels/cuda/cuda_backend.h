@@ -30,7 +30,7 @@ int DeviceCount();
 // e.g. "NVIDIA H100 80GB HBM3, 132 SMs, sm_90, 79.1 GiB"; empty with no GPU.
 std::string DeviceDescription();
 
-// Whether the CUDA kernels take weights of this shape (K a multiple of 64).
+// Whether the CUDA kernels take weights of this shape (K a multiple of 128).
 bool SupportsSpec(const WeightSpec& spec);
 // Copies `canonical` to GPU memory in the kernels' layout. UNAVAILABLE with
 // no GPU, INVALID_ARGUMENT for a shape SupportsSpec refuses,

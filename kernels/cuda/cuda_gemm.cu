@@ -93,7 +93,7 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, int64_t m,
   const int64_t rows = 16 * launch.m_tiles;
   const int64_t padded_n = (spec.n + kTileN - 1) / kTileN * kTileN;
   launch.tiles = (m + rows - 1) / rows * (padded_n / kTileN);
-  launch.steps_per_tile = spec.k / kTileK;
+  launch.steps_per_tile = spec.k / kKMultiple;
   const int64_t iterations = launch.tiles * launch.steps_per_tile;
   if (iterations >= int64_t{1} << 31) {
     return absl::InvalidArgumentError(

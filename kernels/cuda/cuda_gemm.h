@@ -31,6 +31,9 @@
 
 namespace nibble::cuda {
 
+// The kernels take K in multiples of this: one pipeline stage.
+inline constexpr int64_t kKMultiple = 128;
+
 // A CUDA error as a Status naming what failed, e.g. "cudaMalloc of 117 MB:
 // out of memory". OK for cudaSuccess.
 absl::Status CudaStatus(cudaError_t error, const std::string& what);
@@ -48,7 +51,8 @@ absl::StatusOr<DeviceInfo> CurrentDevice();
 // A weight in GPU memory in the layout of device_layout.h.
 class CudaWeight final : public DeviceWeight {
  public:
-  // INVALID_ARGUMENT unless `canonical` validates with K a multiple of 64.
+  // INVALID_ARGUMENT unless `canonical` validates with K a multiple of
+  // kKMultiple.
   static absl::StatusOr<std::unique_ptr<CudaWeight>> Upload(
       const QuantizedWeight& canonical);
   ~CudaWeight() override;

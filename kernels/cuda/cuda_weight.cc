@@ -86,10 +86,10 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
     const QuantizedWeight& canonical) {
   if (absl::Status status = canonical.Validate(); !status.ok()) return status;
   const WeightSpec& spec = canonical.spec;
-  if (spec.k % kTileK != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec.DebugString(),
-                     ": the CUDA kernels need K to be a multiple of ", kTileK));
+  if (spec.k % kKMultiple != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.DebugString(), ": the CUDA kernels need K to be a multiple of ",
+        kKMultiple));
   }
   const DeviceLayout layout = MakeDeviceLayout(canonical);
   std::unique_ptr<CudaWeight> weight(new CudaWeight());

@@ -4,8 +4,8 @@
 // those files include it.
 //
 // A thread block owns a tile of kTileN = 128 columns and 16 * MT rows of C and
-// walks K in steps of kTileK = 64. Each of its 8 warps owns 16 columns: per
-// 16-row block of K it dequantizes one 32-bit word of codes (its two n8 B
+// walks K in stages of kStepK = 128 rows. Each of its 8 warps owns 16 columns:
+// per 16-row block of K it dequantizes one 32-bit word of codes (its two n8 B
 // fragments, see device_layout.h) in registers and issues 2 * MT
 // mma.sync.m16n8k16 with fp32 accumulators. A, scales and zero points go
 // through a ring of kStages shared-memory stages filled by cp.async.
@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/device_layout.h"
 #include "kernels/dtype.h"
@@ -34,12 +35,16 @@ namespace nibble::cuda::internal {
 inline constexpr int kThreads = 256;
 
 constexpr int kWarps = kThreads / 32;
-constexpr int kStepK = static_cast<int>(kTileK);
+// Rows of K per pipeline stage: two 64-row word groups of the layout, so
+// that the barrier and the bookkeeping of a stage pay for 8 KB of codes.
+constexpr int kStepK = 2 * static_cast<int>(kTileK);
 constexpr int kBlockN = static_cast<int>(kTileN);
 // Per stage: codes of all warps, scales and zero points of up to two groups.
-constexpr int kCodeBytes = kThreads * 16;
-constexpr int kScaleBytes = 2 * kWarps * 8 * 4;
-constexpr int kZeroBytes = 2 * kWarps * 8 * 2;
+constexpr int kCodeBytes = kThreads * 32;
+// A stage's scales and zero points are four rows, one per 32 rows of K, so
+// that a 16-row block kk reads row kk / 2 whatever the group size.
+constexpr int kScaleBytes = 4 * kWarps * 8 * 4;
+constexpr int kZeroBytes = 4 * kWarps * 8 * 2;
 
 enum class OutType { kF16, kBF16, kF32 };
 
@@ -53,8 +58,8 @@ struct Params {
   int* counters;
   int m, n, k;
   int blocks16_n;  // padded N / 16
-  // The first group of step s is (2 s) >> group_step_shift: 0 for groups of
-  // 32 rows, 1 for 64, 2 for 128, 31 for one group (per-channel).
+  // The group of rows 32 j .. 32 j + 31 of K is j >> group_step_shift: 0 for
+  // groups of 32 rows, 1 for 64, 2 for 128, 31 for one group (per-channel).
   int group_step_shift;
   int group_size;
   int k_steps;
@@ -71,9 +76,11 @@ struct Pair;
 
 template <>
 struct Pair<half> {
-  static constexpr uint32_t kMagic = 0x64006400u;      // 1024: ulp 1
-  static constexpr uint32_t kFp4Rebias = 0x74007400u;  // 2^14
-  static constexpr int kFp4Shift = 9;                  // e2m1 -> exponent
+  static constexpr uint32_t kMagic = 0x64006400u;             // 1024: ulp 1
+  static constexpr uint32_t kSixteenth = 0x2c002c00u;         // 1/16
+  static constexpr uint32_t kMinusMagicOver16 = 0xd400d400u;  // -64
+  static constexpr uint32_t kFp4Rebias = 0x74007400u;         // 2^14
+  static constexpr int kFp4Shift = 9;  // e2m1 -> exponent
   static constexpr uint32_t kFp4Mask = 0x0e000e00u;
 
   __device__ static uint32_t Sub(uint32_t x, uint32_t y) {
@@ -81,6 +88,9 @@ struct Pair<half> {
   }
   __device__ static uint32_t Mul(uint32_t x, uint32_t y) {
     return Bits(__hmul2(Value(x), Value(y)));
+  }
+  __device__ static uint32_t Fma(uint32_t x, uint32_t y, uint32_t z) {
+    return Bits(__hfma2(Value(x), Value(y), Value(z)));
   }
   __device__ static uint32_t FromHalfPair(uint32_t h) { return h; }
   __device__ static void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -139,30 +149,49 @@ struct Pair<__nv_bfloat16> {
 
 // One word of codes into the four B fragment registers of two n8 tiles. The
 // two halves of a register are two rows of one column, so each n8 tile takes
-// its column's scale, and `bias` (the magic number plus the zero point), in
-// both halves.
+// its column's scale and zero point (in both halves of `scale` and `zero`).
 template <WeightFormat kFormat, typename T>
 __device__ __forceinline__ void Dequantize(uint32_t word,
                                            const uint32_t (&scale)[2],
-                                           const uint32_t (&bias)[2],
+                                           const uint32_t (&zero)[2],
                                            uint32_t (&b)[4]) {
   using P = Pair<T>;
+  if constexpr (kFormat == WeightFormat::kFp4) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int tile = i / 2;
-    const uint32_t codes = word >> (4 * i);
-    uint32_t value;
-    if constexpr (kFormat == WeightFormat::kFp4) {
+    for (int i = 0; i < 4; ++i) {
       // Sign to bit 15, exponent and mantissa to the low exponent bits, then
       // multiply the exponent bias difference back in.
-      value = ((codes << 12) & 0x80008000u) |
-              ((codes << P::kFp4Shift) & P::kFp4Mask);
-      value = P::Mul(value, P::kFp4Rebias);
-    } else {
-      // (magic | q) - (magic + zero) is q - zero, exactly.
-      value = P::Sub((codes & 0x000f000fu) | P::kMagic, bias[tile]);
+      const uint32_t codes = word >> (4 * i);
+      const uint32_t value = ((codes << 12) & 0x80008000u) |
+                             ((codes << P::kFp4Shift) & P::kFp4Mask);
+      b[i] = P::Mul(P::Mul(value, P::kFp4Rebias), scale[i / 2]);
     }
-    b[i] = P::Mul(value, scale[tile]);
+  } else if constexpr (std::is_same_v<T, half>) {
+    // Codes i and i + 1 from one shift: (magic | q) - (magic + zero) is
+    // q - zero exactly, and (magic | 16 q) / 16 - (magic / 16 + zero) too,
+    // in one fused multiply-add, since fp16 has room for q four bits up.
+#pragma unroll
+    for (int i = 0; i < 4; i += 2) {
+      const uint32_t codes = word >> (4 * i);
+      const int tile = i / 2;
+      const uint32_t low =
+          P::Sub((codes & 0x000f000fu) | P::kMagic, P::kMagic | zero[tile]);
+      const uint32_t high =
+          P::Fma((codes & 0x00f000f0u) | P::kMagic, P::kSixteenth,
+                 P::kMinusMagicOver16 | (zero[tile] << 4));
+      b[i] = P::Mul(low, scale[tile]);
+      b[i + 1] = P::Mul(high, scale[tile]);
+    }
+  } else {
+    // bf16's 7-bit mantissa has no room above the code: one shift each.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t codes = word >> (4 * i);
+      const int tile = i / 2;
+      b[i] = P::Mul(
+          P::Sub((codes & 0x000f000fu) | P::kMagic, P::kMagic | zero[tile]),
+          scale[tile]);
+    }
   }
 }
 
@@ -296,7 +325,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kStageBytes = StageBytes<kMTiles>(kRegisterCodes);
   constexpr bool kZeros = kFormat == WeightFormat::kU4;
   // 16-byte chunks of A per stage, and how many each thread copies.
-  constexpr int kAChunks = kRows * 8;
+  constexpr int kChunksPerRow = kStepK / 8;
+  constexpr int kAChunks = kRows * kChunksPerRow;
   constexpr int kAChunksPerThread = (kAChunks + kThreads - 1) / kThreads;
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ int last_block;
@@ -307,35 +337,33 @@ __global__ void __launch_bounds__(kThreads)
   const int block = static_cast<int>(blockIdx.x);
   const int begin = block * p.iters_base + min(block, p.iters_extra);
   const int end = begin + p.iters_base + (block < p.iters_extra ? 1 : 0);
-  const int groups_per_step = p.group_size == 32 ? 2 : 1;
   const int64_t group_stride = static_cast<int64_t>(p.blocks16_n) * 8;
 
   // The copies each thread makes per stage, spread so that every warp has
   // the same share and none waits longer at the barrier: chunk c of A goes
-  // to lane c / 8 of warp c % 8; scale and zero-point pieces to lanes 8 and
-  // up, 16 and up.
+  // to lane c / 8 of warp c % 8; the 64 scale pieces to lanes 8 to 15, the
+  // 32 zero-point pieces to lanes 16 to 19.
   int a_offset[kAChunksPerThread];  // byte offset in a stage, -1: none
   int a_row[kAChunksPerThread];
 #pragma unroll
   for (int i = 0; i < kAChunksPerThread; ++i) {
     const int chunk = i * kThreads + lane * 8 + warp;
-    const int row = chunk / 8;
-    const int column = chunk % 8;
+    const int row = chunk / kChunksPerRow;
+    const int column = chunk % kChunksPerRow;
     a_row[i] = chunk < kAChunks ? row : kRows;
-    a_offset[i] = row * 128 + ((column ^ (row & 7)) * 16);
+    a_offset[i] = row * kStepK * 2 + ((column ^ (row & 7)) * 16);
   }
-  const int scale_piece = max(lane - 8, 0) * 8 + warp;  // 16 per group
-  const bool copies_scales = lane >= 8 && scale_piece < 16 * groups_per_step;
-  const int zero_piece = max(lane - 16, 0) * 8 + warp;  // 8 per group
-  const bool copies_zeros =
-      kZeros && lane >= 16 && zero_piece < 8 * groups_per_step;
+  const int scale_piece = max(lane - 8, 0) * 8 + warp;  // 16 per row
+  const bool copies_scales = lane >= 8 && lane < 16;
+  const int zero_piece = max(lane - 16, 0) * 8 + warp;  // 8 per row
+  const bool copies_zeros = kZeros && lane >= 16 && lane < 20;
 
-  [[maybe_unused]] uint4 code_ring[kRegisterCodes ? kStages : 1];
+  [[maybe_unused]] uint4 code_ring[kRegisterCodes ? kStages : 1][2];
 
   auto stage_a = [&](int s) { return shared + s * kStageBytes; };
   auto stage_codes = [&](int s) {
     return reinterpret_cast<uint4*>(shared + s * kStageBytes + kABytes);
-  };
+  };  // [half][thread]
   auto stage_scales = [&](int s) {
     return reinterpret_cast<uint32_t*>(shared + s * kStageBytes + kABytes +
                                        (kRegisterCodes ? 0 : kCodeBytes));
@@ -362,15 +390,13 @@ __global__ void __launch_bounds__(kThreads)
     code_source =
         p.codes +
         (static_cast<int64_t>(n_tile * kWarps + warp) * p.k_steps + load_step) *
-            32 +
+            64 +
         lane;
     a_source = static_cast<const T*>(p.a) +
                static_cast<int64_t>(m_tile * kRows) * p.k + load_step * kStepK;
-    scale_source = p.scales + n_tile * kWarps * 8 + (scale_piece % 16) * 4 +
-                   (scale_piece / 16) * group_stride;
+    scale_source = p.scales + n_tile * kWarps * 8 + (scale_piece % 16) * 4;
     if constexpr (kZeros) {
-      zero_source = p.zeros + n_tile * kWarps * 8 + (zero_piece % 8) * 8 +
-                    (zero_piece / 8) * group_stride;
+      zero_source = p.zeros + n_tile * kWarps * 8 + (zero_piece % 8) * 8;
     }
   };
   enter_tile();
@@ -384,24 +410,35 @@ __global__ void __launch_bounds__(kThreads)
       // never stored.
       if (a_row[i] < load_rows) {
         const int chunk = i * kThreads + lane * 8 + warp;
-        CopyAsync(
-            a_stage + a_offset[i],
-            a_source + static_cast<int64_t>(a_row[i]) * p.k + (chunk % 8) * 8);
+        CopyAsync(a_stage + a_offset[i],
+                  a_source + static_cast<int64_t>(a_row[i]) * p.k +
+                      (chunk % kChunksPerRow) * 8);
       }
     }
-    if constexpr (kRegisterCodes) {
-      code_ring[s] = __ldcs(code_source);
-    } else {
-      CopyAsync(stage_codes(s) + tid, code_source);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if constexpr (kRegisterCodes) {
+        code_ring[s][half] = __ldcs(code_source + half * 32);
+      } else {
+        CopyAsync(stage_codes(s) + half * kThreads + tid,
+                  code_source + half * 32);
+      }
     }
-    const int64_t group_offset =
-        ((load_step << 1) >> p.group_step_shift) * group_stride;
+    // Row j of the stage's scales is the group of its rows 32 j .. 32 j + 31.
     if (copies_scales) {
-      CopyAsync(stage_scales(s) + scale_piece * 4, scale_source + group_offset);
+      const int row = scale_piece / 16;
+      CopyAsync(
+          stage_scales(s) + scale_piece * 4,
+          scale_source +
+              (((load_step << 2) + row) >> p.group_step_shift) * group_stride);
     }
     if constexpr (kZeros) {
       if (copies_zeros) {
-        CopyAsync(stage_zeros(s) + zero_piece * 8, zero_source + group_offset);
+        const int row = zero_piece / 8;
+        CopyAsync(
+            stage_zeros(s) + zero_piece * 8,
+            zero_source + (((load_step << 2) + row) >> p.group_step_shift) *
+                              group_stride);
       }
     }
     if (++load_step == p.k_steps) {
@@ -409,7 +446,7 @@ __global__ void __launch_bounds__(kThreads)
       ++load_tile;
       enter_tile();
     } else {
-      code_source += 32;
+      code_source += 64;
       a_source += kStepK;
     }
   };
@@ -425,43 +462,47 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   auto compute = [&](int s) {
-    uint4 words;
-    if constexpr (kRegisterCodes) {
-      words = code_ring[s];
-    } else {
-      words = stage_codes(s)[tid];
-    }
-    const uint32_t word[4] = {words.x, words.y, words.z, words.w};
-    // Per group of the step: the scales and biases of columns g and g + 8.
-    uint32_t scale[2][2];
-    uint32_t bias[2][2];
+    uint4 words[2];
 #pragma unroll
-    for (int g = 0; g < 2; ++g) {
-      const int group = g < groups_per_step ? g : 0;
-      const int pair = (group * kWarps + warp) * 8 + lane / 4;
+    for (int half = 0; half < 2; ++half) {
+      if constexpr (kRegisterCodes) {
+        words[half] = code_ring[s][half];
+      } else {
+        words[half] = stage_codes(s)[half * kThreads + tid];
+      }
+    }
+    const uint32_t word[8] = {words[0].x, words[0].y, words[0].z, words[0].w,
+                              words[1].x, words[1].y, words[1].z, words[1].w};
+    const unsigned char* a_stage = stage_a(s);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // The scales and biases of columns g and g + 8 for rows 32 j on.
+      const int pair = (j * kWarps + warp) * 8 + lane / 4;
       const uint32_t scales = P::FromHalfPair(stage_scales(s)[pair]);
       uint32_t zeros = 0x0808u;
       if constexpr (kZeros) zeros = stage_zeros(s)[pair];
+      uint32_t scale[2];
+      uint32_t zero[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        scale[g][half] = Broadcast(scales, half);
-        const uint32_t zero = (zeros >> (8 * half)) & 0xffu;
-        bias[g][half] = P::kMagic | zero | (zero << 16);
+        scale[half] = Broadcast(scales, half);
+        const uint32_t z = (zeros >> (8 * half)) & 0xffu;
+        zero[half] = z | (z << 16);
       }
-    }
-    const unsigned char* a_stage = stage_a(s);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t b[4];
-      Dequantize<kFormat, T>(word[kk], scale[kk / 2], bias[kk / 2], b);
+      for (int kk = 2 * j; kk < 2 * j + 2; ++kk) {
+        uint32_t b[4];
+        Dequantize<kFormat, T>(word[kk], scale, zero, b);
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        const int row = mt * 16 + lane % 16;
-        const int column = kk * 2 + lane / 16;
-        uint32_t a[4];
-        LoadMatrix(a, a_stage + row * 128 + ((column ^ (row & 7)) * 16));
-        P::Mma(acc[mt][0], a, b[0], b[1]);
-        P::Mma(acc[mt][1], a, b[2], b[3]);
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          const int row = mt * 16 + lane % 16;
+          const int column = kk * 2 + lane / 16;
+          uint32_t a[4];
+          LoadMatrix(a,
+                     a_stage + row * kStepK * 2 + ((column ^ (row & 7)) * 16));
+          P::Mma(acc[mt][0], a, b[0], b[1]);
+          P::Mma(acc[mt][1], a, b[2], b[3]);
+        }
       }
     }
   };
@@ -511,13 +552,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Enough bytes in flight to cover DRAM latency: deeper rings where the
-// stages are small (few rows of A).
+// Enough bytes in flight to cover DRAM latency: three stages of 8 KB of
+// codes ahead of the one being multiplied.
 constexpr int kFusedStages = 4;
-template <int kMTiles>
-constexpr int PipelinedStages() {
-  return kMTiles <= 2 ? 8 : kMTiles == 4 ? 6 : 4;
-}
+constexpr int kPipelinedStages = 4;
 
 using KernelFunction = void (*)(Params);
 
@@ -533,9 +571,8 @@ KernelChoice ChooseStaged(bool register_codes) {
     return {GemmKernel<kFormat, T, kMTiles, true, kFusedStages>,
             kFusedStages * StageBytes<kMTiles>(true), kMTiles};
   }
-  constexpr int kStages = PipelinedStages<kMTiles>();
-  return {GemmKernel<kFormat, T, kMTiles, false, kStages>,
-          kStages * StageBytes<kMTiles>(false), kMTiles};
+  return {GemmKernel<kFormat, T, kMTiles, false, kPipelinedStages>,
+          kPipelinedStages * StageBytes<kMTiles>(false), kMTiles};
 }
 
 template <WeightFormat kFormat, typename T>

@@ -124,18 +124,18 @@ std::vector<LaunchCase> AllLaunchCases() {
   // N with a partial last tile, K from one step to many, every group size
   // (per-channel too), M across the 16, 32, 64 and 128-row tiles.
   const WeightSpec specs_by_format[][4] = {
-      {{WeightFormat::kU4b8, 64, 16, 32},
+      {{WeightFormat::kU4b8, 128, 16, 32},
        {WeightFormat::kU4b8, 1024, 200, 128},
        {WeightFormat::kU4b8, 4096, 1024, 128},
-       {WeightFormat::kU4b8, 512, 384, 512}},
+       {WeightFormat::kU4b8, 384, 384, 384}},
       {{WeightFormat::kFp4, 128, 136, 32},
        {WeightFormat::kFp4, 2048, 512, 32},
        {WeightFormat::kFp4, 256, 1000, 64},
        {WeightFormat::kFp4, 4096, 256, 4096}},
-      {{WeightFormat::kU4, 192, 72, 64},
+      {{WeightFormat::kU4, 256, 72, 64},
        {WeightFormat::kU4, 1024, 640, 128},
        {WeightFormat::kU4, 2048, 256, 32},
-       {WeightFormat::kU4, 320, 128, 320}},
+       {WeightFormat::kU4, 640, 128, 640}},
   };
   std::vector<LaunchCase> cases;
   for (KernelVariant variant :
@@ -252,12 +252,12 @@ TEST(CudaKernelsTest, RunWithoutAResidentWeightSaysWhatIsMissing) {
   SKIP_WITHOUT_GPU();
   const GemmProblem problem{.m = 1,
                             .n = 16,
-                            .k = 64,
+                            .k = 128,
                             .format = WeightFormat::kU4b8,
                             .group_size = 64,
                             .dtype = DType::kF16,
                             .threads = 1};
-  std::vector<uint8_t> a(64 * 2), c(16 * 2);
+  std::vector<uint8_t> a(128 * 2), c(16 * 2);
   ThreadPool pool(1);
   const absl::Status status =
       CudaKernels().front()->Run(problem, {nullptr, a.data(), c.data()}, pool);
@@ -265,24 +265,24 @@ TEST(CudaKernelsTest, RunWithoutAResidentWeightSaysWhatIsMissing) {
   EXPECT_NE(status.message().find("GPU memory"), std::string::npos) << status;
 }
 
-TEST(CudaKernelsTest, UploadRefusesKNotAMultipleOf64) {
+TEST(CudaKernelsTest, UploadRefusesKNotAMultipleOf128) {
   SKIP_WITHOUT_GPU();
   const QuantizedWeight weight =
-      RandomQuantizedWeight({WeightFormat::kU4b8, 96, 16, 32}, FreshSeed());
+      RandomQuantizedWeight({WeightFormat::kU4b8, 192, 16, 64}, FreshSeed());
   const absl::StatusOr<std::unique_ptr<CudaWeight>> b =
       CudaWeight::Upload(weight);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(b.status().message().find("multiple of 64"), std::string::npos)
+  EXPECT_NE(b.status().message().find("multiple of 128"), std::string::npos)
       << b.status();
 }
 
 TEST(CudaKernelsTest, LaunchRefusesF32Activations) {
   SKIP_WITHOUT_GPU();
   const QuantizedWeight weight =
-      RandomQuantizedWeight({WeightFormat::kU4b8, 64, 16, 64}, FreshSeed());
+      RandomQuantizedWeight({WeightFormat::kU4b8, 128, 16, 64}, FreshSeed());
   absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
   ASSERT_TRUE(b.ok()) << b.status();
-  DeviceArray a(64 * 4), c(16 * 4);
+  DeviceArray a(128 * 4), c(16 * 4);
   Workspace workspace;
   const absl::Status status = LaunchGemm({.variant = KernelVariant::kFused,
                                           .b = b->get(),
