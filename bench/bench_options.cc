@@ -41,6 +41,8 @@ void ApplyQuickGrid(BenchOptions& options) {
   options.repeats = 3;
 }
 
+}  // namespace
+
 absl::Status FlagError(absl::string_view flag, absl::string_view value,
                        absl::string_view what) {
   return absl::InvalidArgumentError(
@@ -109,6 +111,8 @@ absl::StatusOr<std::vector<Shape>> ParseShapes(absl::string_view value) {
   }
   return shapes;
 }
+
+namespace {
 
 absl::StatusOr<std::vector<WeightFormat>> ParseFormats(
     absl::string_view value) {

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/weight_format.h"
 
 namespace nibble::bench {
@@ -66,6 +68,23 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(
 
 // What --help prints.
 std::string BenchUsage();
+
+// Flag value parsers, shared with nibble-gpu-bench. Errors are
+// INVALID_ARGUMENT in the form "--FLAG=VALUE: what is wrong".
+absl::Status FlagError(absl::string_view flag, absl::string_view value,
+                       absl::string_view what);
+// `item` of `value` as an integer from 1 to `max`.
+absl::StatusOr<int64_t> ParsePositive(absl::string_view flag,
+                                      absl::string_view value,
+                                      absl::string_view item, int64_t max);
+// A comma-separated list of at least one item.
+absl::StatusOr<std::vector<absl::string_view>> SplitList(
+    absl::string_view flag, absl::string_view value);
+absl::StatusOr<std::vector<int64_t>> ParsePositiveList(absl::string_view flag,
+                                                       absl::string_view value,
+                                                       int64_t max);
+// "KxN,KxN,...".
+absl::StatusOr<std::vector<Shape>> ParseShapes(absl::string_view value);
 
 }  // namespace nibble::bench
 

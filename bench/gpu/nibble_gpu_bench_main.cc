@@ -100,51 +100,13 @@ Usage: nibble-gpu-bench [flags]
 )";
 }
 
-absl::Status FlagError(absl::string_view flag, absl::string_view value,
-                       absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, "=", value, ": ", what));
-}
-
-absl::StatusOr<int64_t> ParsePositive(absl::string_view flag,
-                                      absl::string_view value,
-                                      absl::string_view item, int64_t max) {
-  int64_t number = 0;
-  if (!absl::SimpleAtoi(item, &number) || number <= 0 || number > max) {
-    return FlagError(
-        flag, value,
-        absl::StrCat("\"", item, "\" is not an integer from 1 to ", max));
-  }
-  return number;
-}
-
 absl::StatusOr<std::vector<int64_t>> ParseMs(absl::string_view value) {
-  std::vector<int64_t> ms;
-  for (absl::string_view item : absl::StrSplit(value, ',')) {
-    absl::StatusOr<int64_t> m = ParsePositive("m", value, item, kMaxDimension);
-    if (!m.ok()) return m.status();
-    ms.push_back(*m);
-  }
-  std::sort(ms.begin(), ms.end());
-  ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+  absl::StatusOr<std::vector<int64_t>> ms =
+      ParsePositiveList("m", value, kMaxDimension);
+  if (!ms.ok()) return ms.status();
+  std::sort(ms->begin(), ms->end());
+  ms->erase(std::unique(ms->begin(), ms->end()), ms->end());
   return ms;
-}
-
-absl::StatusOr<std::vector<Shape>> ParseShapes(absl::string_view value) {
-  std::vector<Shape> shapes;
-  for (absl::string_view item : absl::StrSplit(value, ',')) {
-    const std::vector<absl::string_view> sides = absl::StrSplit(item, 'x');
-    Shape shape;
-    if (sides.size() != 2 || !absl::SimpleAtoi(sides[0], &shape.k) ||
-        !absl::SimpleAtoi(sides[1], &shape.n) || shape.k <= 0 || shape.n <= 0) {
-      return FlagError("shapes", value,
-                       absl::StrCat("\"", item,
-                                    "\" is not KxN with positive K and N "
-                                    "(e.g. 4096x14336)"));
-    }
-    shapes.push_back(shape);
-  }
-  return shapes;
 }
 
 absl::StatusOr<std::vector<WeightKind>> ParseFormats(absl::string_view value) {

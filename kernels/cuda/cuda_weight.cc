@@ -32,6 +32,26 @@ absl::Status CopyToDevice(T* device, const std::vector<T>& host,
                     absl::StrCat("copying ", what, " to the GPU"));
 }
 
+// Replaces `*data` by `count` zeroed elements unless it holds that many.
+template <typename T>
+absl::Status GrowZeroed(T** data, int64_t* capacity, int64_t count,
+                        const std::string& what) {
+  if (count <= *capacity) return absl::OkStatus();
+  cudaFree(*data);
+  *data = nullptr;
+  *capacity = 0;
+  if (absl::Status status = Allocate(data, count, what); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CudaStatus(cudaMemset(*data, 0, count * sizeof(T)),
+                                       absl::StrCat("clearing ", what));
+      !status.ok()) {
+    return status;
+  }
+  *capacity = count;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CudaStatus(cudaError_t error, const std::string& what) {
@@ -146,41 +166,13 @@ Workspace::~Workspace() {
 }
 
 absl::Status Workspace::Reserve(int64_t partial_floats, int64_t counters) {
-  if (partial_floats > partial_capacity_) {
-    cudaFree(partials_);
-    partials_ = nullptr;
-    partial_capacity_ = 0;
-    if (absl::Status status =
-            Allocate(&partials_, partial_floats, "the GEMM workspace");
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status =
-            CudaStatus(cudaMemset(partials_, 0, partial_floats * sizeof(float)),
-                       "clearing the GEMM workspace");
-        !status.ok()) {
-      return status;
-    }
-    partial_capacity_ = partial_floats;
+  if (absl::Status status = GrowZeroed(&partials_, &partial_capacity_,
+                                       partial_floats, "the GEMM workspace");
+      !status.ok()) {
+    return status;
   }
-  if (counters > counter_capacity_) {
-    cudaFree(counters_);
-    counters_ = nullptr;
-    counter_capacity_ = 0;
-    if (absl::Status status =
-            Allocate(&counters_, counters, "the GEMM tile counters");
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status =
-            CudaStatus(cudaMemset(counters_, 0, counters * sizeof(int)),
-                       "clearing the GEMM tile counters");
-        !status.ok()) {
-      return status;
-    }
-    counter_capacity_ = counters;
-  }
-  return absl::OkStatus();
+  return GrowZeroed(&counters_, &counter_capacity_, counters,
+                    "the GEMM tile counters");
 }
 
 std::string KernelName(KernelVariant variant, WeightFormat format,

@@ -27,7 +27,10 @@ absl::StatusOr<std::unique_ptr<NibbledProcess>> NibbledProcess::Start(
     dup2(pipe_fds[1], STDOUT_FILENO);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
-    std::vector<std::string> argv_strings = {path, "--listen=127.0.0.1:0"};
+    // The tests expect the CPU backend's kernels and tuning table, on GPU
+    // machines too; tests of --backend pass their own (the last flag wins).
+    std::vector<std::string> argv_strings = {path, "--listen=127.0.0.1:0",
+                                             "--backend=cpu"};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& arg : argv_strings) argv.push_back(arg.data());

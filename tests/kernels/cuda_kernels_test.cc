@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,9 +19,14 @@
 #include "kernels/reference.h"
 #include "kernels/thread_pool.h"
 #include "kernels/weight_format.h"
+#include "tests/kernels/encoded_values.h"
 
 namespace nibble::cuda {
 namespace {
+
+using ::nibble::testing::Decode;
+using ::nibble::testing::Encode;
+using ::nibble::testing::Encoded;
 
 #define SKIP_WITHOUT_GPU()                              \
   if (DeviceCount() == 0) {                             \
@@ -57,47 +61,12 @@ QuantizedWeight SignedRandomWeight(const WeightSpec& spec, uint64_t seed) {
 }
 
 // A [M, K] uniform in [-1, 1) encoded in `dtype`, and the values it holds.
-struct Activations {
-  std::vector<uint8_t> bytes;
-  std::vector<double> values;
-};
-
-Activations RandomActivations(int64_t m, int64_t k, DType dtype,
-                              uint64_t seed) {
+Encoded RandomActivations(int64_t m, int64_t k, DType dtype, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  Activations a{std::vector<uint8_t>(m * k * DTypeSize(dtype)), {}};
-  a.values.reserve(m * k);
-  for (int64_t i = 0; i < m * k; ++i) {
-    const float value = uniform(rng);
-    if (dtype == DType::kF32) {
-      std::memcpy(&a.bytes[i * 4], &value, 4);
-      a.values.push_back(value);
-      continue;
-    }
-    const uint16_t bits =
-        dtype == DType::kF16 ? FloatToHalf(value) : FloatToBf16(value);
-    std::memcpy(&a.bytes[i * 2], &bits, 2);
-    a.values.push_back(dtype == DType::kF16 ? HalfToFloat(bits)
-                                            : Bf16ToFloat(bits));
-  }
-  return a;
-}
-
-std::vector<double> Decode(DType dtype, const std::vector<uint8_t>& bytes) {
-  std::vector<double> values(bytes.size() / DTypeSize(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kF32) {
-      float value;
-      std::memcpy(&value, &bytes[i * 4], 4);
-      values[i] = value;
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, &bytes[i * 2], 2);
-      values[i] = dtype == DType::kF16 ? HalfToFloat(bits) : Bf16ToFloat(bits);
-    }
-  }
-  return values;
+  std::vector<float> values(m * k);
+  for (float& value : values) value = uniform(rng);
+  return Encode(dtype, values);
 }
 
 // fp16 weights and activations round each product's inputs to 11 bits, bf16
@@ -176,7 +145,7 @@ TEST_P(LaunchGemmTest, MatchesTheFloat64Reference) {
   const QuantizedWeight weight = SignedRandomWeight(c.spec, seed);
   absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
   ASSERT_TRUE(b.ok()) << b.status();
-  const Activations a = RandomActivations(c.m, c.spec.k, c.a_dtype, seed + 1);
+  const Encoded a = RandomActivations(c.m, c.spec.k, c.a_dtype, seed + 1);
   DeviceArray a_device(a.bytes.size());
   ASSERT_EQ(cudaMemcpy(a_device.data(), a.bytes.data(), a.bytes.size(),
                        cudaMemcpyHostToDevice),
@@ -234,7 +203,7 @@ TEST(CudaKernelsTest, RunOnHostOperandsMatchesTheReference) {
                                 .threads = 1};
       if (!kernel->Supports(problem)) continue;
       SCOPED_TRACE(absl::StrCat(kernel->name(), " ", DTypeName(dtype)));
-      const Activations a = RandomActivations(problem.m, spec.k, dtype, seed);
+      const Encoded a = RandomActivations(problem.m, spec.k, dtype, seed);
       std::vector<uint8_t> c(problem.m * spec.n * DTypeSize(dtype), 0xff);
       const absl::Status status = kernel->Run(
           problem, {nullptr, a.bytes.data(), c.data(), resident->get()}, pool);

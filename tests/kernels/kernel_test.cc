@@ -1,7 +1,6 @@
 // Tests every CPU kernel against the float64 reference on random problems.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -18,9 +17,14 @@
 #include "kernels/reference.h"
 #include "kernels/thread_pool.h"
 #include "kernels/weight_format.h"
+#include "tests/kernels/encoded_values.h"
 
 namespace nibble {
 namespace {
+
+using ::nibble::testing::Decode;
+using ::nibble::testing::Encode;
+using ::nibble::testing::Encoded;
 
 constexpr int kThreads = 2;
 constexpr int64_t kGuardBytes = 64;
@@ -84,47 +88,6 @@ std::string KernelCaseName(const ::testing::TestParamInfo<KernelCase>& info) {
   return absl::StrCat(info.param.entry->kernel->name(), "_m", problem.m, "_k",
                       problem.k, "_n", problem.n, "_", group, "_",
                       DTypeName(problem.dtype));
-}
-
-// Encodes `values` in `dtype` and returns the bytes and the values they hold
-// after rounding, decoded element by element.
-struct Encoded {
-  std::vector<uint8_t> bytes;
-  std::vector<double> values;
-};
-
-Encoded Encode(DType dtype, const std::vector<float>& values) {
-  Encoded encoded{std::vector<uint8_t>(values.size() * DTypeSize(dtype)), {}};
-  for (size_t i = 0; i < values.size(); ++i) {
-    float rounded = values[i];
-    if (dtype == DType::kF32) {
-      std::memcpy(&encoded.bytes[i * 4], &rounded, 4);
-    } else {
-      const uint16_t bits = dtype == DType::kF16 ? FloatToHalf(values[i])
-                                                 : FloatToBf16(values[i]);
-      rounded = dtype == DType::kF16 ? HalfToFloat(bits) : Bf16ToFloat(bits);
-      std::memcpy(&encoded.bytes[i * 2], &bits, 2);
-    }
-    encoded.values.push_back(rounded);
-  }
-  return encoded;
-}
-
-std::vector<double> Decode(DType dtype, const std::vector<uint8_t>& bytes) {
-  const size_t count = bytes.size() / DTypeSize(dtype);
-  std::vector<double> values(count);
-  for (size_t i = 0; i < count; ++i) {
-    if (dtype == DType::kF32) {
-      float value;
-      std::memcpy(&value, &bytes[i * 4], 4);
-      values[i] = value;
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, &bytes[i * 2], 2);
-      values[i] = dtype == DType::kF16 ? HalfToFloat(bits) : Bf16ToFloat(bits);
-    }
-  }
-  return values;
 }
 
 class KernelTest : public ::testing::TestWithParam<KernelCase> {};
