@@ -243,49 +243,75 @@ absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<BenchOptions> ParseBenchOptions(
-    const std::vector<std::string>& args) {
-  BenchOptions options = DefaultGrid();
-  GivenFlags given;
+absl::StatusOr<std::vector<FlagArgument>> SplitFlags(
+    const std::vector<std::string>& args, absl::string_view program,
+    const std::vector<absl::string_view>& takes_value) {
+  std::vector<FlagArgument> flags;
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
     if (arg == "-h" || arg == "--help") {
-      options.help = true;
-      return options;
+      return std::vector<FlagArgument>{{"help", std::nullopt}};
     }
     if (arg.size() < 3 || arg.substr(0, 2) != "--") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", arg,
-                       "\": nibble-bench takes only --flags"));
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"",
+                                                     arg, "\": ", program,
+                                                     " takes only --flags"));
     }
     arg.remove_prefix(2);
     const size_t equals = arg.find('=');
-    const absl::string_view name = arg.substr(0, equals);
-    std::optional<absl::string_view> value;
-    if (equals != absl::string_view::npos) value = arg.substr(equals + 1);
-
-    if (name == "quick") {
-      if (value) return FlagError(name, *value, "--quick takes no value");
-      given.quick = true;
-    } else if (name == "json") {
-      if (value && value->empty()) {
-        return FlagError(name, *value,
-                         "give a file, or --json alone for stdout");
-      }
-      options.json_to_stdout = !value.has_value();
-      options.json_path = value ? std::string(*value) : "";
-    } else if (name == "m" || name == "shapes" || name == "formats" ||
-               name == "groups" || name == "threads" || name == "repeats" ||
-               name == "tuning_table" || name == "write_tuning_table") {
-      if (!value) {
+    FlagArgument flag{std::string(arg.substr(0, equals)), std::nullopt};
+    if (equals != absl::string_view::npos) {
+      flag.value = std::string(arg.substr(equals + 1));
+    }
+    if (std::find(takes_value.begin(), takes_value.end(), flag.name) !=
+        takes_value.end()) {
+      if (!flag.value) {
         if (i + 1 == args.size()) {
           return absl::InvalidArgumentError(
-              absl::StrCat("--", name, " needs a value"));
+              absl::StrCat("--", flag.name, " needs a value"));
         }
-        value = args[++i];
+        flag.value = args[++i];
       }
-      if (value->empty()) return FlagError(name, *value, "the value is empty");
-      if (absl::Status status = ApplyValueFlag(name, *value, given, options);
+      if (flag.value->empty()) {
+        return FlagError(flag.name, *flag.value, "the value is empty");
+      }
+    }
+    flags.push_back(std::move(flag));
+  }
+  return flags;
+}
+
+absl::StatusOr<BenchOptions> ParseBenchOptions(
+    const std::vector<std::string>& args) {
+  static const std::vector<absl::string_view> kValueFlags = {
+      "m",       "shapes",  "formats",      "groups",
+      "threads", "repeats", "tuning_table", "write_tuning_table"};
+  absl::StatusOr<std::vector<FlagArgument>> flags =
+      SplitFlags(args, "nibble-bench", kValueFlags);
+  if (!flags.ok()) return flags.status();
+  BenchOptions options = DefaultGrid();
+  GivenFlags given;
+  for (const FlagArgument& flag : *flags) {
+    const std::string& name = flag.name;
+    if (name == "help") {
+      options.help = true;
+      return options;
+    }
+    if (name == "quick") {
+      if (flag.value)
+        return FlagError(name, *flag.value, "--quick takes no value");
+      given.quick = true;
+    } else if (name == "json") {
+      if (flag.value && flag.value->empty()) {
+        return FlagError(name, *flag.value,
+                         "give a file, or --json alone for stdout");
+      }
+      options.json_to_stdout = !flag.value.has_value();
+      options.json_path = flag.value.value_or("");
+    } else if (std::find(kValueFlags.begin(), kValueFlags.end(), name) !=
+               kValueFlags.end()) {
+      if (absl::Status status =
+              ApplyValueFlag(name, *flag.value, given, options);
           !status.ok()) {
         return status;
       }

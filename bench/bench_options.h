@@ -12,6 +12,7 @@
 #define NIBBLE_BENCH_BENCH_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,21 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(
 
 // What --help prints.
 std::string BenchUsage();
+
+// One command-line flag: --name, --name=value, or --name value for the flags
+// that take a value.
+struct FlagArgument {
+  std::string name;
+  std::optional<std::string> value;
+};
+
+// `args` (without the program name) as flags; "-h" or "--help" gives the one
+// flag "help", whatever follows it. INVALID_ARGUMENT for an argument that is
+// not a --flag (naming `program`), and for a flag of `takes_value` whose
+// value is missing or empty.
+absl::StatusOr<std::vector<FlagArgument>> SplitFlags(
+    const std::vector<std::string>& args, absl::string_view program,
+    const std::vector<absl::string_view>& takes_value);
 
 // Flag value parsers, shared with nibble-gpu-bench. Errors are
 // INVALID_ARGUMENT in the form "--FLAG=VALUE: what is wrong".

@@ -159,46 +159,37 @@ absl::Status ApplyValueFlag(absl::string_view name, absl::string_view value,
 // is, so that the other flags change its grid.
 absl::StatusOr<GpuBenchOptions> ParseOptions(
     const std::vector<std::string>& args) {
+  static const std::vector<absl::string_view> kValueFlags = {
+      "m", "shapes", "formats", "repeats"};
+  absl::StatusOr<std::vector<FlagArgument>> flags =
+      SplitFlags(args, "nibble-gpu-bench", kValueFlags);
+  if (!flags.ok()) return flags.status();
   GpuBenchOptions options;
-  if (std::find(args.begin(), args.end(), "--quick") != args.end()) {
-    options.shapes = {{4096, 14336}, {14336, 4096}};
-    options.repeats = 50;
+  for (const FlagArgument& flag : *flags) {
+    if (flag.name == "quick") {
+      options.shapes = {{4096, 14336}, {14336, 4096}};
+      options.repeats = 50;
+    }
   }
-  for (size_t i = 0; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (arg == "-h" || arg == "--help") {
+  for (const FlagArgument& flag : *flags) {
+    const std::string& name = flag.name;
+    if (name == "help") {
       options.help = true;
       return options;
     }
-    if (arg == "--quick") continue;
-    if (arg.size() < 3 || arg.substr(0, 2) != "--") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", arg,
-                       "\": nibble-gpu-bench takes only --flags"));
-    }
-    arg.remove_prefix(2);
-    const size_t equals = arg.find('=');
-    const absl::string_view name = arg.substr(0, equals);
-    std::optional<absl::string_view> value;
-    if (equals != absl::string_view::npos) value = arg.substr(equals + 1);
-
-    if (name == "json") {
-      if (value && value->empty()) {
-        return FlagError(name, *value,
+    if (name == "quick") {
+      if (flag.value)
+        return FlagError(name, *flag.value, "--quick takes no value");
+    } else if (name == "json") {
+      if (flag.value && flag.value->empty()) {
+        return FlagError(name, *flag.value,
                          "give a file, or --json alone for stdout");
       }
-      options.json_to_stdout = !value.has_value();
-      options.json_path = value ? std::string(*value) : "";
-    } else if (name == "m" || name == "shapes" || name == "formats" ||
-               name == "repeats") {
-      if (!value) {
-        if (i + 1 == args.size()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--", name, " needs a value"));
-        }
-        value = args[++i];
-      }
-      if (absl::Status status = ApplyValueFlag(name, *value, options);
+      options.json_to_stdout = !flag.value.has_value();
+      options.json_path = flag.value.value_or("");
+    } else if (std::find(kValueFlags.begin(), kValueFlags.end(), name) !=
+               kValueFlags.end()) {
+      if (absl::Status status = ApplyValueFlag(name, *flag.value, options);
           !status.ok()) {
         return status;
       }
@@ -211,8 +202,8 @@ absl::StatusOr<GpuBenchOptions> ParseOptions(
       const WeightSpec spec{kind.format, shape.k, shape.n, kind.group_size};
       absl::Status status = spec.Validate();
       if (status.ok() && !cuda::SupportsSpec(spec)) {
-        status = absl::InvalidArgumentError(
-            "the CUDA kernels need K to be a multiple of 64");
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "the CUDA kernels need K to be a multiple of ", cuda::kKMultiple));
       }
       if (!status.ok()) {
         return absl::InvalidArgumentError(
