@@ -92,7 +92,7 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, int64_t m,
   launch.m_tiles = plan.kernel.m_tiles;
   const int64_t rows = 16 * launch.m_tiles;
   const int64_t padded_n = (spec.n + kTileN - 1) / kTileN * kTileN;
-  launch.tiles = (m + rows - 1) / rows * (padded_n / kTileN);
+  launch.tiles = (m + rows - 1) / rows * (padded_n / plan.kernel.columns);
   launch.steps_per_tile = spec.k / kKMultiple;
   const int64_t iterations = launch.tiles * launch.steps_per_tile;
   if (iterations >= int64_t{1} << 31) {
@@ -161,7 +161,8 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   const LaunchPlan& launch = plan->launch;
   if (launch.blocks != launch.tiles) {
     if (absl::Status status = workspace.Reserve(
-            launch.tiles * 16 * launch.m_tiles * kTileN, launch.tiles);
+            launch.tiles * 16 * launch.m_tiles * plan->kernel.columns,
+            launch.tiles);
         !status.ok()) {
       return status;
     }

@@ -33,8 +33,9 @@
 
 namespace nibble::cuda {
 
-// Columns of B one thread block covers, and rows of K per pipeline step.
-inline constexpr int64_t kTileN = 128;
+// N is padded to a multiple of kTileN, the widest tile a thread block covers;
+// K is laid out in steps of kTileK rows.
+inline constexpr int64_t kTileN = 256;
 inline constexpr int64_t kTileK = 64;
 
 // Position of code (row, col) of a 16 x 16 block: the lane that holds it and

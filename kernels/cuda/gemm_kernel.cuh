@@ -3,12 +3,13 @@
 // it, so that nvcc compiles the formats in parallel. Only cuda_gemm.cu and
 // those files include it.
 //
-// A thread block owns a tile of kTileN = 128 columns and 16 * MT rows of C and
-// walks K in stages of kStepK = 128 rows. Each of its 8 warps owns 16 columns:
-// per 16-row block of K it dequantizes one 32-bit word of codes (its two n8 B
-// fragments, see device_layout.h) in registers and issues 2 * MT
-// mma.sync.m16n8k16 with fp32 accumulators. A, scales and zero points go
-// through a ring of kStages shared-memory stages filled by cp.async.
+// A thread block owns a tile of 16 * MT rows and 128 or 256 columns of C and
+// walks K in stages of kStepK = 128 rows. Each of its 8 warps owns one or two
+// 16-column blocks: per 16-row block of K and column block it dequantizes one
+// 32-bit word of codes (its two n8 B fragments, see device_layout.h) in
+// registers and issues 2 * MT mma.sync.m16n8k16 with fp32 accumulators. A,
+// scales and zero points go through a ring of kStages shared-memory stages
+// filled by cp.async.
 //   fused:           codes go from global memory straight into a ring of
 //                    registers, never through shared memory;
 //   double_buffered: codes go through the cp.async stages too;
@@ -38,13 +39,13 @@ constexpr int kWarps = kThreads / 32;
 // Rows of K per pipeline stage: two 64-row word groups of the layout, so
 // that the barrier and the bookkeeping of a stage pay for 8 KB of codes.
 constexpr int kStepK = 2 * static_cast<int>(kTileK);
-constexpr int kBlockN = static_cast<int>(kTileN);
 // Per stage: codes of all warps, scales and zero points of up to two groups.
-constexpr int kCodeBytes = kThreads * 32;
-// A stage's scales and zero points are four rows, one per 32 rows of K, so
-// that a 16-row block kk reads row kk / 2 whatever the group size.
-constexpr int kScaleBytes = 4 * kWarps * 8 * 4;
-constexpr int kZeroBytes = 4 * kWarps * 8 * 2;
+// Per stage and 16-column block of each warp: codes, and scales and zero
+// points in four rows, one per 32 rows of K, so that a 16-row block kk reads
+// row kk / 2 whatever the group size.
+constexpr int kCodeBytesPerBlock = kThreads * 32;
+constexpr int kScaleBytesPerBlock = 4 * kWarps * 8 * 4;
+constexpr int kZeroBytesPerBlock = 4 * kWarps * 8 * 2;
 
 enum class OutType { kF16, kBF16, kF32 };
 
@@ -254,25 +255,29 @@ __device__ __forceinline__ void Store(const Params& p, int row, int col,
 // partial sums; the tile's last block to finish then writes C and leaves the
 // partial sums and the counter zero for the next launch. Every thread of the
 // block calls it.
-template <int kMTiles>
-__device__ __forceinline__ void FinishTile(const Params& p, int tile, int begin,
-                                           int end, float (&acc)[kMTiles][2][4],
-                                           int& last_block) {
+template <int kMTiles, int kNBlocks>
+__device__ __forceinline__ void FinishTile(
+    const Params& p, int tile, int begin, int end,
+    float (&acc)[kMTiles][2 * kNBlocks][4], int& last_block) {
   constexpr int kRows = 16 * kMTiles;
+  constexpr int kTiles8 = 2 * kNBlocks;  // n8 tiles of a warp
+  constexpr int kColumns = kWarps * 16 * kNBlocks;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int tile_begin = tile * p.k_steps;
   const int tile_end = tile_begin + p.k_steps;
   if (begin > tile_begin || end < tile_end) {
-    float* partials = p.partials + static_cast<int64_t>(tile) * kRows * kBlockN;
+    float* partials =
+        p.partials + static_cast<int64_t>(tile) * kRows * kColumns;
     auto slot = [&](int mt, int j, int r) {
-      return partials + (((warp * kMTiles + mt) * 2 + j) * 4 + r) * 32 + lane;
+      return partials + (((warp * kMTiles + mt) * kTiles8 + j) * 4 + r) * 32 +
+             lane;
     };
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < kTiles8; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) atomicAdd(slot(mt, j, r), acc[mt][j][r]);
     __threadfence();
@@ -288,7 +293,7 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile, int begin,
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < kTiles8; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           acc[mt][j][r] = __ldcg(slot(mt, j, r));
@@ -297,11 +302,12 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile, int begin,
     if (tid == 0) p.counters[tile] = 0;
   }
   const int row0 = (tile % p.tiles_m) * kRows + lane / 4;
-  const int col0 = (tile / p.tiles_m) * kBlockN + warp * 16 + (lane % 4) * 2;
+  const int col0 =
+      (tile / p.tiles_m) * kColumns + warp * 16 * kNBlocks + (lane % 4) * 2;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < kTiles8; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         Store(p, row0 + mt * 16 + (r / 2) * 8, col0 + j * 8 + r % 2,
@@ -309,20 +315,26 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile, int begin,
       }
 }
 
-template <int kMTiles>
+template <int kMTiles, int kNBlocks>
 constexpr int StageBytes(bool register_codes) {
-  return kMTiles * 16 * kStepK * 2 + (register_codes ? 0 : kCodeBytes) +
-         kScaleBytes + kZeroBytes;
+  return kMTiles * 16 * kStepK * 2 +
+         kNBlocks * ((register_codes ? 0 : kCodeBytesPerBlock) +
+                     kScaleBytesPerBlock + kZeroBytesPerBlock);
 }
 
-template <WeightFormat kFormat, typename T, int kMTiles, bool kRegisterCodes,
-          int kStages>
+template <WeightFormat kFormat, typename T, int kMTiles, int kNBlocks,
+          bool kRegisterCodes, int kStages>
 __global__ void __launch_bounds__(kThreads)
     GemmKernel(const __grid_constant__ Params p) {
   using P = Pair<T>;
   constexpr int kRows = 16 * kMTiles;
   constexpr int kABytes = kRows * kStepK * 2;
-  constexpr int kStageBytes = StageBytes<kMTiles>(kRegisterCodes);
+  constexpr int kStageBytes = StageBytes<kMTiles, kNBlocks>(kRegisterCodes);
+  constexpr int kCodeBytes = kNBlocks * kCodeBytesPerBlock;
+  constexpr int kScaleBytes = kNBlocks * kScaleBytesPerBlock;
+  // Scale pieces (16 bytes) per row of a stage, and zero-point pieces.
+  constexpr int kScalePieces = 16 * kNBlocks;
+  constexpr int kZeroPieces = 8 * kNBlocks;
   constexpr bool kZeros = kFormat == WeightFormat::kU4;
   // 16-byte chunks of A per stage, and how many each thread copies.
   constexpr int kChunksPerRow = kStepK / 8;
@@ -341,8 +353,8 @@ __global__ void __launch_bounds__(kThreads)
 
   // The copies each thread makes per stage, spread so that every warp has
   // the same share and none waits longer at the barrier: chunk c of A goes
-  // to lane c / 8 of warp c % 8; the 64 scale pieces to lanes 8 to 15, the
-  // 32 zero-point pieces to lanes 16 to 19.
+  // to lane c / 8 of warp c % 8; the 4 rows of scale pieces to lanes 8 and
+  // up, those of zero-point pieces to lanes 24 and up.
   int a_offset[kAChunksPerThread];  // byte offset in a stage, -1: none
   int a_row[kAChunksPerThread];
 #pragma unroll
@@ -353,17 +365,20 @@ __global__ void __launch_bounds__(kThreads)
     a_row[i] = chunk < kAChunks ? row : kRows;
     a_offset[i] = row * kStepK * 2 + ((column ^ (row & 7)) * 16);
   }
-  const int scale_piece = max(lane - 8, 0) * 8 + warp;  // 16 per row
-  const bool copies_scales = lane >= 8 && lane < 16;
-  const int zero_piece = max(lane - 16, 0) * 8 + warp;  // 8 per row
-  const bool copies_zeros = kZeros && lane >= 16 && lane < 20;
+  const int scale_piece = max(lane - 8, 0) * 8 + warp;
+  const bool copies_scales = lane >= 8 && scale_piece < 4 * kScalePieces;
+  const int zero_piece = max(lane - 24, 0) * 8 + warp;
+  const bool copies_zeros =
+      kZeros && lane >= 24 && zero_piece < 4 * kZeroPieces;
+  // A warp's 16-column blocks lie this far apart in the codes.
+  const int64_t block_stride = static_cast<int64_t>(p.k_steps) * 64;
 
-  [[maybe_unused]] uint4 code_ring[kRegisterCodes ? kStages : 1][2];
+  [[maybe_unused]] uint4 code_ring[kRegisterCodes ? kStages : 1][kNBlocks][2];
 
   auto stage_a = [&](int s) { return shared + s * kStageBytes; };
   auto stage_codes = [&](int s) {
     return reinterpret_cast<uint4*>(shared + s * kStageBytes + kABytes);
-  };  // [half][thread]
+  };  // [block][half][thread]
   auto stage_scales = [&](int s) {
     return reinterpret_cast<uint32_t*>(shared + s * kStageBytes + kABytes +
                                        (kRegisterCodes ? 0 : kCodeBytes));
@@ -387,16 +402,15 @@ __global__ void __launch_bounds__(kThreads)
     const int m_tile = load_tile % p.tiles_m;
     const int n_tile = load_tile / p.tiles_m;
     load_rows = min(kRows, p.m - m_tile * kRows);
-    code_source =
-        p.codes +
-        (static_cast<int64_t>(n_tile * kWarps + warp) * p.k_steps + load_step) *
-            64 +
-        lane;
+    const int first_block = (n_tile * kWarps + warp) * kNBlocks;
+    code_source = p.codes + first_block * block_stride + load_step * 64 + lane;
     a_source = static_cast<const T*>(p.a) +
                static_cast<int64_t>(m_tile * kRows) * p.k + load_step * kStepK;
-    scale_source = p.scales + n_tile * kWarps * 8 + (scale_piece % 16) * 4;
+    scale_source = p.scales + n_tile * kWarps * kNBlocks * 8 +
+                   (scale_piece % kScalePieces) * 4;
     if constexpr (kZeros) {
-      zero_source = p.zeros + n_tile * kWarps * 8 + (zero_piece % 8) * 8;
+      zero_source = p.zeros + n_tile * kWarps * kNBlocks * 8 +
+                    (zero_piece % kZeroPieces) * 8;
     }
   };
   enter_tile();
@@ -416,17 +430,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      if constexpr (kRegisterCodes) {
-        code_ring[s][half] = __ldcs(code_source + half * 32);
-      } else {
-        CopyAsync(stage_codes(s) + half * kThreads + tid,
-                  code_source + half * 32);
+    for (int nb = 0; nb < kNBlocks; ++nb) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint4* source = code_source + nb * block_stride + half * 32;
+        if constexpr (kRegisterCodes) {
+          code_ring[s][nb][half] = __ldcs(source);
+        } else {
+          CopyAsync(stage_codes(s) + (nb * 2 + half) * kThreads + tid, source);
+        }
       }
     }
     // Row j of the stage's scales is the group of its rows 32 j .. 32 j + 31.
     if (copies_scales) {
-      const int row = scale_piece / 16;
+      const int row = scale_piece / kScalePieces;
       CopyAsync(
           stage_scales(s) + scale_piece * 4,
           scale_source +
@@ -434,7 +451,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if constexpr (kZeros) {
       if (copies_zeros) {
-        const int row = zero_piece / 8;
+        const int row = zero_piece / kZeroPieces;
         CopyAsync(
             stage_zeros(s) + zero_piece * 8,
             zero_source + (((load_step << 2) + row) >> p.group_step_shift) *
@@ -451,48 +468,61 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  float acc[kMTiles][2][4];
+  float acc[kMTiles][2 * kNBlocks][4];
   auto clear = [&] {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2 * kNBlocks; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[mt][j][r] = 0.0f;
   };
 
   auto compute = [&](int s) {
-    uint4 words[2];
+    uint32_t word[kNBlocks][8];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      if constexpr (kRegisterCodes) {
-        words[half] = code_ring[s][half];
-      } else {
-        words[half] = stage_codes(s)[half * kThreads + tid];
+    for (int nb = 0; nb < kNBlocks; ++nb) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint4 words;
+        if constexpr (kRegisterCodes) {
+          words = code_ring[s][nb][half];
+        } else {
+          words = stage_codes(s)[(nb * 2 + half) * kThreads + tid];
+        }
+        word[nb][half * 4 + 0] = words.x;
+        word[nb][half * 4 + 1] = words.y;
+        word[nb][half * 4 + 2] = words.z;
+        word[nb][half * 4 + 3] = words.w;
       }
     }
-    const uint32_t word[8] = {words[0].x, words[0].y, words[0].z, words[0].w,
-                              words[1].x, words[1].y, words[1].z, words[1].w};
     const unsigned char* a_stage = stage_a(s);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      // The scales and biases of columns g and g + 8 for rows 32 j on.
-      const int pair = (j * kWarps + warp) * 8 + lane / 4;
-      const uint32_t scales = P::FromHalfPair(stage_scales(s)[pair]);
-      uint32_t zeros = 0x0808u;
-      if constexpr (kZeros) zeros = stage_zeros(s)[pair];
-      uint32_t scale[2];
-      uint32_t zero[2];
+      // The scales and zero points of columns g and g + 8 of each block, for
+      // rows 32 j on.
+      uint32_t scale[kNBlocks][2];
+      uint32_t zero[kNBlocks][2];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        scale[half] = Broadcast(scales, half);
-        const uint32_t z = (zeros >> (8 * half)) & 0xffu;
-        zero[half] = z | (z << 16);
+      for (int nb = 0; nb < kNBlocks; ++nb) {
+        const int pair = ((j * kWarps + warp) * kNBlocks + nb) * 8 + lane / 4;
+        const uint32_t scales = P::FromHalfPair(stage_scales(s)[pair]);
+        uint32_t zeros = 0x0808u;
+        if constexpr (kZeros) zeros = stage_zeros(s)[pair];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          scale[nb][half] = Broadcast(scales, half);
+          const uint32_t z = (zeros >> (8 * half)) & 0xffu;
+          zero[nb][half] = z | (z << 16);
+        }
       }
 #pragma unroll
       for (int kk = 2 * j; kk < 2 * j + 2; ++kk) {
-        uint32_t b[4];
-        Dequantize<kFormat, T>(word[kk], scale, zero, b);
+        uint32_t b[kNBlocks][4];
+#pragma unroll
+        for (int nb = 0; nb < kNBlocks; ++nb) {
+          Dequantize<kFormat, T>(word[nb][kk], scale[nb], zero[nb], b[nb]);
+        }
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           const int row = mt * 16 + lane % 16;
@@ -500,15 +530,18 @@ __global__ void __launch_bounds__(kThreads)
           uint32_t a[4];
           LoadMatrix(a,
                      a_stage + row * kStepK * 2 + ((column ^ (row & 7)) * 16));
-          P::Mma(acc[mt][0], a, b[0], b[1]);
-          P::Mma(acc[mt][1], a, b[2], b[3]);
+#pragma unroll
+          for (int nb = 0; nb < kNBlocks; ++nb) {
+            P::Mma(acc[mt][2 * nb], a, b[nb][0], b[nb][1]);
+            P::Mma(acc[mt][2 * nb + 1], a, b[nb][2], b[nb][3]);
+          }
         }
       }
     }
   };
 
   auto finish_tile = [&](int tile) {
-    FinishTile<kMTiles>(p, tile, begin, end, acc, last_block);
+    FinishTile<kMTiles, kNBlocks>(p, tile, begin, end, acc, last_block);
   };
 
 #pragma unroll
@@ -552,8 +585,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Enough bytes in flight to cover DRAM latency: three stages of 8 KB of
-// codes ahead of the one being multiplied.
+// Enough bytes in flight to cover DRAM latency: three stages of 8 or 16 KB
+// of codes ahead of the one being multiplied.
 constexpr int kFusedStages = 4;
 constexpr int kPipelinedStages = 4;
 
@@ -563,16 +596,29 @@ struct KernelChoice {
   KernelFunction function = nullptr;
   int shared_bytes = 0;
   int m_tiles = 1;
+  int columns = 0;  // of a block's tile
 };
+
+// Up to 32 rows, where the weight read dominates, each warp takes two
+// 16-column blocks, so that the per-stage work is spread over twice the
+// bytes; above, one, to keep the accumulators in registers.
+template <int kMTiles>
+constexpr int NBlocksFor() {
+  return kMTiles <= 2 ? 2 : 1;
+}
 
 template <WeightFormat kFormat, typename T, int kMTiles>
 KernelChoice ChooseStaged(bool register_codes) {
+  constexpr int kNBlocks = NBlocksFor<kMTiles>();
+  constexpr int kColumns = kWarps * 16 * kNBlocks;
   if (register_codes) {
-    return {GemmKernel<kFormat, T, kMTiles, true, kFusedStages>,
-            kFusedStages * StageBytes<kMTiles>(true), kMTiles};
+    return {GemmKernel<kFormat, T, kMTiles, kNBlocks, true, kFusedStages>,
+            kFusedStages * StageBytes<kMTiles, kNBlocks>(true), kMTiles,
+            kColumns};
   }
-  return {GemmKernel<kFormat, T, kMTiles, false, kPipelinedStages>,
-          kPipelinedStages * StageBytes<kMTiles>(false), kMTiles};
+  return {GemmKernel<kFormat, T, kMTiles, kNBlocks, false, kPipelinedStages>,
+          kPipelinedStages * StageBytes<kMTiles, kNBlocks>(false), kMTiles,
+          kColumns};
 }
 
 template <WeightFormat kFormat, typename T>
