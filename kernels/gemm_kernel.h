@@ -73,9 +73,10 @@ class GemmKernel {
   virtual absl::string_view name() const = 0;
   virtual KernelVariant variant() const = 0;
   virtual bool Supports(const GemmProblem& problem) const = 0;
-  // Whether A is rounded to bf16 (8 significant bits) before multiplying, as
-  // tile and dot-product units take it; accumulation stays fp32.
-  virtual bool RoundsActivationsToBf16() const { return false; }
+  // Whether A of `dtype` loses precision to bf16 (8 significant bits) before
+  // multiplying, as tile and dot-product units take it; accumulation stays
+  // fp32.
+  virtual bool RoundsActivationsToBf16(DType /*dtype*/) const { return false; }
   // Requires Supports(problem) and operands matching the problem.
   virtual absl::Status Run(const GemmProblem& problem,
                            const GemmOperands& operands,

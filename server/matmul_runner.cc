@@ -74,8 +74,7 @@ bool MatmulRunner::LosesPrecision(const PackedWeight& weight, int64_t m,
                                   DType dtype) const {
   absl::StatusOr<const GemmKernel*> kernel =
       scheduler_->Pick(MakeGemmProblem(weight, m, dtype, pool_->threads()));
-  return kernel.ok() && (*kernel)->RoundsActivationsToBf16() &&
-         dtype != DType::kBF16;
+  return kernel.ok() && (*kernel)->RoundsActivationsToBf16(dtype);
 }
 
 }  // namespace nibble::server

@@ -50,7 +50,7 @@ class MatmulRunner {
       const nibble::DeviceWeight* device = nullptr) const;
 
   // Whether Run on `m` rows would round A below the precision of `dtype`:
-  // the kernel it picks rounds activations to bf16 and dtype is not bf16.
+  // the kernel it picks rounds activations of dtype to bf16.
   bool LosesPrecision(const PackedWeight& weight, int64_t m, DType dtype) const;
 
  private:

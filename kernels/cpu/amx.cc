@@ -332,7 +332,9 @@ class AmxKernel final : public FormatKernel {
   bool Supports(const GemmProblem& problem) const override {
     return FormatKernel::Supports(problem) && problem.k % kTileK == 0;
   }
-  bool RoundsActivationsToBf16() const override { return true; }
+  bool RoundsActivationsToBf16(DType dtype) const override {
+    return dtype != DType::kBF16;
+  }
 
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
                    ThreadPool& pool) const override {

@@ -79,7 +79,9 @@ class CudaGemmKernel final : public GemmKernel {
            problem.k % kKMultiple == 0;
   }
   // f32 activations go to the tensor cores as bf16; f16 and bf16 as they are.
-  bool RoundsActivationsToBf16() const override { return true; }
+  bool RoundsActivationsToBf16(DType dtype) const override {
+    return dtype == DType::kF32;
+  }
 
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
                    ThreadPool&) const override {

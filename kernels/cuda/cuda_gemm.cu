@@ -73,6 +73,15 @@ absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
   return blocks;
 }
 
+// How a launch divides a problem: rows per tile (16 · m_tiles), thread
+// blocks, and output tiles, which blocks share when there are more blocks.
+struct LaunchPlan {
+  int m_tiles = 1;
+  int64_t blocks = 0;
+  int64_t tiles = 0;
+  int64_t steps_per_tile = 0;
+};
+
 struct Plan {
   LaunchPlan launch;
   KernelChoice kernel;
@@ -179,7 +188,6 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   params.n = static_cast<int>(spec.n);
   params.k = static_cast<int>(spec.k);
   params.blocks16_n = static_cast<int>(gemm.b->padded_n() / 16);
-  params.group_size = static_cast<int>(spec.group_size);
   params.group_step_shift = spec.group_size == spec.k ? 31
                             : spec.group_size == 32   ? 0
                             : spec.group_size == 64   ? 1
@@ -196,13 +204,6 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
       cudaGetLastError(),
       absl::StrCat("launching ", KernelName(gemm.variant, spec.format,
                                             device->compute_capability)));
-}
-
-LaunchPlan PlanLaunch(KernelVariant variant, int64_t m, const WeightSpec& spec,
-                      const DeviceInfo& device) {
-  absl::StatusOr<Plan> plan =
-      MakePlan(variant, m, spec, DType::kF16, device.sm_count);
-  return plan.ok() ? plan->launch : LaunchPlan{};
 }
 
 }  // namespace nibble::cuda

@@ -114,17 +114,6 @@ struct DeviceGemm {
 absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
                         cudaStream_t stream);
 
-// How LaunchGemm divides a problem: rows per tile (16 · m_tiles), thread
-// blocks, and whether blocks share output tiles. For reports and tests.
-struct LaunchPlan {
-  int m_tiles = 1;
-  int64_t blocks = 0;
-  int64_t tiles = 0;
-  int64_t steps_per_tile = 0;
-};
-LaunchPlan PlanLaunch(KernelVariant variant, int64_t m, const WeightSpec& spec,
-                      const DeviceInfo& device);
-
 // e.g. "fused_u4b8_sm90": variant, format and the architecture it runs.
 std::string KernelName(KernelVariant variant, WeightFormat format,
                        int compute_capability);

@@ -62,7 +62,6 @@ struct Params {
   // The group of rows 32 j .. 32 j + 31 of K is j >> group_step_shift: 0 for
   // groups of 32 rows, 1 for 64, 2 for 128, 31 for one group (per-channel).
   int group_step_shift;
-  int group_size;
   int k_steps;
   int tiles_m;
   int iters_base;   // every block runs this many (tile, k step) iterations,

@@ -133,7 +133,8 @@ TEST_P(KernelTest, MatchesTheFloat64Reference) {
 
   const std::vector<double> want = ReferenceMatmul(a.values, problem.m, weight);
   const double tolerance =
-      problem.dtype == DType::kF32 && !entry.kernel->RoundsActivationsToBf16()
+      problem.dtype == DType::kF32 &&
+              !entry.kernel->RoundsActivationsToBf16(problem.dtype)
           ? 1e-4
           : 1e-2;
   EXPECT_LE(MaxRelativeError(Decode(problem.dtype, c), want), tolerance);
