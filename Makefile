@@ -96,3 +96,17 @@ gpu-deps:
 	  echo "gpu-deps: .gpu-deps holds $$size MB"; \
 	  test $$size -lt 60 || { echo "gpu-deps: over 60 MB, too much to" \
 	  "carry to the GPU machine"; exit 1; }
+
+# The container image built with podman and run for real: health, upload,
+# nibble-load with --verify, and a restart on the same volume.
+.PHONY: container-test
+container-test:
+	@deploy/install-deps.sh container
+	deploy/container-test.sh
+
+# The Kubernetes manifests rendered with kustomize and checked against the
+# Kubernetes API schemas.
+.PHONY: k8s-check
+k8s-check:
+	@deploy/install-deps.sh k8s
+	deploy/k8s/check.sh

@@ -1,4 +1,6 @@
 // nibbled: serves C = A · dequant(B) on resident 4-bit weights over gRPC.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/file_contents.h"
 #include "kernels/tuning_table.h"
+#include "server/environment_flags.h"
 #include "server/log.h"
 #include "server/memory_limit.h"
 #include "server/nibble_server.h"
@@ -100,6 +103,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
+
+// NIBBLED_FLAG_NAME in the environment sets --flag_name.
+constexpr absl::string_view kEnvironmentPrefix = "NIBBLED_";
 
 // Every flag value that cannot work, one line each; empty when all can.
 std::string FlagProblems() {
@@ -262,7 +268,15 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "Serves 4-bit quantized matrix multiplication over gRPC.\n"
-      "Usage: nibbled [--listen=HOST:PORT] [--threads=N] ...");
+      "Usage: nibbled [--listen=HOST:PORT] [--threads=N] ...\n"
+      "Each flag can also come from the environment: NIBBLED_DATA_DIR=/x is "
+      "--data_dir=/x; the command line wins.");
+  if (absl::Status status =
+          nibble::server::ApplyEnvironmentFlags(kEnvironmentPrefix, environ);
+      !status.ok()) {
+    absl::FPrintF(stderr, "nibbled: %s\n", status.message());
+    return 2;
+  }
   absl::ParseCommandLine(argc, argv);
   if (std::string problem = FlagProblems(); !problem.empty()) {
     absl::FPrintF(stderr, "nibbled: %s(`nibbled --help` lists the flags)\n",
