@@ -186,8 +186,10 @@ TEST_F(LoadRunTest, ClosedLoopIsBoundByTheServer) {
   config_.concurrency = 4;
   config_.duration = absl::Seconds(1);
   const LoadReport report = Run();
-  // Four chains of 100 ms requests: 40 replies a second.
-  EXPECT_NEAR(report.throughput_rps, 40, 6);
+  // Four chains of 100 ms requests: at most 40 replies a second, and more
+  // than two chains could give even on a loaded machine.
+  EXPECT_LE(report.throughput_rps, 42);
+  EXPECT_GT(report.throughput_rps, 20);
   EXPECT_TRUE(report.total.errors.empty());
   EXPECT_GE(report.total.latencies.ValueAtQuantile(0.01), 99000);
 }

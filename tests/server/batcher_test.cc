@@ -73,8 +73,8 @@ TestWeight MakeWeight(const std::string& name, const WeightSpec& spec,
                     .resident = nullptr};
   absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight.canonical);
   EXPECT_TRUE(packed.ok()) << packed.status();
-  weight.resident = std::make_shared<const ResidentWeight>(
-      ResidentWeight{.name = name, .packed = *std::move(packed)});
+  weight.resident = std::make_shared<const ResidentWeight>(ResidentWeight{
+      .name = name, .packed = *std::move(packed), .device = nullptr});
   return weight;
 }
 
