@@ -110,3 +110,18 @@ container-test:
 k8s-check:
 	@deploy/install-deps.sh k8s
 	deploy/k8s/check.sh
+
+# libFuzzer on every target of tests/fuzz for FUZZ_SECONDS each, built with
+# clang, ASan and UBSan in build-fuzz; the scratch corpora, logs and any
+# crashers stay there (tests/fuzz/run_fuzzers.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := weight_file_fuzzer tuning_table_fuzzer upload_fuzzer \
+  rpc_messages_fuzzer
+.PHONY: fuzz
+fuzz:
+	@deploy/install-deps.sh build test fuzz
+	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIBBLE_FUZZ=ON -DNIBBLE_CUDA=OFF \
+	  > /dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	tests/fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)

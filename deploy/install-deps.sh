@@ -5,6 +5,7 @@
 #   test        GoogleTest and what the tests and benchmarks add
 #   container   podman, podman-compose and debootstrap for `make container-test`
 #   k8s         kubectl (for kustomize) and node/npm for `make k8s-check`
+#   fuzz        clang and its libFuzzer and sanitizer runtimes for `make fuzz`
 # With no group: build and test. Idempotent: when every package is present it
 # only checks, in well under a second. Runs apt-get as root, or through sudo.
 #
@@ -20,6 +21,7 @@ declare -A groups=(
   [container]="podman podman-compose buildah debootstrap runc netavark
                aardvark-dns iptables uidmap"
   [k8s]="kubernetes-client nodejs npm"
+  [fuzz]="clang libclang-rt-14-dev"
 )
 
 wanted=("$@")

@@ -17,9 +17,15 @@ constexpr WeightTensorKind kTensorOrder[] = {WeightTensorKind::kQweight,
 // Appends raw little-endian bytes to an array of T that already holds
 // `received` bytes; the last element may stay partly filled until the next
 // chunk completes it.
+//
+// The array is allocated whole (`expected` bytes) at its first chunk: growing
+// with the chunks could leave up to twice its bytes allocated, past what the
+// upload reserved in the budget. Not at the header, which the server checks
+// against the budget first: a header may name 512 GiB.
 template <typename T>
-void AppendBytes(std::vector<T>& array, int64_t received,
+void AppendBytes(std::vector<T>& array, int64_t expected, int64_t received,
                  absl::string_view data) {
+  if (received == 0) array.reserve((expected + sizeof(T) - 1) / sizeof(T));
   const size_t total = received + data.size();
   array.resize((total + sizeof(T) - 1) / sizeof(T));
   std::memcpy(reinterpret_cast<char*>(array.data()) + received, data.data(),
@@ -65,12 +71,6 @@ absl::Status UploadAssembler::OnHeader(absl::string_view name,
   has_header_ = true;
   name_ = std::string(name);
   weight_.spec = spec;
-  // Allocated whole up front: growing with the chunks could leave up to
-  // twice the bytes allocated, past what the upload reserved in the budget.
-  // Pages untouched until data arrives cost no memory.
-  weight_.qweight.reserve(spec.qweight_bytes() / sizeof(uint32_t));
-  weight_.scales.reserve(spec.scales_bytes() / sizeof(uint16_t));
-  weight_.zeros.reserve(spec.zeros_bytes());
   return absl::OkStatus();
 }
 
@@ -111,15 +111,16 @@ absl::Status UploadAssembler::OnChunk(WeightTensorKind tensor, uint64_t offset,
         WeightTensorName(tensor), " but ", weight_.spec.DebugString(),
         " needs ", ExpectedBytes(tensor)));
   }
+  const int64_t expected = ExpectedBytes(tensor);
   switch (tensor) {
     case WeightTensorKind::kQweight:
-      AppendBytes(weight_.qweight, received_[index], data);
+      AppendBytes(weight_.qweight, expected, received_[index], data);
       break;
     case WeightTensorKind::kScales:
-      AppendBytes(weight_.scales, received_[index], data);
+      AppendBytes(weight_.scales, expected, received_[index], data);
       break;
     case WeightTensorKind::kZeros:
-      AppendBytes(weight_.zeros, received_[index], data);
+      AppendBytes(weight_.zeros, expected, received_[index], data);
       break;
   }
   received_[index] += data.size();

@@ -109,6 +109,8 @@ void WeightFileChecksum::Mix(uint64_t word) {
 }
 
 void WeightFileChecksum::Update(absl::string_view bytes) {
+  // An empty view may have a null data(), which memcpy must not be given.
+  if (bytes.empty()) return;
   length_ += bytes.size();
   if (pending_bytes_ > 0) {
     const size_t take = std::min<size_t>(8 - pending_bytes_, bytes.size());

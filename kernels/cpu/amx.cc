@@ -47,6 +47,13 @@ bool RequestAmxPermission() {
 #pragma GCC push_options
 #pragma GCC target( \
     "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16,fma,f16c")
+// clang ignores #pragma GCC target; this is its equivalent.
+#ifdef __clang__
+#pragma clang attribute push(                                                          \
+    __attribute__((target(                                                             \
+        "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16,fma,f16c"))), \
+    apply_to = function)
+#endif
 // GCC 12's AVX-512 intrinsics pass an intentionally undefined vector as the
 // masked-off source and warn about it when inlined (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -372,4 +379,7 @@ std::vector<std::unique_ptr<GemmKernel>> MakeAmxKernels() {
 
 }  // namespace nibble::cpu
 
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

@@ -25,6 +25,11 @@
 // AVX2; the headers above keep their default target.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+// clang ignores #pragma GCC target; this is its equivalent.
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), \
+                             apply_to = function)
+#endif
 
 namespace nibble::cpu {
 namespace {
@@ -106,4 +111,7 @@ std::vector<std::unique_ptr<GemmKernel>> MakeAvx2Kernels() {
 
 }  // namespace nibble::cpu
 
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

@@ -24,6 +24,12 @@
 // AVX-512; the headers above keep their default target.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+// clang ignores #pragma GCC target; this is its equivalent.
+#ifdef __clang__
+#pragma clang attribute push(                                               \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), \
+    apply_to = function)
+#endif
 // GCC 12's AVX-512 intrinsics pass an intentionally undefined vector as the
 // masked-off source and warn about it when inlined (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -97,4 +103,7 @@ std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Kernels() {
 
 }  // namespace nibble::cpu
 
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

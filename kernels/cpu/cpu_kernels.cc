@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -8,6 +10,23 @@
 #include "kernels/cpu/simd_kernels.h"
 
 namespace nibble::cpu {
+namespace {
+
+// F16C and the AMX features are read from CPUID because clang's
+// __builtin_cpu_supports does not know their names (only GCC's does).
+bool HasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+
+bool HasAmxTileAndBf16() {
+  constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;  // leaf 7 EDX
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+         (edx & (kAmxBf16 | kAmxTile)) == (kAmxBf16 | kAmxTile);
+}
+
+}  // namespace
 
 absl::string_view IsaName(Isa isa) {
   switch (isa) {
@@ -27,16 +46,15 @@ Isa DetectIsa() {
   __builtin_cpu_init();
   Isa isa = Isa::kScalar;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+      HasF16c()) {
     isa = Isa::kAvx2;
     if (__builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq")) {
       isa = Isa::kAvx512;
-      if (__builtin_cpu_supports("avx512bf16") &&
-          __builtin_cpu_supports("amx-tile") &&
-          __builtin_cpu_supports("amx-bf16") && RequestAmxPermission()) {
+      if (__builtin_cpu_supports("avx512bf16") && HasAmxTileAndBf16() &&
+          RequestAmxPermission()) {
         isa = Isa::kAmx;
       }
     }

@@ -173,6 +173,23 @@ TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
                                        "--max_weight_bytes\" name=c"));
 }
 
+// The largest shape a header may name is 512 GiB of codes: refused by the
+// budget before any memory is set aside for it, and the server goes on.
+TEST(WeightBudgetTest, HeaderOfTheLargestShapeIsRefusedWithoutAllocating) {
+  const std::string log = FreshDirectory("largest_header") + ".stderr";
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->target());
+  grpc::Status huge = client.UploadHeaderOnly(
+      "huge", {WeightFormat::kU4b8, kMaxDimension, kMaxDimension, 128});
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << huge.error_message();
+  ASSERT_TRUE(
+      client.Upload("small", RandomQuantizedWeight(kSmallSpec, 1)).ok());
+  EXPECT_TRUE(client.Matmul("small", 2, kSmallSpec.k).ok());
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
 // An upload reserves its weight's bytes once its header arrives, so uploads
 // that stall after the header cannot together buffer more than the budget.
 TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {

@@ -1,0 +1,81 @@
+// Fuzzes the upload stream state machine: the input is a sequence of
+// nibble.v1.UploadWeightRequest messages (see fuzz_messages.h) fed to an
+// UploadAssembler the way NibbleServiceImpl::Upload feeds it. A weight it
+// completes must match its header, hold exactly the bytes the chunks carried,
+// and pack.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/packed_weight.h"
+#include "nibble/v1/nibble.pb.h"
+#include "proto/conversions.h"
+#include "server/proto_conversions.h"
+#include "server/upload_assembler.h"
+#include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_messages.h"
+
+namespace {
+
+using nibble::QuantizedWeight;
+using nibble::WeightSpec;
+using nibble::server::UploadAssembler;
+using nibble::server::WeightTensorKind;
+
+// nibbled refuses, right after the header, a weight past its memory budget
+// (--max_weight_bytes); this stands in for a small one, to keep each run fast.
+constexpr int64_t kBudgetBytes = 1 << 20;
+
+template <typename T>
+absl::string_view BytesOf(const std::vector<T>& array) {
+  return absl::string_view(reinterpret_cast<const char*>(array.data()),
+                           array.size() * sizeof(T));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  UploadAssembler upload;
+  WeightSpec header_spec;
+  std::string sent[3];  // the chunks' bytes, by WeightTensorKind
+  for (absl::string_view message : nibble::fuzz::SplitMessages(
+           absl::string_view(reinterpret_cast<const char*>(data), size))) {
+    nibble::v1::UploadWeightRequest request;
+    if (!request.ParseFromArray(message.data(), message.size())) return 0;
+    if (request.has_header()) {
+      absl::StatusOr<WeightSpec> spec = nibble::FromProto(request.header());
+      if (!spec.ok()) return 0;
+      if (!upload.OnHeader(request.header().name(), *spec).ok()) return 0;
+      if (spec->canonical_bytes() > kBudgetBytes) return 0;
+      header_spec = *spec;
+    } else if (request.has_chunk()) {
+      absl::StatusOr<WeightTensorKind> tensor =
+          nibble::server::TensorFromProto(request.chunk().tensor());
+      if (!tensor.ok()) return 0;
+      if (!upload
+               .OnChunk(*tensor, request.chunk().offset(),
+                        request.chunk().data())
+               .ok()) {
+        return 0;
+      }
+      sent[static_cast<int>(*tensor)] += request.chunk().data();
+    } else {
+      return 0;
+    }
+  }
+  absl::StatusOr<QuantizedWeight> weight = upload.Finish();
+  if (!weight.ok()) return 0;
+  FUZZ_CHECK(upload.has_header());
+  FUZZ_CHECK(weight->spec == header_spec);
+  FUZZ_CHECK(weight->Validate().ok());
+  FUZZ_CHECK(BytesOf(weight->qweight) == sent[0]);
+  FUZZ_CHECK(BytesOf(weight->scales) == sent[1]);
+  FUZZ_CHECK(BytesOf(weight->zeros) == sent[2]);
+  FUZZ_CHECK(
+      static_cast<int64_t>(sent[0].size() + sent[1].size() + sent[2].size()) ==
+      header_spec.canonical_bytes());
+  FUZZ_CHECK(nibble::PackedWeight::Pack(*weight).ok());
+  return 0;
+}
