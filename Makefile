@@ -125,3 +125,26 @@ fuzz:
 	  > /dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
 	tests/fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The soak (tests/soak/soak.sh): nibbled built with ASan and UBSan
+# (SOAK_SANITIZER=address, in build-asan) or TSan (thread, in build-tsan)
+# under SOAK_RATE requests/s of verified open-loop load, with uploads and
+# deletes beside it, for SOAK_SECONDS; rss.csv, rss.svg, the load's JSON and
+# any sanitizer report in build-asan/soak or build-tsan/soak. g++ brings the
+# sanitizer runtimes (libasan8, libubsan1, libtsan2 come with libgcc-12-dev).
+SOAK_SECONDS ?= 600
+SOAK_SANITIZER ?= address
+SOAK_RATE ?= 200
+SOAK_BUILD := build-$(if $(filter thread,$(SOAK_SANITIZER)),tsan,asan)
+.PHONY: soak
+soak:
+	@case "$(SOAK_SANITIZER)" in address|thread) ;; *) echo "soak:" \
+	  "SOAK_SANITIZER is address or thread, not '$(SOAK_SANITIZER)'"; \
+	  exit 2;; esac
+	@deploy/install-deps.sh build
+	@cmake -S . -B $(SOAK_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DNIBBLE_CUDA=OFF -DNIBBLE_BUILD_TESTS=OFF \
+	  -DNIBBLE_SANITIZE=$(SOAK_SANITIZER) > /dev/null
+	@cmake --build $(SOAK_BUILD) -j $(JOBS) --target nibbled nibble nibble-load
+	SOAK_RATE=$(SOAK_RATE) SOAK_OUT=$(SOAK_BUILD)/soak \
+	  tests/soak/soak.sh $(SOAK_BUILD)/bin $(SOAK_SECONDS)

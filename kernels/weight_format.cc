@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/dtype.h"
 
 namespace nibble {
@@ -90,6 +91,18 @@ absl::Status QuantizedWeight::Validate() const {
   if (absl::Status s = check_size("zeros", zeros.size(), spec.zeros_bytes());
       !s.ok()) {
     return s;
+  }
+  // A NaN or infinite scale would turn every product with its group into NaN
+  // or infinity: a wrong result no request could avoid.
+  constexpr uint16_t kHalfExponentBits = 0x7c00;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if ((scales[i] & kHalfExponentBits) == kHalfExponentBits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scale of column ", i % spec.n, ", group ", i / spec.n,
+                       " is ", (scales[i] & 0x3ff) != 0 ? "NaN" : "infinite",
+                       absl::StrFormat(" (fp16 bits 0x%04x)", scales[i]),
+                       ": scales must be finite"));
+    }
   }
   for (size_t i = 0; i < zeros.size(); ++i) {
     if (zeros[i] > 15) {

@@ -82,8 +82,8 @@ struct QuantizedWeight {
     return zeros[(row / spec.group_size) * spec.n + col];
   }
 
-  // OK when the arrays have the sizes the spec implies and every zero point is
-  // at most 15. Scales may be any fp16 value.
+  // OK when the arrays have the sizes the spec implies, every scale is finite
+  // (neither NaN nor infinite) and every zero point is at most 15.
   absl::Status Validate() const;
 };
 

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace nibble::server {
 
@@ -36,8 +37,16 @@ void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info) {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  absl::string_view message = status.message();
+  std::string cut;
+  if (message.size() > kMaxStatusMessageBytes) {
+    cut = absl::StrCat(message.substr(0, kMaxStatusMessageBytes), "... (",
+                       message.size() - kMaxStatusMessageBytes,
+                       " more bytes cut)");
+    message = cut;
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      std::string(message));
 }
 
 }  // namespace nibble::server

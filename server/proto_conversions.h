@@ -4,6 +4,8 @@
 #ifndef NIBBLE_SERVER_PROTO_CONVERSIONS_H_
 #define NIBBLE_SERVER_PROTO_CONVERSIONS_H_
 
+#include <cstddef>
+
 #include "absl/status/statusor.h"
 #include "grpcpp/support/status.h"
 #include "nibble/v1/nibble.pb.h"
@@ -18,7 +20,12 @@ absl::StatusOr<WeightTensorKind> TensorFromProto(v1::WeightTensor tensor);
 
 void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info);
 
-// Same code, same message.
+// Longest status message sent: the message travels in a header, and one that
+// echoes a huge client string (a 100,000-character weight name) would pass
+// the client's header size limit and reach it as RESOURCE_EXHAUSTED instead.
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
+
+// Same code, same message, cut to kMaxStatusMessageBytes (saying so).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace nibble::server

@@ -6,9 +6,7 @@
 // --drain_delay_seconds, every in-flight request answered, exit code 0.
 #include <signal.h>
 
-#include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,6 +33,7 @@ namespace {
 
 using ::grpc::health::v1::HealthCheckResponse;
 using ::nibble::testing::Bytes;
+using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;
 using ::nibble::testing::ReadFile;
 using ::nibble::testing::StartNibbledLoggingTo;
@@ -43,16 +42,6 @@ using ::nibble::testing::UploadWeight;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// The names of the files in `dir`, sorted.
-std::vector<std::string> FileNames(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 v1::MatmulRequest MatmulRequestFor(const std::string& name, int64_t m,
                                    int64_t k) {

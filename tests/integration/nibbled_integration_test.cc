@@ -2,14 +2,17 @@
 // against the float64 reference for every format, group size and dtype, and
 // every bad input answered with its status code while the server stays up.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -521,6 +524,120 @@ TEST_F(NibbledBadInputTest, UploadBadNames) {
                     grpc::StatusCode::INVALID_ARGUMENT, "may only contain");
   ExpectUploadError({UploadHeader("", spec_)},
                     grpc::StatusCode::INVALID_ARGUMENT, "empty");
+}
+
+TEST_F(NibbledBadInputTest, UploadNanOrInfiniteScale) {
+  for (uint16_t bits : {0x7e00, 0x7c00, 0xfc00}) {
+    QuantizedWeight weight = weight_;
+    weight.scales[spec_.n + 1] = bits;  // column 1 of group 1
+    ExpectUploadError(UploadMessages("bad-scale", weight),
+                      grpc::StatusCode::INVALID_ARGUMENT,
+                      "scale of column 1, group 1 is");
+  }
+  EXPECT_EQ(GetWeightCode("bad-scale"), grpc::StatusCode::NOT_FOUND);
+}
+
+// Names are checked before anything reaches the disk: none of these may name
+// a file outside --data_dir, or any file at all.
+TEST_F(NibbledBadInputTest, UploadHostileNames) {
+  for (const std::string& name :
+       {std::string(".."), std::string("."), std::string("/etc/passwd"),
+        std::string("../../tmp/escape"), std::string("a\\b"),
+        std::string("a\0b", 3), std::string("caf\xc3\xa9"),
+        std::string("two words"), std::string(100'000, 'x')}) {
+    SCOPED_TRACE(name.substr(0, 40));
+    ExpectUploadError(UploadMessages(name, weight_),
+                      grpc::StatusCode::INVALID_ARGUMENT, "weight name");
+    EXPECT_EQ(GetWeightCode(name), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+// gRPC refuses the message before nibbled sees it; the server goes on.
+TEST_F(NibbledBadInputTest, MatmulLargerThanTheMessageLimit) {
+  const std::string huge((64 << 20) + 1, '\x01');
+  ExpectMatmulError(MatmulRequest("good", 1, DType::kF32, huge),
+                    grpc::StatusCode::RESOURCE_EXHAUSTED, "");
+  v1::MatmulResponse response;
+  EXPECT_TRUE(
+      Matmul(MatmulRequest("good", 2, DType::kF32, a_), &response).ok());
+}
+
+// Requests already queued on a weight when it is deleted either finish with
+// the weight they found or fail with NOT_FOUND: never a wrong answer.
+TEST_F(NibbledBadInputTest, DeleteWhileMatmulsAreInFlight) {
+  const WeightSpec spec{WeightFormat::kU4b8, 2048, 2048, 128};
+  ASSERT_TRUE(
+      Upload(UploadMessages("doomed", RandomQuantizedWeight(spec, 42))).ok());
+  const v1::MatmulRequest request =
+      MatmulRequest("doomed", 16, DType::kF32,
+                    RandomActivations(16, 2048, DType::kF32, 43).bytes);
+  v1::MatmulResponse expected;
+  ASSERT_TRUE(Matmul(request, &expected).ok());
+
+  constexpr int kClients = 8;
+  std::vector<int> answered(kClients, 0), not_found(kClients, 0),
+      wrong(kClients, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      for (int call = 0; call < 40; ++call) {
+        v1::MatmulResponse response;
+        const grpc::Status status = Matmul(request, &response);
+        if (status.ok()) {
+          ++answered[i];
+          if (response.c() != expected.c()) ++wrong[i];
+        } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+          ++not_found[i];
+        } else {
+          ADD_FAILURE() << "client " << i << ": " << status.error_message();
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  grpc::ClientContext context;
+  v1::DeleteWeightRequest delete_request;
+  delete_request.set_name("doomed");
+  v1::DeleteWeightResponse delete_response;
+  EXPECT_TRUE(
+      stub_->DeleteWeight(&context, delete_request, &delete_response).ok());
+  for (std::thread& client : clients) client.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(wrong[i], 0) << "client " << i;
+    EXPECT_EQ(answered[i] + not_found[i], 40) << "client " << i;
+  }
+  EXPECT_GT(std::accumulate(not_found.begin(), not_found.end(), 0), 0);
+  EXPECT_EQ(GetWeightCode("doomed"), grpc::StatusCode::NOT_FOUND);
+}
+
+// Many small uploads and deletes leave the server as it was: every name
+// listed while it lives, none after.
+TEST_F(NibbledBadInputTest, ThousandsOfTinyUploadsAndDeletes) {
+  const WeightSpec tiny{WeightFormat::kU4b8, 32, 1, 32};
+  constexpr int kUploads = 2000;
+  for (int i = 0; i < kUploads; ++i) {
+    ASSERT_TRUE(Upload(UploadMessages(absl::StrCat("tiny-", i),
+                                      RandomQuantizedWeight(tiny, i)))
+                    .ok())
+        << i;
+  }
+  const auto listed = [&] {
+    grpc::ClientContext context;
+    v1::ListWeightsResponse response;
+    EXPECT_TRUE(
+        stub_->ListWeights(&context, v1::ListWeightsRequest(), &response).ok());
+    return response.weights_size();
+  };
+  const int before = listed();
+  EXPECT_GE(before, kUploads);
+  for (int i = 0; i < kUploads; ++i) {
+    grpc::ClientContext context;
+    v1::DeleteWeightRequest request;
+    request.set_name(absl::StrCat("tiny-", i));
+    v1::DeleteWeightResponse response;
+    ASSERT_TRUE(stub_->DeleteWeight(&context, request, &response).ok()) << i;
+  }
+  EXPECT_EQ(listed(), before - kUploads);
 }
 
 TEST_F(NibbledBadInputTest, DeleteUnknownWeight) {

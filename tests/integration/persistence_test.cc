@@ -2,9 +2,7 @@
 // with identical results, deletes stay deleted, corrupt files are skipped
 // with a message, and an unusable directory fails at start or at upload.
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14,82 +12,22 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "kernels/dtype.h"
 #include "kernels/weight_format.h"
-#include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
-#include "tests/integration/upload_messages.h"
+#include "tests/integration/weight_client.h"
 
 namespace nibble {
 namespace {
 
-using ::nibble::testing::Bytes;
 using ::nibble::testing::FreshDirectory;
 using ::nibble::testing::ReadFile;
 using ::nibble::testing::StartNibbledLoggingTo;
-using ::nibble::testing::UploadWeight;
+using ::nibble::testing::WeightClient;
+using ::nibble::testing::WriteFile;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-class Client {
- public:
-  explicit Client(const std::string& target)
-      : stub_(v1::NibbleService::NewStub(
-            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
-
-  grpc::Status Upload(const std::string& name, const QuantizedWeight& weight) {
-    return UploadWeight(*stub_, name, weight);
-  }
-
-  // The names and specs of the served weights, one string each.
-  std::vector<std::string> List() {
-    grpc::ClientContext context;
-    v1::ListWeightsResponse response;
-    EXPECT_TRUE(
-        stub_->ListWeights(&context, v1::ListWeightsRequest(), &response).ok());
-    std::vector<std::string> weights;
-    for (const v1::WeightInfo& info : response.weights()) {
-      weights.push_back(info.ShortDebugString());
-    }
-    return weights;
-  }
-
-  grpc::Status Delete(const std::string& name) {
-    grpc::ClientContext context;
-    v1::DeleteWeightRequest request;
-    request.set_name(name);
-    v1::DeleteWeightResponse response;
-    return stub_->DeleteWeight(&context, request, &response);
-  }
-
-  // C for fixed random activations, or the status text when it fails.
-  std::string Matmul(const std::string& name, int64_t k) {
-    std::mt19937 rng(11);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> a(3 * k);
-    for (float& value : a) value = uniform(rng);
-    v1::MatmulRequest request;
-    request.set_weight_name(name);
-    request.set_m(3);
-    request.set_dtype(ToProto(DType::kF32));
-    request.set_a(Bytes(a));
-    grpc::ClientContext context;
-    v1::MatmulResponse response;
-    const grpc::Status status = stub_->Matmul(&context, request, &response);
-    if (!status.ok()) return "error: " + status.error_message();
-    return response.c();
-  }
-
- private:
-  std::unique_ptr<v1::NibbleService::Stub> stub_;
-};
 
 TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
   const std::string dir = FreshDirectory("restart");
@@ -106,7 +44,7 @@ TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_THAT((*server)->startup_line(),
                 HasSubstr(", 0 weights loaded from " + dir));
-    Client client((*server)->target());
+    WeightClient client((*server)->target());
     uint64_t seed = 21;
     for (const auto& [name, spec] : weights) {
       SCOPED_TRACE(absl::StrCat(name, " seed=", seed));
@@ -125,7 +63,7 @@ TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_THAT((*server)->startup_line(),
                 HasSubstr(", 3 weights loaded from " + dir));
-    Client client((*server)->target());
+    WeightClient client((*server)->target());
     EXPECT_EQ(client.List(), listed);
     for (size_t i = 0; i < weights.size(); ++i) {
       EXPECT_EQ(client.Matmul(weights[i].first, weights[i].second.k),
@@ -141,7 +79,7 @@ TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_THAT((*server)->startup_line(),
                 HasSubstr(", 2 weights loaded from " + dir));
-    Client client((*server)->target());
+    WeightClient client((*server)->target());
     EXPECT_EQ(client.List(), (std::vector<std::string>{listed[0], listed[2]}));
     EXPECT_THAT(client.Matmul("u4", 256), HasSubstr("no weight named"));
   }
@@ -157,7 +95,7 @@ TEST(PersistenceTest, CorruptFileIsSkippedWithAMessage) {
     auto server =
         StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
-    Client client((*server)->target());
+    WeightClient client((*server)->target());
     SCOPED_TRACE("seeds 31, 32");
     ASSERT_TRUE(client.Upload("good", RandomQuantizedWeight(spec, 31)).ok());
     ASSERT_TRUE(client.Upload("bad", RandomQuantizedWeight(spec, 32)).ok());
@@ -178,7 +116,7 @@ TEST(PersistenceTest, CorruptFileIsSkippedWithAMessage) {
   EXPECT_THAT(messages, HasSubstr("nibbled: skipped " + dir +
                                   "/bad.nibble, not serving it: checksum"));
   EXPECT_THAT(messages, HasSubstr("removed " + dir + "/good.nibble.tmp-1-0"));
-  Client client((*server)->target());
+  WeightClient client((*server)->target());
   ASSERT_EQ(client.List().size(), 1u);
   EXPECT_EQ(client.Matmul("good", spec.k), good_result);
   EXPECT_THAT(client.Matmul("bad", spec.k), HasSubstr("no weight named"));
@@ -209,7 +147,8 @@ TEST(PersistenceTest, ConcurrentUploadsOfOneNameKeepTheAcknowledgedOne) {
       std::vector<std::thread> uploads;
       for (int i = 0; i < 2; ++i) {
         uploads.emplace_back([&, i] {
-          statuses[i] = Client((*server)->target()).Upload(name, candidates[i]);
+          statuses[i] =
+              WeightClient((*server)->target()).Upload(name, candidates[i]);
         });
       }
       for (std::thread& upload : uploads) upload.join();
@@ -218,13 +157,13 @@ TEST(PersistenceTest, ConcurrentUploadsOfOneNameKeepTheAcknowledgedOne) {
           << statuses[1].error_message();
       const int loser = statuses[0].ok() ? 1 : 0;
       EXPECT_EQ(statuses[loser].error_code(), grpc::StatusCode::ALREADY_EXISTS);
-      winners.push_back(Client((*server)->target()).Matmul(name, spec.k));
+      winners.push_back(WeightClient((*server)->target()).Matmul(name, spec.k));
     }
     EXPECT_EQ((*server)->Stop(), 0);
   }
   auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
   ASSERT_TRUE(server.ok()) << server.status();
-  Client client((*server)->target());
+  WeightClient client((*server)->target());
   for (int round = 0; round < kRounds; ++round) {
     EXPECT_EQ(client.Matmul(absl::StrCat("w", round), spec.k), winners[round])
         << "round " << round;
@@ -251,7 +190,7 @@ TEST(PersistenceTest, FailedSaveFailsTheUploadAndStoresNothing) {
                                       {"--data_dir=" + dir});
   ASSERT_TRUE(server.ok()) << server.status();
   std::filesystem::remove_all(dir);
-  Client client((*server)->target());
+  WeightClient client((*server)->target());
   const grpc::Status status = client.Upload(
       "w", RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 41));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);

@@ -9,12 +9,19 @@
 #define NIBBLE_TESTS_INTEGRATION_TEST_FILES_H_
 
 #include <string>
+#include <vector>
 
 namespace nibble::testing {
 
 // The bytes of the file at `path`; "" when it cannot be read, so that a
 // missing output fails the test's own expectations.
 std::string ReadFile(const std::string& path);
+
+// Writes `bytes` to a new or truncated file at `path`.
+void WriteFile(const std::string& path, const std::string& bytes);
+
+// The names of the files in `dir`, sorted.
+std::vector<std::string> FileNames(const std::string& dir);
 
 // A fresh, empty path under the test's temporary directory, named after the
 // running test suite, this process and `name`; nothing is created there.

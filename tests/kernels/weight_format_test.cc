@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -223,6 +224,28 @@ TEST(QuantizedWeightTest, RejectsZeroPointsAboveFifteen) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("zero point 16 at index 5"));
+}
+
+TEST(QuantizedWeightTest, RejectsNanAndInfiniteScalesNamingWhere) {
+  QuantizedWeight weight = ValidU4Weight();
+  const int64_t n = weight.spec.n;
+  // The largest finite fp16, either sign, and the smallest subnormal pass.
+  for (uint16_t finite : {0x7bff, 0xfbff, 0x0001, 0x0000}) {
+    weight.scales[n + 3] = finite;
+    EXPECT_TRUE(weight.Validate().ok()) << finite << ": " << weight.Validate();
+  }
+  for (const auto& [bits, what] :
+       {std::pair<uint16_t, const char*>{0x7c00, "infinite"},
+        {0xfc00, "infinite"},
+        {0x7e00, "NaN"},
+        {0xfd01, "NaN"}}) {
+    weight.scales[n + 3] = bits;
+    const absl::Status status = weight.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bits;
+    EXPECT_THAT(
+        std::string(status.message()),
+        HasSubstr(absl::StrCat("scale of column 3, group 1 is ", what)));
+  }
 }
 
 TEST(QuantizedWeightTest, RejectsAnInvalidSpec) {
