@@ -134,9 +134,14 @@ void Kill(NibbledProcess& server) {
   EXPECT_EQ(server.Stop(), -1);
 }
 
+// A 1 MiB tmpfs holds one ~530 KiB weight but not two.
+constexpr char kTmpfsSize[] = "1m";
+constexpr WeightSpec kHalfMiBSpec = {WeightFormat::kU4b8, 1024, 1024, 128};
+
 class FaultTest : public ::testing::Test {
  protected:
   void TearDown() override {
+    server_.reset();
     // Unmounted even when the test failed, so that a failure does not leave
     // mounts behind; lazily if nibbled somehow still holds a file there.
     for (const std::string& dir : mounts_) {
@@ -164,6 +169,22 @@ class FaultTest : public ::testing::Test {
     return dir;
   }
 
+  // Starts `server_`, a nibbled whose --data_dir is `dir_`, a fresh tmpfs of
+  // kTmpfsSize named after `name`. Leaves `server_` null, with the test
+  // skipped where this process may not mount, or failed otherwise.
+  void StartOnTmpfs(const std::string& name) {
+    absl::StatusOr<std::string> mounted = MountTmpfs(name, kTmpfsSize);
+    if (absl::IsPermissionDenied(mounted.status())) {
+      GTEST_SKIP() << mounted.status();
+    }
+    ASSERT_TRUE(mounted.ok()) << mounted.status();
+    dir_ = *mounted;
+    auto server = StartNibbledLoggingTo(NIBBLED_PATH, dir_ + ".stderr",
+                                        {"--data_dir=" + dir_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
   // Remounts the tmpfs at `dir` read-only or read-write, keeping its files.
   static bool Remount(const std::string& dir, const std::string& size,
                       bool read_only) {
@@ -171,6 +192,9 @@ class FaultTest : public ::testing::Test {
                  MS_REMOUNT | (read_only ? MS_RDONLY : 0),
                  ("size=" + size).c_str()) == 0;
   }
+
+  std::string dir_;
+  std::unique_ptr<NibbledProcess> server_;
 
  private:
   std::vector<std::string> mounts_;
@@ -312,22 +336,13 @@ TEST_F(FaultTest, SigkillUnderLoadKeepsWeightsAndResults) {
   EXPECT_EQ((*server)->Stop(), 0);
 }
 
-// A 1 MiB tmpfs holds one ~530 KiB weight but not two.
-constexpr char kTmpfsSize[] = "1m";
-constexpr WeightSpec kHalfMiBSpec = {WeightFormat::kU4b8, 1024, 1024, 128};
-
 TEST_F(FaultTest, DiskFullFailsTheUploadClearlyAndLeavesNothing) {
-  absl::StatusOr<std::string> mounted = MountTmpfs("disk_full", kTmpfsSize);
-  if (absl::IsPermissionDenied(mounted.status())) {
-    GTEST_SKIP() << mounted.status();
-  }
-  ASSERT_TRUE(mounted.ok()) << mounted.status();
-  const std::string dir = *mounted;
-  auto server = StartNibbledLoggingTo(NIBBLED_PATH, dir + ".stderr",
-                                      {"--data_dir=" + dir});
-  ASSERT_TRUE(server.ok()) << server.status();
+  StartOnTmpfs("disk_full");
+  if (server_ == nullptr) return;
+  const std::string& dir = dir_;
+  NibbledProcess* server = server_.get();
   SCOPED_TRACE("seeds 121, 122, 123");
-  WeightClient client((*server)->target());
+  WeightClient client(server->target());
   ASSERT_TRUE(
       client.Upload("a", RandomQuantizedWeight(kHalfMiBSpec, 121)).ok());
   const std::string a_result = client.Matmul("a", kHalfMiBSpec.k);
@@ -361,24 +376,19 @@ TEST_F(FaultTest, DiskFullFailsTheUploadClearlyAndLeavesNothing) {
   EXPECT_TRUE(retried.ok()) << retried.error_message();
   EXPECT_THAT(FileNames(dir), ElementsAre("b.nibble"));
   EXPECT_THAT(client.Matmul("b", kHalfMiBSpec.k), Not(StartsWith("error")));
-  EXPECT_TRUE((*server)->Running());
-  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_TRUE(server->Running());
+  EXPECT_EQ(server->Stop(), 0);
 }
 
 // PersistenceTest.FailedSaveFailsTheUploadAndStoresNothing covers a data dir
 // that vanished; a read-only one fails at another step (EROFS, not ENOENT).
 TEST_F(FaultTest, ReadOnlyDataDirFailsTheUploadClearlyAndLeavesNothing) {
-  absl::StatusOr<std::string> mounted = MountTmpfs("read_only", kTmpfsSize);
-  if (absl::IsPermissionDenied(mounted.status())) {
-    GTEST_SKIP() << mounted.status();
-  }
-  ASSERT_TRUE(mounted.ok()) << mounted.status();
-  const std::string dir = *mounted;
-  auto server = StartNibbledLoggingTo(NIBBLED_PATH, dir + ".stderr",
-                                      {"--data_dir=" + dir});
-  ASSERT_TRUE(server.ok()) << server.status();
+  StartOnTmpfs("read_only");
+  if (server_ == nullptr) return;
+  const std::string& dir = dir_;
+  NibbledProcess* server = server_.get();
   SCOPED_TRACE("seeds 131, 132");
-  WeightClient client((*server)->target());
+  WeightClient client(server->target());
   const WeightSpec spec = {WeightFormat::kU4b8, 256, 64, 32};
   ASSERT_TRUE(client.Upload("a", RandomQuantizedWeight(spec, 131)).ok());
   const std::string a_result = client.Matmul("a", spec.k);
@@ -403,7 +413,7 @@ TEST_F(FaultTest, ReadOnlyDataDirFailsTheUploadClearlyAndLeavesNothing) {
   const grpc::Status retried = client.Upload("b", b);
   EXPECT_TRUE(retried.ok()) << retried.error_message();
   EXPECT_THAT(FileNames(dir), ElementsAre("a.nibble", "b.nibble"));
-  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_EQ(server->Stop(), 0);
 }
 
 // One storm: `calls` Matmul calls, one every 5 ms so that each arrives
