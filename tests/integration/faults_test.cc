@@ -134,6 +134,31 @@ void Kill(NibbledProcess& server) {
   EXPECT_EQ(server.Stop(), -1);
 }
 
+// Weights by name, uploaded with random data.
+using NamedSpecs = std::vector<std::pair<std::string, WeightSpec>>;
+
+// Uploads each of `weights`, random from `first_seed` on, and appends its
+// Matmul result for fixed activations to `results`.
+void UploadAndRecordResults(WeightClient& client, const NamedSpecs& weights,
+                            uint64_t first_seed,
+                            std::vector<std::string>& results) {
+  uint64_t seed = first_seed;
+  for (const auto& [name, spec] : weights) {
+    ASSERT_TRUE(client.Upload(name, RandomQuantizedWeight(spec, seed++)).ok());
+    results.push_back(client.Matmul(name, spec.k));
+    ASSERT_THAT(results.back(), Not(StartsWith("error")));
+  }
+}
+
+// Every one of `weights` answers with the bytes recorded before the kill.
+void ExpectSameResults(WeightClient& client, const NamedSpecs& weights,
+                       const std::vector<std::string>& results) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_EQ(client.Matmul(weights[i].first, weights[i].second.k), results[i])
+        << weights[i].first << " gives other bytes after the kill";
+  }
+}
+
 // A 1 MiB tmpfs holds one ~530 KiB weight but not two.
 constexpr char kTmpfsSize[] = "1m";
 constexpr WeightSpec kHalfMiBSpec = {WeightFormat::kU4b8, 1024, 1024, 128};
@@ -203,9 +228,8 @@ class FaultTest : public ::testing::Test {
 TEST_F(FaultTest, SigkillDuringUploadLeavesNoTraceAndKeepsEarlierWeights) {
   const std::string dir = FreshDirectory("kill_upload");
   const std::string log = dir + ".stderr";
-  const std::vector<std::pair<std::string, WeightSpec>> weights = {
-      {"a", {WeightFormat::kU4b8, 256, 64, 32}},
-      {"b", {WeightFormat::kFp4, 128, 48, 64}}};
+  const NamedSpecs weights = {{"a", {WeightFormat::kU4b8, 256, 64, 32}},
+                              {"b", {WeightFormat::kFp4, 128, 48, 64}}};
   // Three 1 MiB chunks of codes, so that the kill lands between chunks.
   const WeightSpec partial_spec = {WeightFormat::kU4, 2048, 3072, 128};
   SCOPED_TRACE("seeds 101, 102; partial upload seed 103");
@@ -219,13 +243,8 @@ TEST_F(FaultTest, SigkillDuringUploadLeavesNoTraceAndKeepsEarlierWeights) {
     const int metrics_port = MetricsPort((*server)->startup_line());
     ASSERT_NE(metrics_port, 0) << (*server)->startup_line();
     WeightClient client((*server)->target());
-    uint64_t seed = 101;
-    for (const auto& [name, spec] : weights) {
-      ASSERT_TRUE(
-          client.Upload(name, RandomQuantizedWeight(spec, seed++)).ok());
-      results.push_back(client.Matmul(name, spec.k));
-      ASSERT_THAT(results.back(), Not(StartsWith("error")));
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        UploadAndRecordResults(client, weights, 101, results));
     listed = client.List();
     ASSERT_EQ(listed.size(), 2u);
 
@@ -260,10 +279,7 @@ TEST_F(FaultTest, SigkillDuringUploadLeavesNoTraceAndKeepsEarlierWeights) {
               HasSubstr(", 2 weights loaded from " + dir));
   WeightClient client((*server)->target());
   EXPECT_EQ(client.List(), listed);
-  for (size_t i = 0; i < weights.size(); ++i) {
-    EXPECT_EQ(client.Matmul(weights[i].first, weights[i].second.k), results[i])
-        << weights[i].first << " gives other bytes after the kill";
-  }
+  ExpectSameResults(client, weights, results);
   EXPECT_THAT(client.Matmul("c", partial_spec.k), HasSubstr("no weight named"));
   EXPECT_THAT(FileNames(dir), ElementsAre("a.nibble", "b.nibble"));
   const std::string messages = ReadFile(log);
@@ -275,10 +291,9 @@ TEST_F(FaultTest, SigkillDuringUploadLeavesNoTraceAndKeepsEarlierWeights) {
 TEST_F(FaultTest, SigkillUnderLoadKeepsWeightsAndResults) {
   const std::string dir = FreshDirectory("kill_load");
   const std::string log = dir + ".stderr";
-  const std::vector<std::pair<std::string, WeightSpec>> weights = {
-      {"u4b8", {WeightFormat::kU4b8, 1024, 256, 128}},
-      {"u4", {WeightFormat::kU4, 512, 128, 64}},
-      {"fp4", {WeightFormat::kFp4, 256, 96, 32}}};
+  const NamedSpecs weights = {{"u4b8", {WeightFormat::kU4b8, 1024, 256, 128}},
+                              {"u4", {WeightFormat::kU4, 512, 128, 64}},
+                              {"fp4", {WeightFormat::kFp4, 256, 96, 32}}};
   SCOPED_TRACE("seeds 111, 112, 113");
   std::vector<std::string> listed;
   std::vector<std::string> results;
@@ -287,13 +302,8 @@ TEST_F(FaultTest, SigkillUnderLoadKeepsWeightsAndResults) {
         StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
     ASSERT_TRUE(server.ok()) << server.status();
     WeightClient client((*server)->target());
-    uint64_t seed = 111;
-    for (const auto& [name, spec] : weights) {
-      ASSERT_TRUE(
-          client.Upload(name, RandomQuantizedWeight(spec, seed++)).ok());
-      results.push_back(client.Matmul(name, spec.k));
-      ASSERT_THAT(results.back(), Not(StartsWith("error")));
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        UploadAndRecordResults(client, weights, 111, results));
     listed = client.List();
     ASSERT_EQ(listed.size(), weights.size());
 
@@ -326,10 +336,7 @@ TEST_F(FaultTest, SigkillUnderLoadKeepsWeightsAndResults) {
               HasSubstr(", 3 weights loaded from " + dir));
   WeightClient client((*server)->target());
   EXPECT_EQ(client.List(), listed);
-  for (size_t i = 0; i < weights.size(); ++i) {
-    EXPECT_EQ(client.Matmul(weights[i].first, weights[i].second.k), results[i])
-        << weights[i].first << " gives other bytes after the kill";
-  }
+  ExpectSameResults(client, weights, results);
   EXPECT_THAT(FileNames(dir),
               ElementsAre("fp4.nibble", "u4.nibble", "u4b8.nibble"));
   EXPECT_THAT(ReadFile(log), Not(HasSubstr("skipped")));
