@@ -16,7 +16,8 @@ set -euo pipefail
 declare -A groups=(
   [build]="build-essential cmake ninja-build pkg-config libgrpc++-dev
            libgrpc-dev protobuf-compiler-grpc libprotobuf-dev
-           protobuf-compiler libabsl-dev libopenblas-dev libcpp-httplib-dev"
+           protobuf-compiler libabsl-dev libopenblas-dev libcpp-httplib-dev
+           nlohmann-json3-dev"
   [test]="googletest libgtest-dev libgmock-dev"
   [container]="podman podman-compose buildah debootstrap runc netavark
                aardvark-dns iptables uidmap"

@@ -1,0 +1,617 @@
+// Tests the conversion of GPTQ, AWQ and float checkpoint tensors into nibble
+// weights. The packed inputs are written the way AutoGPTQ and AutoAWQ pack
+// them (tests/checkpoint/producer_layers.h), from random codes, zero points
+// and scales, independently of the converter; the converted weight must
+// dequantize to exactly the values the producer meant, and multiply like them
+// against the float64 reference.
+// Float weights are checked against the documented rounding rules, on random
+// data and on hand-picked values. Every malformed layer is refused with a
+// message that names the tensor.
+#include "checkpoint/convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/dequant.h"
+#include "kernels/dtype.h"
+#include "kernels/reference.h"
+#include "kernels/weight_format.h"
+#include "tests/checkpoint/producer_layers.h"
+
+namespace nibble::checkpoint {
+namespace {
+
+using ::nibble::checkpoint::testing::AwqTensors;
+using ::nibble::checkpoint::testing::Bytes;
+using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::GIdxTensor;
+using ::nibble::checkpoint::testing::GptqTensors;
+using ::nibble::checkpoint::testing::MakeFile;
+using ::nibble::checkpoint::testing::ProducerWeight;
+using ::nibble::checkpoint::testing::RandomProducerWeight;
+using ::nibble::checkpoint::testing::Tensor;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr absl::string_view kPrefix = "model.layers.0.self_attn.q_proj";
+
+std::string Name(absl::string_view suffix) {
+  return absl::StrCat(kPrefix, ".", suffix);
+}
+
+Tensor& Find(std::vector<Tensor>& tensors, absl::string_view suffix) {
+  for (Tensor& tensor : tensors) {
+    if (tensor.name == Name(suffix)) return tensor;
+  }
+  ADD_FAILURE() << "no tensor " << suffix;
+  return tensors.front();
+}
+
+// Checks that row r of `weight` dequantizes exactly to row order[r] of `want`
+// (row r when `order` is empty), and that A' · weight == A · want with
+// A'[:, r] = A[:, order[r]].
+void ExpectEquivalent(const QuantizedWeight& weight, const ProducerWeight& want,
+                      const std::vector<int64_t>& order, uint64_t seed) {
+  ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
+  ASSERT_EQ(weight.spec.k, want.k);
+  ASSERT_EQ(weight.spec.n, want.n);
+  const auto source_row = [&](int64_t r) {
+    return order.empty() ? r : order[r];
+  };
+  const std::vector<double> b = ReferenceDequantize(weight);
+  for (int64_t r = 0; r < want.k; ++r) {
+    for (int64_t col = 0; col < want.n; ++col) {
+      ASSERT_EQ(b[r * want.n + col], want.Dequantized(source_row(r), col))
+          << "row " << r << " column " << col;
+    }
+  }
+
+  constexpr int64_t kM = 3;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<double> a(kM * want.k);
+  for (double& value : a) value = uniform(rng);
+  std::vector<double> want_c(kM * want.n, 0.0);
+  std::vector<double> permuted_a(kM * want.k);
+  for (int64_t m = 0; m < kM; ++m) {
+    for (int64_t row = 0; row < want.k; ++row) {
+      for (int64_t col = 0; col < want.n; ++col) {
+        want_c[m * want.n + col] +=
+            a[m * want.k + row] * want.Dequantized(row, col);
+      }
+      permuted_a[m * want.k + row] = a[m * want.k + source_row(row)];
+    }
+  }
+  EXPECT_LE(MaxRelativeError(ReferenceMatmul(permuted_a, kM, weight), want_c),
+            1e-12);
+}
+
+struct Shape {
+  int64_t k, n, group_size;
+};
+constexpr Shape kShapes[] = {{256, 64, 32}, {128, 16, 128}, {256, 24, 64}};
+
+TEST(ConvertGptqTest, V1ZeroPointsAreStoredMinusOne) {
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    for (const Shape& shape : kShapes) {
+      SCOPED_TRACE(absl::StrCat("seed=", seed, " k=", shape.k, " n=", shape.n,
+                                " group=", shape.group_size));
+      const ProducerWeight w =
+          RandomProducerWeight(seed, shape.k, shape.n, shape.group_size, 1, 15);
+      const SafetensorsFile file =
+          MakeFile(GptqTensors(kPrefix, w, GptqZeroConvention::kV1));
+      EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kGptq);
+      absl::StatusOr<GptqWeight> got = ConvertGptqWeight(file, kPrefix);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->weight.spec, (WeightSpec{WeightFormat::kU4, shape.k,
+                                              shape.n, shape.group_size}));
+      EXPECT_TRUE(got->activation_order.empty());
+      ExpectEquivalent(got->weight, w, {}, seed);
+    }
+  }
+}
+
+TEST(ConvertGptqTest, V2ZeroPointsAreStoredAsTheyAre) {
+  for (uint64_t seed = 4; seed <= 6; ++seed) {
+    SCOPED_TRACE(absl::StrCat("seed=", seed));
+    const ProducerWeight w = RandomProducerWeight(seed, 256, 32, 64, 0, 15);
+    const SafetensorsFile file =
+        MakeFile(GptqTensors(kPrefix, w, GptqZeroConvention::kV2));
+    absl::StatusOr<GptqWeight> got =
+        ConvertGptqWeight(file, kPrefix, GptqZeroConvention::kV2);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->weight.spec.format, WeightFormat::kU4);
+    ExpectEquivalent(got->weight, w, {}, seed);
+  }
+}
+
+TEST(ConvertGptqTest, ZeroPointsOfEightGiveU4b8) {
+  for (GptqZeroConvention convention :
+       {GptqZeroConvention::kV1, GptqZeroConvention::kV2}) {
+    constexpr uint64_t kSeed = 7;
+    SCOPED_TRACE(absl::StrCat("seed=", kSeed, " v",
+                              convention == GptqZeroConvention::kV1 ? 1 : 2));
+    const ProducerWeight w = RandomProducerWeight(kSeed, 128, 16, 32, 8, 8);
+    const SafetensorsFile file = MakeFile(GptqTensors(kPrefix, w, convention));
+    absl::StatusOr<GptqWeight> got =
+        ConvertGptqWeight(file, kPrefix, convention);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->weight.spec.format, WeightFormat::kU4b8);
+    EXPECT_TRUE(got->weight.zeros.empty());
+    ExpectEquivalent(got->weight, w, {}, kSeed);
+  }
+}
+
+TEST(ConvertGptqTest, TrivialGIdxKeepsTheRows) {
+  constexpr uint64_t kSeed = 8;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const ProducerWeight w = RandomProducerWeight(kSeed, 256, 16, 64, 1, 15);
+  std::vector<Tensor> tensors =
+      GptqTensors(kPrefix, w, GptqZeroConvention::kV1);
+  tensors.push_back(GIdxTensor(kPrefix, w));
+  absl::StatusOr<GptqWeight> got =
+      ConvertGptqWeight(MakeFile(tensors), kPrefix);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->activation_order.empty());
+  ExpectEquivalent(got->weight, w, {}, kSeed);
+}
+
+TEST(ConvertGptqTest, ActOrderMakesGroupsContiguousAndPermutesActivations) {
+  for (uint64_t seed = 9; seed <= 11; ++seed) {
+    SCOPED_TRACE(absl::StrCat("seed=", seed));
+    ProducerWeight w = RandomProducerWeight(seed, 256, 24, 32, 1, 15);
+    // As AutoGPTQ with desc_act: the rows, in a random order, fill the
+    // groups one after the other.
+    std::vector<int64_t> rows(w.k);
+    std::iota(rows.begin(), rows.end(), 0);
+    std::mt19937_64 rng(seed);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    for (int64_t i = 0; i < w.k; ++i) w.group_of_row[rows[i]] = i / 32;
+    std::vector<Tensor> tensors =
+        GptqTensors(kPrefix, w, GptqZeroConvention::kV1);
+    tensors.push_back(GIdxTensor(kPrefix, w));
+    const SafetensorsFile file = MakeFile(tensors);
+    EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kGptq);
+
+    absl::StatusOr<GptqWeight> got = ConvertGptqWeight(file, kPrefix);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->activation_order.size(), static_cast<size_t>(w.k));
+    for (int64_t r = 0; r < w.k; ++r) {
+      EXPECT_EQ(w.group_of_row[got->activation_order[r]], r / 32) << r;
+    }
+    std::vector<int64_t> sorted = got->activation_order;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> identity(w.k);
+    std::iota(identity.begin(), identity.end(), 0);
+    EXPECT_EQ(sorted, identity);
+    ExpectEquivalent(got->weight, w, got->activation_order, seed);
+  }
+}
+
+TEST(ConvertAwqTest, RepacksInterleavedCodesAndZeros) {
+  for (uint64_t seed = 12; seed <= 14; ++seed) {
+    for (const Shape& shape : kShapes) {
+      SCOPED_TRACE(absl::StrCat("seed=", seed, " k=", shape.k, " n=", shape.n,
+                                " group=", shape.group_size));
+      const ProducerWeight w =
+          RandomProducerWeight(seed, shape.k, shape.n, shape.group_size, 0, 15);
+      const SafetensorsFile file = MakeFile(AwqTensors(kPrefix, w));
+      EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kAwq);
+      absl::StatusOr<QuantizedWeight> got = ConvertAwqWeight(file, kPrefix);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->spec, (WeightSpec{WeightFormat::kU4, shape.k, shape.n,
+                                       shape.group_size}));
+      ExpectEquivalent(*got, w, {}, seed);
+    }
+  }
+}
+
+TEST(ConvertAwqTest, NibbleOrderOfOneWord) {
+  // Columns 0..7 hold codes 1..8 and zero points 8..1. AWQ_ORDER puts
+  // columns 0, 2, 4, 6, 1, 3, 5, 7 in nibbles 0..7.
+  constexpr int64_t kK = 32;
+  const std::vector<uint32_t> qweight(kK, 0x86427531u);
+  const std::vector<uint32_t> qzeros = {0x13572468u};
+  const std::vector<uint16_t> scales(8, FloatToHalf(1.0f));
+  const SafetensorsFile file = MakeFile({
+      {Name("qweight"), SafetensorsDtype::kU32, {kK, 1}, Bytes(qweight)},
+      {Name("qzeros"), SafetensorsDtype::kU32, {1, 1}, Bytes(qzeros)},
+      {Name("scales"), SafetensorsDtype::kF16, {1, 8}, Bytes(scales)},
+  });
+  absl::StatusOr<QuantizedWeight> got = ConvertAwqWeight(file, kPrefix);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int64_t col = 0; col < 8; ++col) {
+    EXPECT_EQ(got->Code(kK - 1, col), col + 1) << col;
+    EXPECT_EQ(got->Zero(0, col), 8 - col) << col;
+  }
+}
+
+// --- Float weights.
+
+// A [N, K] PREFIX.weight of `dtype` holding `values` (rounded to the dtype).
+SafetensorsFile FloatFile(SafetensorsDtype dtype, int64_t n, int64_t k,
+                          const std::vector<float>& values) {
+  return MakeFile({FloatWeightTensor(kPrefix, dtype, n, k, values)});
+}
+
+// The values a [N, K] weight holds once stored as `dtype`.
+std::vector<float> Stored(SafetensorsDtype dtype, std::vector<float> values) {
+  for (float& v : values) {
+    if (dtype == SafetensorsDtype::kF16) v = HalfToFloat(FloatToHalf(v));
+    if (dtype == SafetensorsDtype::kBF16) v = Bf16ToFloat(FloatToBf16(v));
+  }
+  return values;
+}
+
+TEST(QuantizeFloatTest, RandomWeightsRoundToTheNearestCode) {
+  constexpr int64_t kN = 8;
+  constexpr int64_t kK = 256;
+  for (SafetensorsDtype dtype : {SafetensorsDtype::kF32, SafetensorsDtype::kF16,
+                                 SafetensorsDtype::kBF16}) {
+    for (WeightFormat format :
+         {WeightFormat::kU4b8, WeightFormat::kU4, WeightFormat::kFp4}) {
+      for (int64_t group_size : {int64_t{32}, int64_t{128}, kK}) {
+        const uint64_t seed = 100 + group_size + static_cast<int>(format);
+        SCOPED_TRACE(
+            absl::StrCat("seed=", seed, " ", SafetensorsDtypeName(dtype), " ",
+                         WeightFormatName(format), " group=", group_size));
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> values(kN * kK);
+        for (int64_t i = 0; i < kN * kK; ++i) {
+          // Magnitudes vary by row, and row 1 is all positive.
+          values[i] = normal(rng) * std::ldexp(1.0f, (i / kK) * 2 - 6);
+          if (i / kK == 1) values[i] = std::abs(values[i]);
+        }
+        // One zero group, which must dequantize to exact zeros.
+        std::fill_n(values.begin() + 3 * kK, group_size, 0.0f);
+        values = Stored(dtype, values);
+
+        absl::StatusOr<QuantizedWeight> got = QuantizeFloatWeight(
+            FloatFile(dtype, kN, kK, values), kPrefix, format, group_size);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_TRUE(got->Validate().ok()) << got->Validate();
+        EXPECT_EQ(got->spec, (WeightSpec{format, kK, kN, group_size}));
+        const std::vector<double> b = ReferenceDequantize(*got);
+        for (int64_t col = 0; col < kN; ++col) {
+          for (int64_t row = 0; row < kK; ++row) {
+            const double w = values[col * kK + row];
+            const double dequantized = b[row * kN + col];
+            const double s = HalfToFloat(got->Scale(row, col));
+            if (format == WeightFormat::kFp4) {
+              // No other code is nearer.
+              for (uint8_t code = 0; code < 16; ++code) {
+                ASSERT_LE(std::abs(dequantized - w),
+                          std::abs(Fp4CodeToFloat(code) * s - w))
+                    << "row " << row << " column " << col;
+              }
+            } else {
+              ASSERT_LE(std::abs(dequantized - w), s / 2)
+                  << "row " << row << " column " << col;
+            }
+          }
+        }
+        for (int64_t row = 0; row < group_size; ++row) {
+          EXPECT_EQ(got->Scale(row, 3), 0);
+          EXPECT_EQ(b[row * kN + 3], 0.0);
+        }
+      }
+    }
+  }
+}
+
+// Quantizes one column of K = 32 values into one group.
+QuantizedWeight QuantizeColumn(WeightFormat format, std::vector<float> values) {
+  values.resize(32, 0.0f);
+  absl::StatusOr<QuantizedWeight> got = QuantizeFloatWeight(
+      FloatFile(SafetensorsDtype::kF32, 1, 32, values), kPrefix, format, 32);
+  EXPECT_TRUE(got.ok()) << got.status();
+  return *std::move(got);
+}
+
+std::vector<int> Codes(const QuantizedWeight& weight, int count) {
+  std::vector<int> codes;
+  for (int row = 0; row < count; ++row) codes.push_back(weight.Code(row, 0));
+  return codes;
+}
+
+TEST(QuantizeFloatTest, U4b8RoundsHalfToEven) {
+  const QuantizedWeight got = QuantizeColumn(
+      WeightFormat::kU4b8, {7, 2.5, 3.5, -2.5, -0.5, 0.5, 1.5, -7, 0});
+  EXPECT_EQ(got.Scale(0, 0), FloatToHalf(1.0f));  // 7 / 7
+  EXPECT_THAT(Codes(got, 9),
+              ::testing::ElementsAre(15, 10, 12, 6, 8, 8, 10, 1, 8));
+}
+
+TEST(QuantizeFloatTest, U4UsesARangeThatHoldsZero) {
+  QuantizedWeight got =
+      QuantizeColumn(WeightFormat::kU4, {10, -5, 2.5, -2.5, 0.5, 0});
+  EXPECT_EQ(got.Scale(0, 0), FloatToHalf(1.0f));  // (10 - -5) / 15
+  EXPECT_EQ(got.Zero(0, 0), 5);
+  EXPECT_THAT(Codes(got, 6), ::testing::ElementsAre(15, 0, 7, 3, 5, 5));
+
+  // All positive: the range is [0, 4], so z = 0.
+  got = QuantizeColumn(WeightFormat::kU4, std::vector<float>(32, 4.0f));
+  EXPECT_EQ(got.Scale(0, 0), FloatToHalf(4.0f / 15));
+  EXPECT_EQ(got.Zero(0, 0), 0);
+  EXPECT_EQ(got.Code(0, 0), 15);
+}
+
+TEST(QuantizeFloatTest, ScaleStepsUpInsteadOfClamping) {
+  // [-7.5, 7.5] / 15 = 1, but then 7.5 and -7.5 both round away from zero
+  // (to 8 and -8) and would need 16 codes: s becomes 1 + 2^-10, z 7.
+  QuantizedWeight got = QuantizeColumn(WeightFormat::kU4, {7.5, -7.5});
+  EXPECT_EQ(got.Scale(0, 0), 0x3c01);
+  EXPECT_EQ(got.Zero(0, 0), 7);
+  EXPECT_THAT(Codes(got, 2), ::testing::ElementsAre(14, 0));
+
+  // 7.7 * 2^-24 / 7 rounds down to the smallest subnormal fp16, 2^-24, with
+  // which 7.7 would round to code 8: s becomes 2^-23.
+  got = QuantizeColumn(WeightFormat::kU4b8, {7.7f * 0x1p-24f});
+  EXPECT_EQ(got.Scale(0, 0), 0x0002);
+  EXPECT_EQ(got.Code(0, 0), 12);
+
+  // absmax / 7 underflows to fp16 zero: s becomes 2^-24.
+  got = QuantizeColumn(WeightFormat::kU4b8, {1e-9f, -1e-9f});
+  EXPECT_EQ(got.Scale(0, 0), 0x0001);
+  EXPECT_THAT(Codes(got, 2), ::testing::ElementsAre(8, 8));
+
+  // 6 (1 + 2^-12) / 6 rounds down to 1, with which it would exceed 6.
+  got = QuantizeColumn(WeightFormat::kFp4, {6.0f * (1 + 0x1p-12f)});
+  EXPECT_EQ(got.Scale(0, 0), 0x3c01);
+  EXPECT_EQ(got.Code(0, 0), 7);
+}
+
+TEST(QuantizeFloatTest, Fp4RoundsToTheNearestValueTiesToEvenCode) {
+  // E2M1 codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign.
+  const QuantizedWeight got =
+      QuantizeColumn(WeightFormat::kFp4,
+                     {6, 5, 2.5, 0.25, -0.75, 3.5, -6, 0.3, 1.25, -0.1, 0});
+  EXPECT_EQ(got.Scale(0, 0), FloatToHalf(1.0f));  // 6 / 6
+  EXPECT_THAT(Codes(got, 11),
+              ::testing::ElementsAre(7, 6, 4, 0, 10, 6, 15, 1, 2, 0, 0));
+}
+
+TEST(QuantizeFloatTest, ZeroGroupsGetScaleZeroAndTheCodeOfZero) {
+  for (WeightFormat format :
+       {WeightFormat::kU4b8, WeightFormat::kU4, WeightFormat::kFp4}) {
+    SCOPED_TRACE(WeightFormatName(format));
+    const QuantizedWeight got = QuantizeColumn(format, {});
+    EXPECT_EQ(got.Scale(0, 0), 0);
+    EXPECT_EQ(got.Code(5, 0), format == WeightFormat::kU4b8 ? 8 : 0);
+    if (format == WeightFormat::kU4) {
+      EXPECT_EQ(got.Zero(0, 0), 0);
+    }
+  }
+}
+
+// --- Errors.
+
+void ExpectError(const absl::Status& status, absl::StatusCode code,
+                 absl::string_view tensor, absl::string_view detail) {
+  EXPECT_EQ(status.code(), code) << status;
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr(Name(tensor)), HasSubstr(detail)));
+}
+
+std::vector<Tensor> ValidGptq(bool with_g_idx = false) {
+  const ProducerWeight w = RandomProducerWeight(20, 128, 16, 32, 1, 15);
+  std::vector<Tensor> tensors =
+      GptqTensors(kPrefix, w, GptqZeroConvention::kV1);
+  if (with_g_idx) tensors.push_back(GIdxTensor(kPrefix, w));
+  return tensors;
+}
+
+// Sets a tensor's shape, resizing its bytes to match.
+void Reshape(Tensor& tensor, std::vector<int64_t> shape) {
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;
+  tensor.shape = std::move(shape);
+  tensor.bytes.resize(elements * SafetensorsDtypeBytes(tensor.dtype), '\x11');
+}
+
+absl::Status GptqError(const std::vector<Tensor>& tensors) {
+  const SafetensorsFile file = MakeFile(tensors);
+  const absl::Status detected = DetectLayout(file, kPrefix).status();
+  const absl::Status converted = ConvertGptqWeight(file, kPrefix).status();
+  // Detection checks the same shapes, so it fails the same way, except that
+  // it does not read data (g_idx values, zero points, scales).
+  if (!detected.ok()) {
+    EXPECT_EQ(detected, converted);
+  }
+  return converted;
+}
+
+TEST(ConvertErrorTest, GptqScalesDoNotDivideK) {
+  std::vector<Tensor> tensors = ValidGptq();
+  Reshape(Find(tensors, "scales"), {3, 16});
+  Reshape(Find(tensors, "qzeros"), {3, 2});
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, "scales",
+              "implies K=128");
+}
+
+TEST(ConvertErrorTest, GptqQzerosWrongShape) {
+  std::vector<Tensor> tensors = ValidGptq();
+  Reshape(Find(tensors, "qzeros"), {4, 3});
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, "qzeros",
+              "should be [4, 2]");
+}
+
+TEST(ConvertErrorTest, GptqWrongDtypes) {
+  for (absl::string_view suffix : {"qweight", "qzeros", "scales", "g_idx"}) {
+    SCOPED_TRACE(suffix);
+    std::vector<Tensor> tensors = ValidGptq(/*with_g_idx=*/true);
+    Tensor& tensor = Find(tensors, suffix);
+    tensor.dtype =
+        suffix == "scales" ? SafetensorsDtype::kF32 : SafetensorsDtype::kF16;
+    Reshape(tensor, tensor.shape);
+    ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, suffix,
+                "has dtype");
+  }
+}
+
+TEST(ConvertErrorTest, GptqGIdxWrongLength) {
+  std::vector<Tensor> tensors = ValidGptq(/*with_g_idx=*/true);
+  Reshape(Find(tensors, "g_idx"), {127});
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, "g_idx",
+              "should be [128]");
+}
+
+TEST(ConvertErrorTest, GptqGIdxOutOfRange) {
+  std::vector<Tensor> tensors = ValidGptq(/*with_g_idx=*/true);
+  const int32_t four = 4;
+  std::memcpy(Find(tensors, "g_idx").bytes.data() + 4 * 9, &four, 4);
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument,
+              "g_idx[9]", "outside the 4 groups");
+}
+
+TEST(ConvertErrorTest, GptqGIdxGroupsOfUnequalSize) {
+  std::vector<Tensor> tensors = ValidGptq(/*with_g_idx=*/true);
+  const int32_t one = 1;
+  std::memcpy(Find(tensors, "g_idx").bytes.data(), &one, 4);
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, "g_idx",
+              "puts 31 rows in group 0");
+}
+
+TEST(ConvertErrorTest, GptqOtherBitWidthsAreUnimplemented) {
+  std::vector<Tensor> tensors = ValidGptq();
+  // 8-bit: qweight [K/4, N], qzeros [groups, N/4].
+  Reshape(Find(tensors, "qweight"), {32, 16});
+  Reshape(Find(tensors, "qzeros"), {4, 4});
+  ExpectError(GptqError(tensors), absl::StatusCode::kUnimplemented, "qzeros",
+              "8 bits each");
+}
+
+TEST(ConvertErrorTest, GptqV1ZeroPointSixteen) {
+  std::vector<Tensor> tensors = ValidGptq();
+  Find(tensors, "qzeros").bytes[5] = '\xf0';  // group 0, column 11
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, "qzeros",
+              "column 11, group 0");
+}
+
+TEST(ConvertErrorTest, NonFiniteScale) {
+  std::vector<Tensor> tensors = ValidGptq();
+  const uint16_t nan = 0x7e00;
+  std::memcpy(Find(tensors, "scales").bytes.data() + 2 * 17, &nan, 2);
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument,
+              "scales[1, 1]", "NaN");
+}
+
+TEST(ConvertErrorTest, UnsupportedGroupSize) {
+  std::vector<Tensor> tensors = ValidGptq();
+  Reshape(Find(tensors, "scales"), {8, 16});
+  Reshape(Find(tensors, "qzeros"), {8, 2});
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, "scales",
+              "group size 16 is not supported");
+}
+
+TEST(ConvertErrorTest, MissingScales) {
+  std::vector<Tensor> tensors = ValidGptq();
+  tensors.erase(tensors.begin() + 2);
+  ExpectError(GptqError(tensors), absl::StatusCode::kInvalidArgument, "scales",
+              "is missing");
+}
+
+TEST(ConvertErrorTest, AwqShapeMismatches) {
+  const ProducerWeight w = RandomProducerWeight(21, 128, 16, 32, 0, 15);
+  {
+    std::vector<Tensor> tensors = AwqTensors(kPrefix, w);
+    Reshape(Find(tensors, "qzeros"), {4, 1});
+    const SafetensorsFile file = MakeFile(tensors);
+    ExpectError(ConvertAwqWeight(file, kPrefix).status(),
+                absl::StatusCode::kInvalidArgument, "qzeros",
+                "should be [4, 2]");
+    ExpectError(DetectLayout(file, kPrefix).status(),
+                absl::StatusCode::kInvalidArgument, "qzeros",
+                "should be [4, 2]");
+  }
+  {
+    std::vector<Tensor> tensors = AwqTensors(kPrefix, w);
+    Reshape(Find(tensors, "qweight"), {128, 3});
+    const SafetensorsFile file = MakeFile(tensors);
+    ExpectError(ConvertAwqWeight(file, kPrefix).status(),
+                absl::StatusCode::kInvalidArgument, "qweight",
+                "should be [128, 2]");
+    ExpectError(DetectLayout(file, kPrefix).status(),
+                absl::StatusCode::kInvalidArgument, "qweight",
+                "fits neither GPTQ nor AWQ");
+  }
+}
+
+TEST(ConvertErrorTest, FloatWeightMismatches) {
+  const std::vector<float> values(4 * 64, 1.0f);
+  {
+    SafetensorsFile file = MakeFile(
+        {{Name("weight"), SafetensorsDtype::kI32, {4, 64}, Bytes(values)}});
+    ExpectError(
+        QuantizeFloatWeight(file, kPrefix, WeightFormat::kU4, 32).status(),
+        absl::StatusCode::kInvalidArgument, "weight",
+        "has dtype I32, expected F16 or BF16 or F32");
+    ExpectError(DetectLayout(file, kPrefix).status(),
+                absl::StatusCode::kInvalidArgument, "weight", "has dtype I32");
+  }
+  {
+    SafetensorsFile file = MakeFile(
+        {{Name("weight"), SafetensorsDtype::kF32, {4, 8, 8}, Bytes(values)}});
+    ExpectError(DetectLayout(file, kPrefix).status(),
+                absl::StatusCode::kInvalidArgument, "weight",
+                "expected 2 dimensions");
+  }
+  {
+    // K = 48 is no multiple of the group size 32.
+    SafetensorsFile file =
+        FloatFile(SafetensorsDtype::kF32, 4, 48, std::vector<float>(192, 1));
+    ExpectError(
+        QuantizeFloatWeight(file, kPrefix, WeightFormat::kU4, 32).status(),
+        absl::StatusCode::kInvalidArgument, "weight",
+        "not a multiple of the group size 32");
+  }
+  {
+    std::vector<float> with_nan = values;
+    with_nan[64 + 5] = std::nanf("");
+    ExpectError(
+        QuantizeFloatWeight(FloatFile(SafetensorsDtype::kF32, 4, 64, with_nan),
+                            kPrefix, WeightFormat::kU4b8, 32)
+            .status(),
+        absl::StatusCode::kInvalidArgument, "weight[1, 5]",
+        "only finite weights");
+  }
+  {
+    std::vector<float> huge = values;
+    huge[100] = 1e6f;
+    ExpectError(
+        QuantizeFloatWeight(FloatFile(SafetensorsDtype::kF32, 4, 64, huge),
+                            kPrefix, WeightFormat::kU4b8, 32)
+            .status(),
+        absl::StatusCode::kInvalidArgument, "weight", "beyond fp16's largest");
+  }
+}
+
+TEST(ConvertErrorTest, NoLayerUnderThePrefix) {
+  const SafetensorsFile file =
+      FloatFile(SafetensorsDtype::kF32, 1, 32, std::vector<float>(32, 1));
+  const absl::Status status =
+      DetectLayout(file, "model.layers.1.mlp.down_proj").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("model.layers.1.mlp.down_proj.qweight"),
+                    HasSubstr("model.layers.1.mlp.down_proj.weight"),
+                    HasSubstr("test.safetensors")));
+  EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kFloat);
+}
+
+}  // namespace
+}  // namespace nibble::checkpoint
