@@ -104,6 +104,14 @@ container-test:
 	@deploy/install-deps.sh container
 	deploy/container-test.sh
 
+# The scale tests at full size (tests/integration/scale_test.cc; make test
+# runs them small): a million tiny weights uploaded, listed page by page and
+# deleted, and a 2 GB Matmul refused while the server serves on.
+.PHONY: limits
+limits: build
+	NIBBLE_FULL_SCALE=1 $(BUILD_DIR)/bin/nibble_integration_test \
+	  --gtest_filter='ScaleTest.*'
+
 # The Kubernetes manifests rendered with kustomize and checked against the
 # Kubernetes API schemas.
 .PHONY: k8s-check
@@ -116,7 +124,7 @@ k8s-check:
 # crashers stay there (tests/fuzz/run_fuzzers.sh).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := weight_file_fuzzer tuning_table_fuzzer upload_fuzzer \
-  rpc_messages_fuzzer
+  rpc_messages_fuzzer safetensors_fuzzer
 .PHONY: fuzz
 fuzz:
 	@deploy/install-deps.sh build test fuzz
@@ -127,24 +135,36 @@ fuzz:
 	tests/fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The soak (tests/soak/soak.sh): nibbled built with ASan and UBSan
-# (SOAK_SANITIZER=address, in build-asan) or TSan (thread, in build-tsan)
+# (SOAK_SANITIZER=address, in build-asan), with TSan (thread, in build-tsan,
+# on an abseil built with TSan by deploy/tsan-deps.sh in build-tsan-deps, with
+# tests/soak/tsan.supp for gRPC's uninstrumented hand-offs) or with none
+# (none, in build-soak: the memory curve without a sanitizer's own growth)
 # under SOAK_RATE requests/s of verified open-loop load, with uploads and
 # deletes beside it, for SOAK_SECONDS; rss.csv, rss.svg, the load's JSON and
-# any sanitizer report in build-asan/soak or build-tsan/soak. g++ brings the
-# sanitizer runtimes (libasan8, libubsan1, libtsan2 come with libgcc-12-dev).
+# any sanitizer report in $(SOAK_BUILD)/soak. g++ brings the sanitizer
+# runtimes (libasan8, libubsan1, libtsan2 come with libgcc-12-dev).
 SOAK_SECONDS ?= 600
 SOAK_SANITIZER ?= address
 SOAK_RATE ?= 200
-SOAK_BUILD := build-$(if $(filter thread,$(SOAK_SANITIZER)),tsan,asan)
+SOAK_BUILD_address := build-asan
+SOAK_BUILD_thread := build-tsan
+SOAK_BUILD_none := build-soak
+SOAK_BUILD := $(SOAK_BUILD_$(SOAK_SANITIZER))
+# Without a sanitizer's own bookkeeping, memory must stay flat: 4 MiB of room.
+SOAK_RSS_SLACK_MIB ?= $(if $(filter none,$(SOAK_SANITIZER)),4,32)
+SOAK_TSAN_DEPS := build-tsan-deps
 .PHONY: soak
 soak:
-	@case "$(SOAK_SANITIZER)" in address|thread) ;; *) echo "soak:" \
-	  "SOAK_SANITIZER is address or thread, not '$(SOAK_SANITIZER)'"; \
+	@case "$(SOAK_SANITIZER)" in address|thread|none) ;; *) echo "soak:" \
+	  "SOAK_SANITIZER is address, thread or none, not '$(SOAK_SANITIZER)'"; \
 	  exit 2;; esac
 	@deploy/install-deps.sh build
+	$(if $(filter thread,$(SOAK_SANITIZER)),@deploy/tsan-deps.sh $(SOAK_TSAN_DEPS))
 	@cmake -S . -B $(SOAK_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DNIBBLE_CUDA=OFF -DNIBBLE_BUILD_TESTS=OFF \
-	  -DNIBBLE_SANITIZE=$(SOAK_SANITIZER) > /dev/null
+	  -DNIBBLE_SANITIZE=$(filter-out none,$(SOAK_SANITIZER)) > /dev/null
 	@cmake --build $(SOAK_BUILD) -j $(JOBS) --target nibbled nibble nibble-load
 	SOAK_RATE=$(SOAK_RATE) SOAK_OUT=$(SOAK_BUILD)/soak \
+	  SOAK_RSS_SLACK_MIB=$(SOAK_RSS_SLACK_MIB) \
+	  $(if $(filter thread,$(SOAK_SANITIZER)),LD_LIBRARY_PATH=$(CURDIR)/$(SOAK_TSAN_DEPS)/lib) \
 	  tests/soak/soak.sh $(SOAK_BUILD)/bin $(SOAK_SECONDS)

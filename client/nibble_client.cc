@@ -186,16 +186,30 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::GetWeight(absl::string_view name) {
 }
 
 absl::StatusOr<std::vector<v1::WeightInfo>> NibbleClient::ListWeights() {
-  grpc::ClientContext context;
-  PrepareContext(context);
-  v1::ListWeightsResponse response;
-  if (grpc::Status status = nibble_stub_->ListWeights(
-          &context, v1::ListWeightsRequest(), &response);
-      !status.ok()) {
-    return ToAbslStatus(status);
-  }
-  return std::vector<v1::WeightInfo>(response.weights().begin(),
-                                     response.weights().end());
+  std::vector<v1::WeightInfo> weights;
+  v1::ListWeightsRequest request;
+  do {
+    grpc::ClientContext context;
+    PrepareContext(context);
+    v1::ListWeightsResponse response;
+    if (grpc::Status status =
+            nibble_stub_->ListWeights(&context, request, &response);
+        !status.ok()) {
+      return ToAbslStatus(status);
+    }
+    // Names only grow from page to page; a token that does not would loop.
+    if (!response.next_page_token().empty() &&
+        response.next_page_token() <= request.page_token()) {
+      return absl::InternalError(absl::StrCat(
+          "the server's ListWeights reply went back to page token \"",
+          response.next_page_token(), "\" after \"", request.page_token(),
+          "\""));
+    }
+    weights.insert(weights.end(), response.weights().begin(),
+                   response.weights().end());
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return weights;
 }
 
 absl::Status NibbleClient::DeleteWeight(absl::string_view name) {

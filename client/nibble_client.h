@@ -78,7 +78,7 @@ class NibbleClient {
                                             DType dtype, absl::string_view a);
 
   absl::StatusOr<v1::WeightInfo> GetWeight(absl::string_view name);
-  // Sorted by name.
+  // Every weight, sorted by name, fetched page by page.
   absl::StatusOr<std::vector<v1::WeightInfo>> ListWeights();
   absl::Status DeleteWeight(absl::string_view name);
 

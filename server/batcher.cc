@@ -133,6 +133,14 @@ BatcherStats MatmulBatcher::Stats() const {
   return stats;
 }
 
+void MatmulBatcher::ForgetWeight(absl::string_view name) {
+  absl::MutexLock lock(&mu_);
+  stats_.run_by_weight.erase(std::string(name));
+  for (auto& [weight, queue] : queues_) {
+    if (weight->name == name) queue.forgotten = true;
+  }
+}
+
 void MatmulBatcher::DispatchLoop() {
   mu_.Lock();
   while (true) {
@@ -252,9 +260,11 @@ void MatmulBatcher::RunBatch(Batch batch) {
     stats_.rows_run += rows;
     stats_.batch_rows.Record(static_cast<double>(rows));
     stats_.compute_seconds.Record(absl::ToDoubleSeconds(compute_time));
-    WeightMatmulCounts& counts = stats_.run_by_weight[weight.name];
-    counts.requests += requests;
-    counts.rows += rows;
+    if (!batch.queue->forgotten) {
+      WeightMatmulCounts& counts = stats_.run_by_weight[weight.name];
+      counts.requests += requests;
+      counts.rows += rows;
+    }
   }
   if (!result.ok()) {
     for (MatmulWork& work : batch.run) work.done(result.status());

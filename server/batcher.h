@@ -125,7 +125,8 @@ struct BatcherStats {
   Histogram queue_seconds{kLatencyBucketsSeconds};
   // Per batch: how long the kernel call took.
   Histogram compute_seconds{kLatencyBucketsSeconds};
-  // Requests and rows run, by weight name; a deleted weight keeps its counts.
+  // Requests and rows run, by weight name, until the weight is deleted
+  // (ForgetWeight).
   std::map<std::string, WeightMatmulCounts> run_by_weight;
   int64_t requests_refused_queue_full = 0;
   int64_t requests_refused_shutting_down = 0;
@@ -162,6 +163,11 @@ class MatmulBatcher final {
 
   BatcherStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Drops the counts of weight `name`, deleted from the store, so that
+  // weights uploaded and deleted under ever new names do not grow the stats
+  // without end. Batches of it still running are not counted.
+  void ForgetWeight(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Queued {
     MatmulWork work;
@@ -172,6 +178,8 @@ class MatmulBatcher final {
     std::list<Queued> requests;
     int64_t rows = 0;
     bool running = false;
+    // Set by ForgetWeight: what runs from now on is not counted.
+    bool forgotten = false;
   };
   // Requests taken off a queue: those to run together, and those to answer
   // with `status` instead.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/conversions.h"
+#include "server/weight_store.h"
 
 namespace nibble::server {
 namespace {
@@ -141,9 +142,9 @@ absl::Status CheckKServeModelVersion(absl::string_view model_name,
 }
 
 absl::Status KServeModelNotFound(absl::string_view model_name) {
-  return absl::NotFoundError(absl::StrCat(
-      "no model named \"", model_name,
-      "\": each resident nibble weight is a model; upload the weight first"));
+  return NoSuchName("model", model_name,
+                    "each resident nibble weight is a model; upload the "
+                    "weight first");
 }
 
 void FillKServeModelMetadata(absl::string_view model_name,

@@ -177,6 +177,10 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
              "The budget for resident and reserved weight bytes "
              "(--max_weight_bytes); 0 for none.");
   out.Sample("nibble_max_weight_bytes", {}, snapshot.max_weight_bytes);
+  out.Family("nibble_max_weights", "gauge",
+             "The most weights held resident plus uploads in progress "
+             "(--max_weights); 0 for none.");
+  out.Sample("nibble_max_weights", {}, snapshot.max_weights);
   out.Family("nibble_gpu_resident_bytes", "gauge",
              "Bytes of GPU memory all resident weights take (--backend=cuda); "
              "0 on the CPU backend.");

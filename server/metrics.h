@@ -27,6 +27,7 @@
 //   weight_bytes{weight}                   gauge
 //   reserved_weight_bytes                  gauge, held by uploads in progress
 //   max_weight_bytes                       gauge, the budget; 0 for none
+//   max_weights                            gauge, --max_weights; 0 for none
 //   gpu_resident_bytes                     gauge, GPU memory all weights
 //                                          take (--backend=cuda)
 //   matmul_requests_total{weight}          counter, requests run
@@ -66,6 +67,8 @@ struct MetricsSnapshot {
   int64_t reserved_weight_bytes = 0;
   // --max_weight_bytes in effect; 0 for none.
   int64_t max_weight_bytes = 0;
+  // --max_weights in effect; 0 for none.
+  int64_t max_weights = 0;
   // Accelerator memory the weights' device copies take (see
   // WeightStore::device_bytes); 0 on the CPU backend.
   int64_t gpu_resident_bytes = 0;

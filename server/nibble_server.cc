@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/log.h"
@@ -37,7 +38,8 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       pool_(options.threads),
       scheduler_(
           MakeScheduler(backend, std::move(kernels), options.tuning_table)),
-      store_(options.max_weight_bytes),
+      store_({.max_resident_bytes = options.max_weight_bytes,
+              .max_weights = options.max_weights}),
       data_dir_(options.data_dir.empty()
                     ? std::nullopt
                     : std::make_optional<WeightDirectory>(options.data_dir)),
@@ -128,6 +130,12 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options.max_receive_buffer_bytes > 0) {
+    // The builder keeps its own reference to the quota.
+    grpc::ResourceQuota receive_quota("nibbled-receive");
+    receive_quota.Resize(options.max_receive_buffer_bytes);
+    builder.SetResourceQuota(receive_quota);
+  }
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              Milliseconds(options.keepalive_time));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
@@ -191,6 +199,7 @@ std::string NibbleServer::RenderMetrics() const {
                            .weights = {},
                            .reserved_weight_bytes = store_.reserved_bytes(),
                            .max_weight_bytes = store_.max_resident_bytes(),
+                           .max_weights = store_.max_weights(),
                            .gpu_resident_bytes = store_.device_bytes(),
                            .serving = serving_.load()};
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {

@@ -51,9 +51,18 @@ struct ServerOptions {
   int threads = 0;
   // Largest request or response message, so that large activations fit.
   int max_message_bytes = 64 << 20;
+  // Most bytes gRPC may hold for requests still arriving, over all
+  // connections (--max_receive_buffer_bytes); 0 for no limit. gRPC (1.51)
+  // compares a message with max_message_bytes only once all of it has
+  // arrived, so without this a client could make the server buffer up to
+  // 4 GiB per call; past it, calls are reset with RESOURCE_EXHAUSTED.
+  int64_t max_receive_buffer_bytes = 0;
   // Most bytes of packed weights held resident (nibbled --max_weight_bytes);
   // 0 for no limit.
   int64_t max_weight_bytes = 0;
+  // Most weights held resident plus uploads in progress (--max_weights); 0
+  // for no limit.
+  int64_t max_weights = 0;
   // How often an idle connection is pinged, and how long the server waits
   // for the answer before closing it (--keepalive_time_ms,
   // --keepalive_timeout_ms), so that vanished clients free their resources.

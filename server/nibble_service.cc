@@ -46,7 +46,7 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(WeightStore& store,
   absl::StatusOr<WeightStore::Reservation> reservation =
       store.Reserve(name, bytes);
   if (!reservation.ok()) {
-    LogWarning("upload refused: over --max_weight_bytes",
+    LogWarning("upload refused: over a limit",
                {{"name", name},
                 {"format", WeightFormatName(spec.format)},
                 {"k", spec.k},
@@ -54,7 +54,9 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(WeightStore& store,
                 {"bytes", bytes},
                 {"resident_bytes", store.resident_bytes()},
                 {"reserved_bytes", store.reserved_bytes()},
-                {"max_weight_bytes", store.max_resident_bytes()}});
+                {"max_weight_bytes", store.max_resident_bytes()},
+                {"max_weights", store.max_weights()},
+                {"error", reservation.status().message()}});
   }
   return reservation;
 }
@@ -196,9 +198,9 @@ grpc::Status NibbleServiceImpl::GetWeight(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext* context,
-                                            const v1::ListWeightsRequest*,
-                                            v1::ListWeightsResponse* response) {
+grpc::Status NibbleServiceImpl::ListWeights(
+    grpc::ServerContext* context, const v1::ListWeightsRequest* request,
+    v1::ListWeightsResponse* response) {
   if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
       !status.ok()) {
     return ToGrpcStatus(status);
@@ -206,8 +208,14 @@ grpc::Status NibbleServiceImpl::ListWeights(grpc::ServerContext* context,
   if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
     return ToGrpcStatus(status);
   }
-  for (const auto& weight : store_->List()) {
+  absl::StatusOr<ListPageRequest> page = ListPageFromProto(*request);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  WeightStore::Page weights = store_->List(page->after, page->size);
+  for (const auto& weight : weights.weights) {
     FillWeightInfo(*weight, response->add_weights());
+  }
+  if (weights.more) {
+    response->set_next_page_token(weights.weights.back()->name);
   }
   return grpc::Status::OK;
 }
@@ -239,6 +247,7 @@ grpc::Status NibbleServiceImpl::DeleteWeight(
   if (absl::Status status = store_->Remove(request->name()); !status.ok()) {
     return ToGrpcStatus(status);
   }
+  batcher_->ForgetWeight(request->name());
   LogInfo("weight deleted", {{"name", request->name()},
                              {"resident_bytes", store_->resident_bytes()}});
   return grpc::Status::OK;

@@ -37,6 +37,13 @@ ABSL_FLAG(int, threads, 0, "Kernel threads; 0 means one per hardware thread.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest request or response message in bytes (activations and "
           "outputs travel in one message).");
+ABSL_FLAG(int64_t, max_receive_buffer_bytes, 0,
+          "Most bytes gRPC may hold for requests still arriving, over all "
+          "connections. gRPC checks --max_message_bytes only once a whole "
+          "message has arrived, so this is what stops a client from making "
+          "nibbled buffer a huge message; past it, calls are reset with "
+          "RESOURCE_EXHAUSTED. 0 for 4 times --max_message_bytes; -1 for no "
+          "limit.");
 // Room for a header and a small matmul; anything smaller is a mistake.
 constexpr int kMinMessageBytes = 4096;
 ABSL_FLAG(int64_t, max_weight_bytes, 0,
@@ -45,6 +52,10 @@ ABSL_FLAG(int64_t, max_weight_bytes, 0,
           "upload past it fails with RESOURCE_EXHAUSTED and changes nothing. "
           "0 for 3/4 of the memory available to nibbled (the smaller of "
           "physical memory and its cgroup's memory limit); -1 for no limit.");
+ABSL_FLAG(int64_t, max_weights, 100'000,
+          "Most weights held resident plus uploads in progress, so that many "
+          "tiny weights cannot exhaust memory the byte budget does not see; "
+          "an upload past it fails with RESOURCE_EXHAUSTED. 0 for no limit.");
 ABSL_FLAG(int64_t, max_request_rows, 4096,
           "Most rows of A (M) one Matmul or ModelInfer request may have; "
           "larger ones fail with INVALID_ARGUMENT.");
@@ -153,6 +164,21 @@ std::string FlagProblems() {
         &problems, "--max_weight_bytes=", absl::GetFlag(FLAGS_max_weight_bytes),
         " is below -1: give a byte count, 0 for 3/4 of the "
         "available memory, or -1 for no limit\n");
+  }
+  const int64_t max_receive_buffer_bytes =
+      absl::GetFlag(FLAGS_max_receive_buffer_bytes);
+  if (max_receive_buffer_bytes < -1 ||
+      (max_receive_buffer_bytes > 0 &&
+       max_receive_buffer_bytes < absl::GetFlag(FLAGS_max_message_bytes))) {
+    absl::StrAppend(&problems,
+                    "--max_receive_buffer_bytes=", max_receive_buffer_bytes,
+                    " must be at least --max_message_bytes, 0 for 4 times "
+                    "that, or -1 for no limit\n");
+  }
+  if (absl::GetFlag(FLAGS_max_weights) < 0) {
+    absl::StrAppend(&problems,
+                    "--max_weights=", absl::GetFlag(FLAGS_max_weights),
+                    " is negative: give a count, or 0 for no limit\n");
   }
   const int64_t max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
   if (max_request_rows < 1) {
@@ -309,9 +335,16 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  const int64_t receive_buffer_flag =
+      absl::GetFlag(FLAGS_max_receive_buffer_bytes);
+  options.max_receive_buffer_bytes =
+      receive_buffer_flag == 0    ? int64_t{4} * options.max_message_bytes
+      : receive_buffer_flag == -1 ? 0
+                                  : receive_buffer_flag;
   const WeightBudget budget =
       WeightBudgetFromFlag(absl::GetFlag(FLAGS_max_weight_bytes));
   options.max_weight_bytes = budget.bytes;
+  options.max_weights = absl::GetFlag(FLAGS_max_weights);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.keepalive_time =
       absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
@@ -406,7 +439,12 @@ int main(int argc, char** argv) {
            {"resident_bytes", (*server)->resident_bytes()},
            {"max_weight_bytes",
             budget.bytes > 0 ? absl::StrCat(budget.bytes) : "none"},
-           {"max_weight_bytes_from", budget.source}});
+           {"max_weight_bytes_from", budget.source},
+           {"max_weights", options.max_weights},
+           {"max_receive_buffer_bytes",
+            options.max_receive_buffer_bytes > 0
+                ? absl::StrCat(options.max_receive_buffer_bytes)
+                : "none"}});
 
   std::thread stopper([&server, &stop_signals] {
     int signal = 0;

@@ -1,5 +1,7 @@
 #include "server/proto_conversions.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,6 +35,28 @@ void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info) {
   info->set_group_size(spec.group_size);
   info->set_canonical_bytes(spec.canonical_bytes());
   info->set_resident_bytes(weight.packed.resident_bytes());
+}
+
+absl::StatusOr<ListPageRequest> ListPageFromProto(
+    const v1::ListWeightsRequest& request) {
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size is ", request.page_size(), ": give 1 to ",
+                     kMaxListPageSize, ", or 0 for ", kDefaultListPageSize));
+  }
+  ListPageRequest page;
+  if (request.page_size() > 0) {
+    page.size = std::min<int64_t>(request.page_size(), kMaxListPageSize);
+  }
+  if (!request.page_token().empty()) {
+    if (!ValidateWeightName(request.page_token()).ok()) {
+      return absl::InvalidArgumentError(
+          "page_token is not one that ListWeights returned: send the "
+          "previous reply's next_page_token, or none for the first page");
+    }
+    page.after = request.page_token();
+  }
+  return page;
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

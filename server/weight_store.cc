@@ -17,9 +17,7 @@ bool IsNameCharacter(char c) {
 }
 
 absl::Status NotFound(absl::string_view name) {
-  return absl::NotFoundError(
-      absl::StrCat("no weight named \"", name,
-                   "\": upload it first or check `nibble list`"));
+  return NoSuchName("weight", name, "upload it first or check `nibble list`");
 }
 
 absl::Status AlreadyExists(absl::string_view name) {
@@ -131,6 +129,21 @@ absl::Status ValidateWeightName(absl::string_view name) {
   return absl::OkStatus();
 }
 
+absl::Status NoSuchName(absl::string_view what, absl::string_view name,
+                        absl::string_view missing) {
+  if (ValidateWeightName(name).ok()) {
+    return absl::NotFoundError(
+        absl::StrCat("no ", what, " named \"", name, "\": ", missing));
+  }
+  // Cut, so that the rule survives ToGrpcStatus' cut of long messages.
+  constexpr size_t kShownCharacters = 64;
+  return absl::NotFoundError(absl::StrCat(
+      "no ", what, " named \"",
+      absl::CHexEscape(name.substr(0, kShownCharacters)),
+      name.size() > kShownCharacters ? "..." : "", "\" (", name.size(),
+      " characters): ", what, " names are ", kWeightNameRule));
+}
+
 WeightStore::Reservation::Reservation(Reservation&& other) noexcept
     : store_(std::exchange(other.store_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)) {}
@@ -151,6 +164,7 @@ void WeightStore::Reservation::Release() {
   if (store_ == nullptr) return;
   absl::MutexLock lock(&store_->mutex_);
   store_->reserved_bytes_ -= bytes_;
+  --store_->reservations_;
   store_ = nullptr;
   bytes_ = 0;
 }
@@ -158,10 +172,12 @@ void WeightStore::Reservation::Release() {
 absl::StatusOr<WeightStore::Reservation> WeightStore::Reserve(
     absl::string_view name, int64_t bytes) {
   absl::MutexLock lock(&mutex_);
-  if (absl::Status status = CheckFitsLocked(name, bytes); !status.ok()) {
+  if (absl::Status status = CheckFitsLocked(name, bytes, Reservation());
+      !status.ok()) {
     return status;
   }
   reserved_bytes_ += bytes;
+  ++reservations_;
   return Reservation(this, bytes);
 }
 
@@ -179,14 +195,17 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
   // On the failures below `reservation` is released when this returns,
   // after the lock.
   if (weights_.contains(name)) return AlreadyExists(name);
-  if (absl::Status status = CheckFitsLocked(name, bytes, reservation.bytes_);
+  if (absl::Status status = CheckFitsLocked(name, bytes, reservation);
       !status.ok()) {
     return status;
   }
   weights_.emplace(std::move(name), std::move(weight));
-  // The reservation turns into resident bytes under the same lock, so the
+  // The reservation turns into the weight's under the same lock, so the
   // weight is never counted twice nor not at all.
-  reserved_bytes_ -= reservation.bytes_;
+  if (reservation.store_ == this) {
+    reserved_bytes_ -= reservation.bytes_;
+    --reservations_;
+  }
   reservation.store_ = nullptr;
   reservation.bytes_ = 0;
   resident_bytes_ += bytes;
@@ -213,26 +232,39 @@ absl::Status WeightStore::CheckNameFree(absl::string_view name) const {
 absl::Status WeightStore::CheckFits(absl::string_view name,
                                     int64_t bytes) const {
   absl::MutexLock lock(&mutex_);
-  return CheckFitsLocked(name, bytes);
+  return CheckFitsLocked(name, bytes, Reservation());
 }
 
 absl::Status WeightStore::CheckFitsLocked(absl::string_view name, int64_t bytes,
-                                          int64_t own_reserved) const {
-  const int64_t others_reserved = reserved_bytes_ - own_reserved;
+                                          const Reservation& own) const {
+  const bool own_counted = own.store_ == this;
+  const int64_t others_reservations = reservations_ - (own_counted ? 1 : 0);
+  const int64_t others_weights =
+      static_cast<int64_t>(weights_.size()) + others_reservations;
+  if (limits_.max_weights != 0 && others_weights >= limits_.max_weights) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "weight \"", name, "\" would pass the ", limits_.max_weights,
+        " weights allowed by --max_weights (", weights_.size(), " resident, ",
+        others_reservations,
+        " uploads in progress): delete a weight or raise --max_weights"));
+  }
+  const int64_t others_reserved =
+      reserved_bytes_ - (own_counted ? own.bytes_ : 0);
   const int64_t in_use = resident_bytes_ + others_reserved;
-  if (max_resident_bytes_ == 0 || bytes <= max_resident_bytes_ - in_use) {
+  const int64_t max_bytes = limits_.max_resident_bytes;
+  if (max_bytes == 0 || bytes <= max_bytes - in_use) {
     return absl::OkStatus();
   }
   if (others_reserved == 0) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "weight \"", name, "\" needs ", bytes, " bytes resident but ",
-        resident_bytes_, " of the ", max_resident_bytes_,
+        resident_bytes_, " of the ", max_bytes,
         " bytes allowed by --max_weight_bytes are in use: delete a weight or "
         "raise --max_weight_bytes"));
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "weight \"", name, "\" needs ", bytes, " bytes resident but ", in_use,
-      " of the ", max_resident_bytes_,
+      " of the ", max_bytes,
       " bytes allowed by --max_weight_bytes are in use (", resident_bytes_,
       " resident, ", others_reserved,
       " reserved by uploads in progress): retry once they finish, delete a "
@@ -258,6 +290,21 @@ std::vector<std::shared_ptr<const ResidentWeight>> WeightStore::List() const {
   weights.reserve(weights_.size());
   for (const auto& [name, weight] : weights_) weights.push_back(weight);
   return weights;
+}
+
+WeightStore::Page WeightStore::List(absl::string_view after,
+                                    int64_t limit) const {
+  absl::MutexLock lock(&mutex_);
+  Page page;
+  auto it = after.empty() ? weights_.begin() : weights_.upper_bound(after);
+  for (; it != weights_.end(); ++it) {
+    if (static_cast<int64_t>(page.weights.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    page.weights.push_back(it->second);
+  }
+  return page;
 }
 
 int64_t WeightStore::resident_bytes() const {

@@ -3,12 +3,13 @@
 // request that uses it. On the CUDA backend (nibbled --backend) a weight is
 // also copied once into GPU memory, beside its packed copy, which the CPU
 // kernels fall back to. A deleted weight stays alive until the last request
-// using it finishes. An optional budget (nibbled --max_weight_bytes) caps the
-// bytes held resident plus those reserved by uploads in progress; a weight
-// that would pass it is refused whole.
+// using it finishes. Optional limits cap the bytes held resident plus those
+// reserved by uploads in progress (nibbled --max_weight_bytes), and the
+// number of weights held and arriving (--max_weights); a weight that would
+// pass either is refused whole.
 //
 // Example:
-//   nibble::server::WeightStore store(/*max_resident_bytes=*/1 << 30);
+//   nibble::server::WeightStore store({.max_resident_bytes = 1 << 30});
 //   absl::StatusOr<nibble::server::WeightStore::Reservation> reservation =
 //       store.Reserve("proj", nibble::server::PackedResidentBytes(spec));
 //   ...  // receive the weight, pack it
@@ -79,17 +80,37 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
 // refused before its data is sent. `spec` must pass Validate().
 int64_t PackedResidentBytes(const WeightSpec& spec);
 
+// What ValidateWeightName accepts, in words for messages.
+inline constexpr char kWeightNameRule[] =
+    "1 to 128 characters from [A-Za-z0-9._-], not starting with '.'";
+
 // OK for 1 to 128 characters from [A-Za-z0-9._-] not starting with '.', so a
 // name is safe as a file name and in logs.
 absl::Status ValidateWeightName(absl::string_view name);
 
+// NOT_FOUND for a lookup of `name` that found nothing: `missing` says what
+// to do about it. A name that fails ValidateWeightName is escaped and cut,
+// and the message gives the naming rule instead, since no upload could
+// create it. `what` is "weight" or "model".
+absl::Status NoSuchName(absl::string_view what, absl::string_view name,
+                        absl::string_view missing);
+
 class WeightStore {
  public:
-  // Budget bytes held for a weight that is still arriving, so that
-  // concurrent uploads cannot together buffer more than the budget: counted
-  // against it like resident bytes until Insert turns them into the
-  // weight's resident bytes, or until destroyed. Movable; the store must
-  // outlive it.
+  // 0 stands for no limit.
+  struct Limits {
+    // Caps the sum of resident_bytes() over the weights and of the bytes
+    // reserved.
+    int64_t max_resident_bytes = 0;
+    // Caps the weights held plus the live reservations.
+    int64_t max_weights = 0;
+  };
+
+  // Budget bytes, and a place among the weights, held for a weight that is
+  // still arriving, so that concurrent uploads cannot together buffer more
+  // than the budget: counted against the limits like a resident weight until
+  // Insert turns them into the weight's, or until destroyed. Movable; the
+  // store must outlive it.
   class Reservation {
    public:
     // Holds nothing.
@@ -111,18 +132,16 @@ class WeightStore {
     int64_t bytes_ = 0;
   };
 
-  // `max_resident_bytes` caps the sum of resident_bytes() over the weights
-  // and of the bytes reserved; 0 for no cap.
-  explicit WeightStore(int64_t max_resident_bytes = 0)
-      : max_resident_bytes_(max_resident_bytes) {}
+  WeightStore() : WeightStore(Limits()) {}
+  explicit WeightStore(Limits limits) : limits_(limits) {}
 
-  // Reserves `bytes` for weight `name`; RESOURCE_EXHAUSTED, as CheckFits
-  // answers, when they do not fit now.
+  // Reserves `bytes` and a place for weight `name`; RESOURCE_EXHAUSTED, as
+  // CheckFits answers, when they do not fit now.
   absl::StatusOr<Reservation> Reserve(absl::string_view name, int64_t bytes);
 
   // ALREADY_EXISTS when the name is taken; INVALID_ARGUMENT for a bad name;
-  // RESOURCE_EXHAUSTED, as CheckFits answers, past the budget, where the
-  // bytes of `reservation` (made by this store) count as free for this
+  // RESOURCE_EXHAUSTED, as CheckFits answers, past a limit, where what
+  // `reservation` (made by this store) holds counts as free for this
   // weight. On success the reservation becomes the weight's resident bytes;
   // on failure it is released and the store is otherwise unchanged. Allowed
   // while loading. `device` is the weight's copy from UploadToBackend, null
@@ -142,13 +161,20 @@ class WeightStore {
   // OK when no weight has this name; ALREADY_EXISTS, as Insert would answer,
   // when one does. Lets an upload be refused before its data is sent.
   absl::Status CheckNameFree(absl::string_view name) const;
-  // OK when a weight `name` of `bytes` resident bytes fits in the budget
-  // now; RESOURCE_EXHAUSTED naming the weight, its size, the bytes resident
-  // and reserved, and the budget when not.
+  // OK when a weight `name` of `bytes` resident bytes fits in the limits
+  // now; RESOURCE_EXHAUSTED naming the weight, the limit it passes, what is
+  // resident and reserved, and the flag that sets the limit when not.
   absl::Status CheckFits(absl::string_view name, int64_t bytes) const;
   absl::Status Remove(absl::string_view name);
   // Sorted by name.
   std::vector<std::shared_ptr<const ResidentWeight>> List() const;
+  // Up to `limit` weights, sorted by name, of those named after `after`
+  // (all for an empty one), and whether more follow.
+  struct Page {
+    std::vector<std::shared_ptr<const ResidentWeight>> weights;
+    bool more = false;
+  };
+  Page List(absl::string_view after, int64_t limit) const;
 
   // Sum of resident_bytes() over the weights held.
   int64_t resident_bytes() const;
@@ -156,7 +182,8 @@ class WeightStore {
   int64_t device_bytes() const;
   // Sum of the bytes of the live reservations.
   int64_t reserved_bytes() const;
-  int64_t max_resident_bytes() const { return max_resident_bytes_; }
+  int64_t max_resident_bytes() const { return limits_.max_resident_bytes; }
+  int64_t max_weights() const { return limits_.max_weights; }
 
   // While loading (nibbled reading --data_dir at start), Get, CheckNameFree
   // and Remove answer UNAVAILABLE, and so does CheckLoaded, so that no client
@@ -166,19 +193,20 @@ class WeightStore {
   absl::Status CheckLoaded() const;
 
  private:
-  // As CheckFits, with `own_reserved` of the reserved bytes set aside for
-  // this weight.
+  // As CheckFits, with what `own` holds (when made by this store) set aside
+  // for this weight.
   absl::Status CheckFitsLocked(absl::string_view name, int64_t bytes,
-                               int64_t own_reserved = 0) const
+                               const Reservation& own) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
-  const int64_t max_resident_bytes_;
+  const Limits limits_;
   mutable absl::Mutex mutex_;
   std::map<std::string, std::shared_ptr<const ResidentWeight>, std::less<>>
       weights_ ABSL_GUARDED_BY(mutex_);
   int64_t resident_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t device_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t reserved_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t reservations_ ABSL_GUARDED_BY(mutex_) = 0;
   bool loading_ ABSL_GUARDED_BY(mutex_) = false;
 };
 

@@ -4,12 +4,16 @@
 //   nibble_fuzz_seeds tests/fuzz/corpus
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "checkpoint/safetensors.h"
 #include "inference/grpc_predict_v2.pb.h"
 #include "kernels/tuning_table.h"
 #include "kernels/weight_format.h"
@@ -22,6 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace v1 = nibble::v1;
+namespace ckpt = nibble::checkpoint;
 using nibble::WeightFormat;
 using nibble::WeightSpec;
 
@@ -119,6 +124,36 @@ inference::ModelInferRequest InferOnResidentWeight(bool raw) {
   return request;
 }
 
+// safetensors_fuzzer's input: a safetensors file of one tensor per entry of
+// `shapes`, named t0, t1, ..., their bytes a pattern without '}' (the
+// fuzzer's second pass ends the header at the input's last '}').
+std::string SafetensorsSeed(
+    const std::vector<std::pair<ckpt::SafetensorsDtype, std::vector<int64_t>>>&
+        shapes,
+    const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> data;
+  std::vector<ckpt::NamedTensorBytes> tensors;
+  data.reserve(shapes.size());
+  for (const auto& [dtype, shape] : shapes) {
+    int64_t bytes = ckpt::SafetensorsDtypeBytes(dtype);
+    for (int64_t dim : shape) bytes *= dim;
+    std::string& pattern = data.emplace_back(bytes, '\0');
+    for (int64_t i = 0; i < bytes; ++i) {
+      pattern[i] = static_cast<char>(i * 37 % 125);
+    }
+    tensors.push_back(
+        {absl::StrCat("t", tensors.size()), dtype, shape, pattern});
+  }
+  absl::StatusOr<std::string> file =
+      ckpt::SerializeSafetensors(tensors, metadata);
+  if (!file.ok()) {
+    std::fprintf(stderr, "nibble_fuzz_seeds: %s\n",
+                 file.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *file;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +216,26 @@ int main(int argc, char** argv) {
   metadata.set_name(kResidentWeightName);
   metadata.set_version("1");
   written &= WriteSeed(rpcs, "model_metadata", RpcInput(7, metadata));
+  v1::ListWeightsRequest list;
+  list.set_page_size(2);
+  list.set_page_token("a");
+  written &= WriteSeed(rpcs, "list_weights_page", RpcInput(8, list));
+
+  const fs::path safetensors = corpus / "safetensors_fuzzer";
+  written &= WriteSeed(safetensors, "no_tensors", SafetensorsSeed({}, {}));
+  written &= WriteSeed(safetensors, "f32_bf16_metadata",
+                       SafetensorsSeed({{ckpt::SafetensorsDtype::kF32, {2, 3}},
+                                        {ckpt::SafetensorsDtype::kBF16, {4}}},
+                                       {{"format", "pt"}}));
+  written &= WriteSeed(safetensors, "scalar_and_empty",
+                       SafetensorsSeed({{ckpt::SafetensorsDtype::kI64, {}},
+                                        {ckpt::SafetensorsDtype::kF16, {3, 0}}},
+                                       {}));
+  std::vector<std::pair<ckpt::SafetensorsDtype, std::vector<int64_t>>> every;
+  for (ckpt::SafetensorsDtype dtype : ckpt::kAllSafetensorsDtypes) {
+    every.push_back({dtype, {2}});
+  }
+  written &= WriteSeed(safetensors, "every_dtype", SafetensorsSeed(every, {}));
 
   if (!written) {
     std::fprintf(stderr, "nibble_fuzz_seeds: could not write under %s\n",

@@ -112,6 +112,16 @@ class FakeServer {
     return *std::move(weight);
   }
 
+  // As ListWeights answers: a page no longer than asked for, in order.
+  void List(const nibble::server::ListPageRequest& page) const {
+    FUZZ_CHECK(page.size >= 1 && page.size <= nibble::server::kMaxListPageSize);
+    nibble::server::WeightStore::Page listed =
+        store_.List(page.after, page.size);
+    FUZZ_CHECK(static_cast<int64_t>(listed.weights.size()) <= page.size);
+    for (const auto& weight : listed.weights)
+      FUZZ_CHECK(weight->name > page.after);
+  }
+
  private:
   nibble::server::WeightStore store_;
   nibble::ThreadPool pool_;
@@ -129,6 +139,7 @@ enum class Message {
   kModelInfer,
   kModelReady,
   kModelMetadata,
+  kListWeights,
   kCount,
 };
 
@@ -205,6 +216,14 @@ void Decode(Message message, const uint8_t* data, size_t size) {
         nibble::server::FillKServeModelMetadata(
             request.name(), weight->packed.spec(), &response);
       }
+      return;
+    }
+    case Message::kListWeights: {
+      v1::ListWeightsRequest request;
+      if (!request.ParseFromArray(data, size)) return;
+      absl::StatusOr<nibble::server::ListPageRequest> page =
+          nibble::server::ListPageFromProto(request);
+      if (page.ok()) server->List(*page);
       return;
     }
     case Message::kCount:

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -23,7 +22,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -53,6 +51,7 @@ using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;
 using ::nibble::testing::NibbledProcess;
 using ::nibble::testing::ReadFile;
+using ::nibble::testing::ResidentBytes;
 using ::nibble::testing::StartNibbledLoggingTo;
 using ::nibble::testing::UploadMessages;
 using ::nibble::testing::WeightClient;
@@ -109,22 +108,6 @@ int64_t WaitForSample(int port, absl::string_view sample, int64_t want,
     value = ScrapeSample(port, sample);
   }
   return value;
-}
-
-// Resident memory of process `pid` in bytes (VmRSS), or -1.
-int64_t ResidentBytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    absl::string_view rest = line;
-    if (!absl::ConsumePrefix(&rest, "VmRSS:")) continue;
-    int64_t kib = 0;
-    if (absl::SimpleAtoi(
-            absl::StripSuffix(absl::StripAsciiWhitespace(rest), " kB"), &kib)) {
-      return kib * 1024;
-    }
-  }
-  return -1;
 }
 
 // SIGKILL, as the OOM killer or a power cut would stop nibbled: no drain and

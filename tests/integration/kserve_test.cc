@@ -21,12 +21,16 @@
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
+#include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/upload_messages.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::testing::Activations;
+using ::nibble::testing::OutputValues;
+using ::nibble::testing::RandomActivations;
 using ::nibble::testing::UploadWeight;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -42,33 +46,6 @@ const QuantizedWeight& Weight() {
   static const QuantizedWeight* weight =
       new QuantizedWeight(RandomQuantizedWeight(kSpec, kWeightSeed));
   return *weight;
-}
-
-// A [m, k] in [-1, 1) as fp32 values rounded to `dtype`, and in double.
-struct Activations {
-  std::vector<float> floats;
-  std::string bytes;  // in `dtype`, little-endian
-  std::vector<double> values;
-};
-
-Activations RandomActivations(int64_t m, int64_t k, DType dtype,
-                              uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  Activations a;
-  a.floats.resize(m * k);
-  for (float& f : a.floats) f = uniform(rng);
-  a.bytes.resize(a.floats.size() * DTypeSize(dtype));
-  ConvertFromFloat(dtype, a.floats.data(), a.floats.size(), a.bytes.data());
-  ConvertToFloat(dtype, a.bytes.data(), a.floats.size(), a.floats.data());
-  a.values.assign(a.floats.begin(), a.floats.end());
-  return a;
-}
-
-std::vector<double> OutputValues(const std::string& bytes, DType dtype) {
-  std::vector<float> floats(bytes.size() / DTypeSize(dtype));
-  ConvertToFloat(dtype, bytes.data(), floats.size(), floats.data());
-  return std::vector<double>(floats.begin(), floats.end());
 }
 
 // The KServe v2 datatype of `dtype`.

@@ -158,8 +158,9 @@ TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
   EXPECT_TRUE(client.Upload("c", RandomQuantizedWeight(kSmallSpec, 3)).ok());
   EXPECT_TRUE(client.Matmul("c", 2, kSmallSpec.k).ok());
   EXPECT_EQ((*server)->Stop(), 0);
-  EXPECT_THAT(ReadFile(log), HasSubstr("msg=\"upload refused: over "
-                                       "--max_weight_bytes\" name=c"));
+  EXPECT_THAT(ReadFile(log),
+              HasSubstr("msg=\"upload refused: over a limit\" name=c"));
+  EXPECT_THAT(ReadFile(log), HasSubstr("allowed by --max_weight_bytes"));
 }
 
 // The largest shape a header may name is 512 GiB of codes: refused by the

@@ -25,42 +25,20 @@
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 #include "reflection_subset.grpc.pb.h"
+#include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/upload_messages.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::testing::Activations;
+using ::nibble::testing::OutputValues;
+using ::nibble::testing::RandomActivations;
 using ::nibble::testing::UploadHeader;
 using ::nibble::testing::UploadMessages;
 using ::nibble::testing::UploadWeight;
 using ::testing::HasSubstr;
-
-// Activations in [-1, 1) in `dtype`, and the same values in double.
-struct Activations {
-  std::string bytes;
-  std::vector<double> values;
-};
-
-Activations RandomActivations(int64_t m, int64_t k, DType dtype,
-                              uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> floats(m * k);
-  for (float& f : floats) f = uniform(rng);
-  Activations a;
-  a.bytes.resize(floats.size() * DTypeSize(dtype));
-  ConvertFromFloat(dtype, floats.data(), floats.size(), a.bytes.data());
-  ConvertToFloat(dtype, a.bytes.data(), floats.size(), floats.data());
-  a.values.assign(floats.begin(), floats.end());
-  return a;
-}
-
-std::vector<double> OutputValues(const std::string& bytes, DType dtype) {
-  std::vector<float> floats(bytes.size() / DTypeSize(dtype));
-  ConvertToFloat(dtype, bytes.data(), floats.size(), floats.data());
-  return std::vector<double>(floats.begin(), floats.end());
-}
 
 class NibbledTest : public ::testing::Test {
  protected:
@@ -170,6 +148,16 @@ TEST_F(NibbledTest, BadFlagsAreUsageErrors) {
           &output),
       2);
   EXPECT_THAT(output, HasSubstr("--threads=-3 is negative"));
+
+  EXPECT_EQ(testing::RunCommand(
+                absl::StrCat(NIBBLED_PATH,
+                             " --max_weights=-1 --max_receive_buffer_bytes=4096"
+                             " --listen=127.0.0.1:0"),
+                &output),
+            2);
+  EXPECT_THAT(output, HasSubstr("--max_weights=-1 is negative"));
+  EXPECT_THAT(output, HasSubstr("--max_receive_buffer_bytes=4096 must be at "
+                                "least --max_message_bytes"));
 }
 
 TEST_F(NibbledTest, StartupLineNamesTheBuiltInTuningTable) {
@@ -608,36 +596,6 @@ TEST_F(NibbledBadInputTest, DeleteWhileMatmulsAreInFlight) {
   }
   EXPECT_GT(std::accumulate(not_found.begin(), not_found.end(), 0), 0);
   EXPECT_EQ(GetWeightCode("doomed"), grpc::StatusCode::NOT_FOUND);
-}
-
-// Many small uploads and deletes leave the server as it was: every name
-// listed while it lives, none after.
-TEST_F(NibbledBadInputTest, ThousandsOfTinyUploadsAndDeletes) {
-  const WeightSpec tiny{WeightFormat::kU4b8, 32, 1, 32};
-  constexpr int kUploads = 2000;
-  for (int i = 0; i < kUploads; ++i) {
-    ASSERT_TRUE(Upload(UploadMessages(absl::StrCat("tiny-", i),
-                                      RandomQuantizedWeight(tiny, i)))
-                    .ok())
-        << i;
-  }
-  const auto listed = [&] {
-    grpc::ClientContext context;
-    v1::ListWeightsResponse response;
-    EXPECT_TRUE(
-        stub_->ListWeights(&context, v1::ListWeightsRequest(), &response).ok());
-    return response.weights_size();
-  };
-  const int before = listed();
-  EXPECT_GE(before, kUploads);
-  for (int i = 0; i < kUploads; ++i) {
-    grpc::ClientContext context;
-    v1::DeleteWeightRequest request;
-    request.set_name(absl::StrCat("tiny-", i));
-    v1::DeleteWeightResponse response;
-    ASSERT_TRUE(stub_->DeleteWeight(&context, request, &response).ok()) << i;
-  }
-  EXPECT_EQ(listed(), before - kUploads);
 }
 
 TEST_F(NibbledBadInputTest, DeleteUnknownWeight) {

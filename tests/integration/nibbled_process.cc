@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -112,6 +115,21 @@ int RunCommand(const std::string& command, std::string* output) {
   }
   const int status = pclose(pipe);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, "VmRSS:")) continue;
+    int64_t kib = 0;
+    if (absl::SimpleAtoi(
+            absl::StripSuffix(absl::StripAsciiWhitespace(rest), " kB"), &kib)) {
+      return kib * 1024;
+    }
+  }
+  return -1;
 }
 
 }  // namespace nibble::testing

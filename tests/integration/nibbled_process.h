@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,6 +61,9 @@ absl::StatusOr<std::unique_ptr<NibbledProcess>> StartNibbledLoggingTo(
 // Runs a command line through the shell; its exit code, with stdout and
 // stderr captured into `output`.
 int RunCommand(const std::string& command, std::string* output);
+
+// Resident memory of process `pid` in bytes (VmRSS), or -1.
+int64_t ResidentBytes(pid_t pid);
 
 }  // namespace nibble::testing
 

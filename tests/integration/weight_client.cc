@@ -19,14 +19,19 @@ grpc::Status WeightClient::Upload(const std::string& name,
 }
 
 std::vector<std::string> WeightClient::List() {
-  grpc::ClientContext context;
-  v1::ListWeightsResponse response;
-  EXPECT_TRUE(
-      stub_->ListWeights(&context, v1::ListWeightsRequest(), &response).ok());
   std::vector<std::string> weights;
-  for (const v1::WeightInfo& info : response.weights()) {
-    weights.push_back(info.ShortDebugString());
-  }
+  v1::ListWeightsRequest request;
+  do {
+    grpc::ClientContext context;
+    v1::ListWeightsResponse response;
+    const grpc::Status status =
+        stub_->ListWeights(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    for (const v1::WeightInfo& info : response.weights()) {
+      weights.push_back(info.ShortDebugString());
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
   return weights;
 }
 

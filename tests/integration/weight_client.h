@@ -28,8 +28,8 @@ class WeightClient {
 
   grpc::Status Upload(const std::string& name, const QuantizedWeight& weight);
 
-  // The names and specs of the served weights, one string each; a failed
-  // call fails the test.
+  // The names and specs of the served weights, one string each, from every
+  // page; a failed call fails the test.
   std::vector<std::string> List();
 
   grpc::Status Delete(const std::string& name);

@@ -351,6 +351,32 @@ TEST_F(BatcherTest, StatsCountEveryRequestRowAndBatchByWeight) {
   }
 }
 
+TEST_F(BatcherTest,
+       ForgottenWeightLosesItsCountsAndRunningBatchesAreNotCounted) {
+  std::unique_ptr<MatmulBatcher> batcher = Start({.max_batch_rows = 8});
+  Submit(*batcher, weight_b_, 3, DType::kF32)->ExpectCorrect();
+  std::shared_ptr<Submitted> held = SubmitHeld(*batcher, 2);
+  std::shared_ptr<Submitted> queued =
+      Submit(*batcher, weight_a_, 4, DType::kF32);
+  EXPECT_EQ(batcher->Stats().queued_rows_by_weight.at("batch-a"), 4);
+
+  batcher->ForgetWeight("batch-a");
+  Release();
+  held->ExpectCorrect();
+  queued->ExpectCorrect();
+  const BatcherStats stats = batcher->Stats();
+  EXPECT_FALSE(stats.run_by_weight.contains("batch-a"));
+  ASSERT_TRUE(stats.run_by_weight.contains("batch-b"));
+  EXPECT_EQ(stats.run_by_weight.at("batch-b").rows, 3);
+  // The totals still count every request run.
+  EXPECT_EQ(stats.requests_run, 3);
+  EXPECT_EQ(stats.rows_run, 3 + 2 + 4);
+
+  // A weight uploaded again under the name counts afresh.
+  Submit(*batcher, weight_a_, 5, DType::kF32)->ExpectCorrect();
+  EXPECT_EQ(batcher->Stats().run_by_weight.at("batch-a").rows, 5);
+}
+
 TEST_F(BatcherTest, RequestsNeverJoinABatchThatLosesTheirPrecision) {
   // As if batches of 4 rows and more ran on a kernel that rounds A.
   std::unique_ptr<MatmulBatcher> batcher =

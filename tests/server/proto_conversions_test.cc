@@ -11,6 +11,7 @@ namespace nibble::server {
 namespace {
 
 using ::testing::EndsWith;
+using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 TEST(ToGrpcStatusTest, KeepsTheCodeAndAShortMessage) {
@@ -33,6 +34,40 @@ TEST(ToGrpcStatusTest, CutsALongMessageSayingHowMuch) {
       EndsWith(absl::StrCat("... (", message.size() - kMaxStatusMessageBytes,
                             " more bytes cut)")));
   EXPECT_LT(status.error_message().size(), kMaxStatusMessageBytes + 40);
+}
+
+TEST(ListPageFromProtoTest, DefaultsClampsAndContinuesAfterTheToken) {
+  v1::ListWeightsRequest request;
+  absl::StatusOr<ListPageRequest> page = ListPageFromProto(request);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->size, kDefaultListPageSize);
+  EXPECT_EQ(page->after, "");
+
+  request.set_page_size(7);
+  request.set_page_token("layer.3.q_proj");
+  page = ListPageFromProto(request);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->size, 7);
+  EXPECT_EQ(page->after, "layer.3.q_proj");
+
+  request.set_page_size(1 << 30);
+  EXPECT_EQ(ListPageFromProto(request)->size, kMaxListPageSize);
+}
+
+TEST(ListPageFromProtoTest, NegativeSizeOrForeignTokenIsInvalid) {
+  v1::ListWeightsRequest request;
+  request.set_page_size(-1);
+  EXPECT_EQ(ListPageFromProto(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ListPageFromProto(request).status().message(),
+              HasSubstr("page_size is -1"));
+  request.set_page_size(0);
+  for (const char* token : {"../x", "a b", ".hidden"}) {
+    request.set_page_token(token);
+    EXPECT_THAT(ListPageFromProto(request).status().message(),
+                HasSubstr("page_token is not one that ListWeights returned"))
+        << token;
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,6 +59,32 @@ TEST(WeightStoreTest, InsertGetListRemove) {
   ASSERT_TRUE(store.Remove("a").ok());
   EXPECT_TRUE(store.CheckNameFree("a").ok());
   EXPECT_EQ(store.CheckNameFree("b").code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(WeightStoreTest, PagesListEveryWeightOnceInOrder) {
+  WeightStore store;
+  const std::vector<std::string> names = {"a", "b.1", "b.2", "c", "d-0", "e"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_TRUE(store.Insert(names[i], SmallWeight(i)).ok());
+  }
+  std::vector<std::string> listed;
+  std::string after;
+  int pages = 0;
+  while (true) {
+    WeightStore::Page page = store.List(after, /*limit=*/4);
+    ++pages;
+    for (const auto& weight : page.weights) listed.push_back(weight->name);
+    if (!page.more) break;
+    after = listed.back();
+    // A page token names a weight that may be deleted before the next call.
+    ASSERT_TRUE(store.Remove(after).ok());
+  }
+  EXPECT_EQ(listed, names);
+  EXPECT_EQ(pages, 2);
+  // A full last page says nothing more follows.
+  EXPECT_FALSE(store.List("b.2", 2).more);
+  EXPECT_EQ(store.List("b.2", 2).weights.size(), 2u);
+  EXPECT_TRUE(store.List("z", 10).weights.empty());
 }
 
 TEST(WeightStoreTest, DuplicateNameIsRefusedAndKeepsTheFirst) {
@@ -120,7 +147,7 @@ TEST(WeightStoreBudgetTest, CountsResidentBytesThroughInsertAndRemove) {
 
 TEST(WeightStoreBudgetTest, WeightPastTheBudgetIsRefusedAndChangesNothing) {
   const int64_t bytes = SmallWeight(1).resident_bytes();
-  WeightStore store(/*max_resident_bytes=*/2 * bytes + bytes / 2);
+  WeightStore store({.max_resident_bytes = 2 * bytes + bytes / 2});
   ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
   ASSERT_TRUE(store.Insert("b", SmallWeight(2)).ok());
   EXPECT_TRUE(store.CheckFits("c", bytes / 2).ok());
@@ -155,7 +182,7 @@ TEST(WeightStoreBudgetTest, ZeroBudgetMeansNoLimit) {
 
 TEST(WeightStoreReservationTest, ReservationBlocksOthersUntilDestroyed) {
   const int64_t bytes = SmallWeight(1).resident_bytes();
-  WeightStore store(/*max_resident_bytes=*/bytes + bytes / 2);
+  WeightStore store({.max_resident_bytes = bytes + bytes / 2});
   {
     absl::StatusOr<WeightStore::Reservation> first = store.Reserve("a", bytes);
     ASSERT_TRUE(first.ok()) << first.status();
@@ -186,7 +213,7 @@ TEST(WeightStoreReservationTest, ReservationBlocksOthersUntilDestroyed) {
 
 TEST(WeightStoreReservationTest, AssigningOverAReservationReleasesIt) {
   const int64_t bytes = SmallWeight(1).resident_bytes();
-  WeightStore store(/*max_resident_bytes=*/2 * bytes);
+  WeightStore store({.max_resident_bytes = 2 * bytes});
   absl::StatusOr<WeightStore::Reservation> a = store.Reserve("a", bytes);
   absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", bytes);
   ASSERT_TRUE(a.ok());
@@ -199,7 +226,7 @@ TEST(WeightStoreReservationTest, InsertTurnsTheReservationIntoResidentBytes) {
   const int64_t bytes = SmallWeight(1).resident_bytes();
   // Room for exactly one weight: counting it both reserved and resident
   // would refuse it.
-  WeightStore store(/*max_resident_bytes=*/bytes);
+  WeightStore store({.max_resident_bytes = bytes});
   absl::StatusOr<WeightStore::Reservation> reservation =
       store.Reserve("a", bytes);
   ASSERT_TRUE(reservation.ok());
@@ -215,7 +242,7 @@ TEST(WeightStoreReservationTest, InsertTurnsTheReservationIntoResidentBytes) {
 
 TEST(WeightStoreReservationTest, RefusedInsertReleasesTheReservation) {
   const int64_t bytes = SmallWeight(1).resident_bytes();
-  WeightStore store(/*max_resident_bytes=*/3 * bytes);
+  WeightStore store({.max_resident_bytes = 3 * bytes});
   ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
   absl::StatusOr<WeightStore::Reservation> duplicate =
       store.Reserve("a", bytes);
@@ -235,6 +262,33 @@ TEST(WeightStoreReservationTest, RefusedInsertReleasesTheReservation) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store.reserved_bytes(), bytes + bytes / 2);
   EXPECT_EQ(store.resident_bytes(), bytes);
+}
+
+TEST(WeightStoreCountTest, WeightsAndUploadsInProgressCountAgainstTheLimit) {
+  WeightStore store({.max_weights = 2});
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
+  absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  absl::StatusOr<WeightStore::Reservation> c = store.Reserve("c", 1);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("\"c\" would pass the 2 weights allowed by "
+                        "--max_weights (1 resident, 1 uploads in progress)"));
+  EXPECT_EQ(store.Insert("c", SmallWeight(3)).code(),
+            absl::StatusCode::kResourceExhausted);
+  // The reservation holds b's place: b itself fits.
+  ASSERT_TRUE(store.Insert("b", SmallWeight(2), *std::move(b)).ok());
+  EXPECT_EQ(store.List().size(), 2u);
+
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_TRUE(store.Reserve("c", 1).ok());
+  // A refused insert gives its place back.
+  absl::StatusOr<WeightStore::Reservation> again = store.Reserve("b", 1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(store.Insert("b", SmallWeight(4), *std::move(again)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store.Insert("d", SmallWeight(5)).ok());
 }
 
 TEST(WeightStoreLoadingTest, ClientsWaitWhileTheLoaderInserts) {

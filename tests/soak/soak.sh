@@ -10,6 +10,7 @@
 #   SOAK_RATE=200 SOAK_OUT=build-asan/soak tests/soak/soak.sh build-asan/bin 30
 #
 # Knobs: SOAK_RATE, requests/s over both load instances (default 200);
+# SOAK_RSS_SLACK_MIB, the least growth the memory bound allows (default 32);
 # SOAK_OUT, where the results go (default BIN_DIR/../soak): rss.csv and
 # rss.svg (nibbled's VmRSS each second), the nibble-load JSON, churn.log,
 # nibbled's output and any sanitizer report (sanitizer.PID for nibbled,
@@ -220,11 +221,13 @@ read -r cycles churn_failures <"$out/churn.counts" || cycles=0 churn_failures=1
 
 # Memory: after warm-up (the first 20 %, at least 5 s), the largest RSS of
 # the last quarter against the largest of the first quarter, with room for
-# max(10 %, 32 MiB). A leak of a request's buffers (4 KiB at 200 requests/s is
-# 0.8 MB/s) passes that within a minute; allocator noise does not.
+# max(10 %, SOAK_RSS_SLACK_MIB). A leak of a request's buffers (4 KiB at 200
+# requests/s is 0.8 MB/s) passes the default 32 MiB within a minute;
+# allocator noise does not.
 warmup=$((duration / 5 > 5 ? duration / 5 : 5))
+slack_kib=$((${SOAK_RSS_SLACK_MIB:-32} * 1024))
 read -r rss_start rss_end base last bound <<<"$(awk -F, -v w="$warmup" \
-  -v d="$duration" 'NR > 1 && $1 >= w && $1 <= d {
+  -v d="$duration" -v min_slack="$slack_kib" 'NR > 1 && $1 >= w && $1 <= d {
     q = (d - w) / 4
     if (start == "") start = $2
     end = $2
@@ -232,7 +235,7 @@ read -r rss_start rss_end base last bound <<<"$(awk -F, -v w="$warmup" \
     if ($1 >= d - q && $2 > last) last = $2
   }
   END {
-    slack = base * 0.10 > 32768 ? base * 0.10 : 32768
+    slack = base * 0.10 > min_slack ? base * 0.10 : min_slack
     printf "%d %d %d %d %d\n", start, end, base, last, base + slack
   }' "$out/rss.csv")"
 if ((base == 0 || last == 0)); then
