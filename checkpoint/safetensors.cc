@@ -10,13 +10,13 @@
 #include <cstring>
 #include <limits>
 #include <set>
-#include <system_error>
 #include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/file_contents.h"
 #include "nlohmann/json.hpp"
 
 namespace nibble::checkpoint {
@@ -115,23 +115,6 @@ bool IsValidUtf8(absl::string_view text) {
     return true;
   } catch (const Json::exception&) {
     return false;
-  }
-}
-
-absl::Status OsError(absl::string_view action, const std::string& path,
-                     int error) {
-  std::string message =
-      absl::StrCat("cannot ", action, " ", path, ": ",
-                   std::error_code(error, std::generic_category()).message());
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(std::move(message));
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(std::move(message));
-    default:
-      return absl::UnavailableError(std::move(message));
   }
 }
 
@@ -258,12 +241,12 @@ int64_t TensorInfo::num_elements() const {
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return OsError("open", path, errno);
+  if (fd < 0) return FileError("open", path, errno);
   struct stat info;
   if (fstat(fd, &info) != 0) {
     const int error = errno;
     close(fd);
-    return OsError("stat", path, error);
+    return FileError("stat", path, error);
   }
   if (!S_ISREG(info.st_mode)) {
     close(fd);
@@ -282,7 +265,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       mmap(nullptr, info.st_size, PROT_READ, MAP_PRIVATE, fd, /*offset=*/0);
   const int error = errno;
   close(fd);  // the mapping keeps the file open
-  if (mapping == MAP_FAILED) return OsError("map", path, error);
+  if (mapping == MAP_FAILED) return FileError("map", path, error);
 
   SafetensorsFile file(path);
   file.mapped_ = static_cast<const uint8_t*>(mapping);

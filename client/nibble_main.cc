@@ -19,7 +19,10 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "checkpoint/safetensors.h"
+#include "client/checkpoint_import.h"
 #include "client/command_line.h"
 #include "client/connection_flags.h"
 #include "client/matrix_bytes.h"
@@ -63,6 +66,17 @@ ABSL_FLAG(std::optional<std::string>, output, std::nullopt,
           "file to write C [M, N] to, in --dtype");
 ABSL_FLAG(bool, check, false,
           "compare C with a float64 reference computed locally");
+ABSL_FLAG(std::optional<std::string>, file, std::nullopt,
+          "safetensors checkpoint to import");
+ABSL_FLAG(std::vector<std::string>, layer, {},
+          "layer prefixes to import, comma-separated, e.g. "
+          "model.layers.0.mlp.up_proj; every layer when not given");
+ABSL_FLAG(std::vector<std::string>, name_map, {},
+          "FROM=TO rules, comma-separated: a layer is named after its prefix "
+          "with the first FROM that starts it replaced by TO");
+ABSL_FLAG(std::string, quantize, "u4b8:128",
+          "FORMAT:GROUP that float layers are quantized to: FORMAT fp4, u4b8 "
+          "or u4, GROUP 32, 64, 128 or k (one scale per column)");
 ABSL_FLAG(std::optional<double>, tolerance, std::nullopt,
           "largest max relative error --check accepts; 1e-4 for f32 and "
           "1e-2 for f16 and bf16 when not given");
@@ -361,6 +375,80 @@ int RunHealth(NibbleClient& client) {
              : kExitFailure;
 }
 
+int RunImport(NibbleClient& client) {
+  absl::StatusOr<std::string> path = Required(FLAGS_file);
+  if (!path.ok()) return UsageError(path.status().message());
+  ImportOptions options;
+  options.layers = absl::GetFlag(FLAGS_layer);
+  absl::StatusOr<std::vector<NameMapRule>> name_map =
+      ParseNameMap(absl::GetFlag(FLAGS_name_map));
+  if (!name_map.ok()) return UsageError(name_map.status().message());
+  options.name_map = *std::move(name_map);
+  absl::StatusOr<QuantizeSpec> quantize =
+      ParseQuantizeSpec(absl::GetFlag(FLAGS_quantize));
+  if (!quantize.ok()) return UsageError(quantize.status().message());
+  options.quantize = *quantize;
+
+  absl::StatusOr<checkpoint::SafetensorsFile> file =
+      checkpoint::SafetensorsFile::Open(*path);
+  if (!file.ok()) {
+    return Failure(absl::StrCat("--file: ", file.status().message()));
+  }
+  const absl::Time planning_start = absl::Now();
+  absl::StatusOr<ImportPlan> plan = PlanImport(*file, options);
+  if (!plan.ok()) {
+    return Failure(
+        absl::StrCat(plan.status().message(), " (nothing was uploaded)"));
+  }
+  if (!plan->skipped.empty()) {
+    std::cerr << "skipping " << plan->skipped.size()
+              << " tensors that are no layer:\n";
+    for (const std::string& tensor : plan->skipped) {
+      std::cerr << "  " << tensor << "\n";
+    }
+  }
+  std::cerr << absl::StrFormat(
+      "checked %d layers in %.2f s (float layers as %s); uploading\n",
+      plan->layers.size(), absl::ToDoubleSeconds(absl::Now() - planning_start),
+      QuantizeSpecName(plan->quantize));
+
+  const ImportReport report = ExecuteImport(
+      *file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view name) {
+        return client.Upload(weight, name).status();
+      },
+      std::cerr);
+  const size_t total = plan->layers.size();
+  if (!report.status.ok()) {
+    const ImportLayer& failed = plan->layers[report.failed_layer];
+    const int exit_code =
+        RpcFailure(absl::StrCat("import of layer \"", failed.prefix, "\" as \"",
+                                failed.name, "\" (", report.failed_layer + 1,
+                                " of ", total, ")"),
+                   report.status);
+    std::cerr << "nibble: "
+              << (report.uploaded.empty()
+                      ? std::string("no layer was uploaded")
+                      : absl::StrCat("uploaded before the failure: ",
+                                     absl::StrJoin(report.uploaded, ", ")))
+              << "; not tried: " << total - report.failed_layer - 1 << " of "
+              << total << " layers\n";
+    return exit_code;
+  }
+  const double seconds = absl::ToDoubleSeconds(report.elapsed);
+  std::cout << "imported: " << report.uploaded.size() << " layers from "
+            << *path << "\n"
+            << "bytes:    " << report.uploaded_bytes << " uploaded, "
+            << report.file_bytes << " read\n"
+            << absl::StrFormat("time:     %.2f s\n", seconds)
+            << absl::StrFormat(
+                   "speed:    %.1f MB/s read from the file\n",
+                   seconds > 0
+                       ? static_cast<double>(report.file_bytes) / 1e6 / seconds
+                       : 0.0);
+  return kExitOk;
+}
+
 struct Subcommand {
   absl::string_view name;
   absl::string_view summary;
@@ -383,6 +471,15 @@ constexpr Subcommand kSubcommands[] = {
      "[--check [--tolerance X]\n"
      " (--qweight FILE --scales FILE [--zeros FILE] | --random SEED)]",
      RunMatmul},
+    {"import",
+     "Upload the linear layers of a safetensors checkpoint: GPTQ and AWQ\n"
+     "layers as they are, float [N, K] layers quantized with --quantize.\n"
+     "Every layer is checked before the first upload; GPTQ act-order\n"
+     "(desc_act) layers are refused. A layer is a prefix P with a tensor\n"
+     "P.qweight, or a 2-D float P.weight, and is named P after --name_map.",
+     "--file FILE [--layer PREFIX[,PREFIX...]]\n"
+     "[--name_map FROM=TO[,FROM=TO...]] [--quantize FORMAT:GROUP]",
+     RunImport},
     {"list", "Show the resident weights.", "", RunList},
     {"get", "Show one resident weight.", "--name NAME", RunGet},
     {"delete", "Delete a resident weight.", "--name NAME", RunDelete},

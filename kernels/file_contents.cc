@@ -12,9 +12,7 @@
 #include "absl/strings/string_view.h"
 
 namespace nibble {
-namespace {
-
-absl::Status ReadError(absl::string_view action, const std::string& path,
+absl::Status FileError(absl::string_view action, const std::string& path,
                        int error) {
   std::string message =
       absl::StrCat("cannot ", action, " ", path, ": ",
@@ -31,16 +29,14 @@ absl::Status ReadError(absl::string_view action, const std::string& path,
   }
 }
 
-}  // namespace
-
 absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ReadError("open", path, errno);
+  if (fd < 0) return FileError("open", path, errno);
   struct stat info;
   absl::Status status = absl::OkStatus();
   std::string bytes;
   if (fstat(fd, &info) != 0) {
-    status = ReadError("stat", path, errno);
+    status = FileError("stat", path, errno);
   } else if (!S_ISREG(info.st_mode)) {
     status = absl::FailedPreconditionError(
         absl::StrCat("cannot read ", path, ": not a regular file"));
@@ -52,7 +48,7 @@ absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
           pread(fd, bytes.data() + done, bytes.size() - done, done);
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) {
-        status = ReadError("read", path, errno);
+        status = FileError("read", path, errno);
       } else if (got == 0) {
         status = absl::DataLossError(
             absl::StrCat("cannot read ", path, ": it shrank while being read"));

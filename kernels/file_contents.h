@@ -10,7 +10,9 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace nibble {
 
@@ -19,6 +21,12 @@ namespace nibble {
 // not a regular file, DATA_LOSS when it shrinks while being read, UNAVAILABLE
 // for other I/O errors.
 absl::StatusOr<std::string> ReadFileContents(const std::string& path);
+
+// "cannot ACTION PATH: REASON" for the errno `error`: NOT_FOUND,
+// PERMISSION_DENIED or UNAVAILABLE, as ReadFileContents answers. For other
+// readers of files (a memory-mapped checkpoint).
+absl::Status FileError(absl::string_view action, const std::string& path,
+                       int error);
 
 }  // namespace nibble
 

@@ -9,13 +9,6 @@
 namespace nibble::server {
 namespace {
 
-constexpr size_t kMaxNameLength = 128;
-
-bool IsNameCharacter(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-}
-
 absl::Status NotFound(absl::string_view name) {
   return NoSuchName("weight", name, "upload it first or check `nibble list`");
 }
@@ -104,29 +97,6 @@ int64_t PackedResidentBytes(const WeightSpec& spec) {
   const int64_t zero_bytes = HasZeros(spec.format) ? spec.groups() : 0;
   return panels * PackedWeight::kPanelWidth *
          (code_bytes + scale_bytes + zero_bytes);
-}
-
-absl::Status ValidateWeightName(absl::string_view name) {
-  if (name.empty()) {
-    return absl::InvalidArgumentError("weight name is empty");
-  }
-  if (name.size() > kMaxNameLength) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight name has ", name.size(), " characters, at most ",
-                     kMaxNameLength, " are allowed"));
-  }
-  if (name.front() == '.') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight name \"", name, "\" must not start with '.'"));
-  }
-  for (char c : name) {
-    if (!IsNameCharacter(c)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weight name \"", absl::CHexEscape(name),
-          "\" may only contain letters, digits, '.', '_' and '-'"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status NoSuchName(absl::string_view what, absl::string_view name,

@@ -39,6 +39,7 @@
 #include "kernels/device_weight.h"
 #include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
+#include "proto/weight_name.h"
 
 namespace nibble::server {
 
@@ -79,14 +80,6 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
 // (its resident_bytes()), known from the spec alone so that an upload can be
 // refused before its data is sent. `spec` must pass Validate().
 int64_t PackedResidentBytes(const WeightSpec& spec);
-
-// What ValidateWeightName accepts, in words for messages.
-inline constexpr char kWeightNameRule[] =
-    "1 to 128 characters from [A-Za-z0-9._-], not starting with '.'";
-
-// OK for 1 to 128 characters from [A-Za-z0-9._-] not starting with '.', so a
-// name is safe as a file name and in logs.
-absl::Status ValidateWeightName(absl::string_view name);
 
 // NOT_FOUND for a lookup of `name` that found nothing: `missing` says what
 // to do about it. A name that fails ValidateWeightName is escaped and cut,

@@ -169,8 +169,7 @@ void Decode(Message message, const uint8_t* data, size_t size) {
           // Validate bounds every dimension, so no byte count overflows.
           FUZZ_CHECK(spec->canonical_bytes() > 0);
         }
-        nibble::server::ValidateWeightName(request.header().name())
-            .IgnoreError();
+        nibble::ValidateWeightName(request.header().name()).IgnoreError();
       } else if (request.has_chunk()) {
         nibble::server::TensorFromProto(request.chunk().tensor()).IgnoreError();
       }
@@ -184,7 +183,7 @@ void Decode(Message message, const uint8_t* data, size_t size) {
     case Message::kDeleteWeight: {
       v1::DeleteWeightRequest request;
       if (request.ParseFromArray(data, size)) {
-        nibble::server::ValidateWeightName(request.name()).IgnoreError();
+        nibble::ValidateWeightName(request.name()).IgnoreError();
         server->LookUp(request.name());
       }
       return;

@@ -1,25 +1,39 @@
 // Drives a real nibbled through the `nibble` CLI the way a user would, with
-// weights and activations in files, and checks the output file against the
-// float64 reference.
+// weights, checkpoints and activations in files, and checks the output file
+// against the float64 reference.
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/convert.h"
+#include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/dtype.h"
 #include "kernels/reference.h"
 #include "kernels/weight_format.h"
+#include "tests/checkpoint/producer_layers.h"
+#include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::checkpoint::testing::AwqTensors;
+using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::GptqTensors;
+using ::nibble::checkpoint::testing::ProducerWeight;
+using ::nibble::checkpoint::testing::RandomProducerWeight;
+using ::nibble::checkpoint::testing::SerializeTensors;
+using ::nibble::checkpoint::testing::Tensor;
 using ::nibble::testing::ReadFile;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 template <typename T>
 void WriteFile(const std::string& path, const std::vector<T>& array) {
@@ -152,6 +166,140 @@ TEST_F(CliWorkflowTest, MissingFileIsAClearError) {
                                 "/absent.scales")),
             0);
   EXPECT_THAT(output_, HasSubstr("absent.qweight"));
+}
+
+// C [m, N] = A [m, K] · B, B given element by element, in float64.
+std::vector<double> Float64Matmul(
+    const std::vector<double>& a, int64_t m, int64_t k, int64_t n,
+    const std::function<double(int64_t row, int64_t col)>& b) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t row = 0; row < k; ++row) {
+      for (int64_t col = 0; col < n; ++col) {
+        c[i * n + col] += a[i * k + row] * b(row, col);
+      }
+    }
+  }
+  return c;
+}
+
+TEST_F(CliWorkflowTest, ImportMultipliesLikeTheCheckpoint) {
+  constexpr uint64_t kSeed = 41;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  constexpr int64_t kK = 256;
+  // Zero points of 8 make the GPTQ layer u4b8; AWQ layers are always u4.
+  const ProducerWeight gptq = RandomProducerWeight(kSeed, kK, 64, 64, 8, 8);
+  const ProducerWeight awq = RandomProducerWeight(kSeed + 1, kK, 48, 32, 0, 15);
+  constexpr int64_t kFloatN = 32;
+  std::mt19937_64 rng(kSeed + 2);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> floats(kFloatN * kK);
+  for (float& value : floats) value = normal(rng);
+  std::vector<Tensor> tensors =
+      GptqTensors("model.layers.0.self_attn.q_proj", gptq,
+                  checkpoint::GptqZeroConvention::kV1);
+  for (Tensor& tensor : AwqTensors("model.layers.0.mlp.up_proj", awq)) {
+    tensors.push_back(std::move(tensor));
+  }
+  tensors.push_back(FloatWeightTensor("model.layers.0.mlp.down_proj",
+                                      checkpoint::SafetensorsDtype::kF16,
+                                      kFloatN, kK, floats));
+  int64_t layer_bytes = 0;
+  for (const Tensor& tensor : tensors) layer_bytes += tensor.bytes.size();
+  tensors.push_back({"model.layers.0.input_layernorm.weight",
+                     checkpoint::SafetensorsDtype::kF16,
+                     {kK},
+                     std::string(2 * kK, '\x3c')});
+  const std::string path = absl::StrCat(dir_, "/import.safetensors");
+  testing::WriteFile(path, SerializeTensors(tensors));
+
+  const std::string import =
+      absl::StrCat("import --file=", path, " --name_map=model.layers.0.=L0.");
+  ASSERT_EQ(Nibble(import), 0) << output_;
+  // What the float layer must have become: u4b8 with groups of 128, the
+  // default of --quantize.
+  absl::StatusOr<checkpoint::SafetensorsFile> file =
+      checkpoint::SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<QuantizedWeight> quantized = checkpoint::QuantizeFloatWeight(
+      *file, "model.layers.0.mlp.down_proj", WeightFormat::kU4b8, 128);
+  ASSERT_TRUE(quantized.ok()) << quantized.status();
+  const int64_t uploaded_bytes =
+      WeightSpec{WeightFormat::kU4b8, kK, 64, 64}.canonical_bytes() +
+      WeightSpec{WeightFormat::kU4, kK, 48, 32}.canonical_bytes() +
+      quantized->spec.canonical_bytes();
+  EXPECT_THAT(
+      output_,
+      AllOf(HasSubstr("model.layers.0.input_layernorm.weight (F16 [256])"),
+            HasSubstr("[1/3] model.layers.0.mlp.down_proj → L0.mlp.down_proj "
+                      "(float → u4b8, k=256 n=32 group=128,"),
+            HasSubstr("[2/3] model.layers.0.mlp.up_proj → L0.mlp.up_proj "
+                      "(awq → u4, k=256 n=48 group=32,"),
+            HasSubstr("[3/3] model.layers.0.self_attn.q_proj → "
+                      "L0.self_attn.q_proj (gptq → u4b8, k=256 n=64 group=64,"),
+            HasSubstr("imported: 3 layers from "),
+            HasSubstr(absl::StrCat("bytes:    ", uploaded_bytes, " uploaded, ",
+                                   layer_bytes, " read\n")),
+            HasSubstr(" MB/s read from the file\n")));
+
+  struct Imported {
+    std::string name;
+    int64_t n;
+    std::function<double(int64_t, int64_t)> b;
+  };
+  const std::vector<double> float_b = ReferenceDequantize(*quantized);
+  const Imported imported[] = {
+      {"L0.self_attn.q_proj", gptq.n,
+       [&](int64_t row, int64_t col) { return gptq.Dequantized(row, col); }},
+      {"L0.mlp.up_proj", awq.n,
+       [&](int64_t row, int64_t col) { return awq.Dequantized(row, col); }},
+      {"L0.mlp.down_proj", kFloatN,
+       [&](int64_t row, int64_t col) { return float_b[row * kFloatN + col]; }},
+  };
+  constexpr int64_t kM = 3;
+  for (const Imported& weight : imported) {
+    SCOPED_TRACE(weight.name);
+    const testing::Activations a =
+        testing::RandomActivations(kM, kK, DType::kF32, kSeed + 3);
+    const std::string input = absl::StrCat(dir_, "/", weight.name, ".a");
+    const std::string output = absl::StrCat(dir_, "/", weight.name, ".c");
+    testing::WriteFile(input, a.bytes);
+    ASSERT_EQ(Nibble(absl::StrCat("matmul --name=", weight.name, " --m=", kM,
+                                  " --dtype=f32 --input=", input,
+                                  " --output=", output)),
+              0)
+        << output_;
+    const std::vector<double> c =
+        testing::OutputValues(ReadFile(output), DType::kF32);
+    EXPECT_LE(MaxRelativeError(
+                  c, Float64Matmul(a.values, kM, kK, weight.n, weight.b)),
+              1e-4);
+    if (weight.name == "L0.mlp.down_proj") {
+      // Quantizing moves C only a little from that of the weight as stored
+      // [N, K], which a transposed or mislabelled upload would not.
+      const std::vector<double> want = Float64Matmul(
+          a.values, kM, kK, kFloatN, [&](int64_t row, int64_t col) {
+            return static_cast<double>(
+                HalfToFloat(FloatToHalf(floats[col * kK + row])));
+          });
+      EXPECT_LE(MaxRelativeError(c, want), 0.3);
+    }
+  }
+
+  // Importing again stops at the first weight, which exists, and adds none.
+  ASSERT_EQ(Nibble("list"), 0) << output_;
+  const std::string listed = output_;
+  EXPECT_EQ(Nibble(import), 1) << output_;
+  EXPECT_THAT(
+      output_,
+      AllOf(HasSubstr("import of layer \"model.layers.0.mlp.down_proj\" "
+                      "as \"L0.mlp.down_proj\" (1 of 3) failed: "
+                      "ALREADY_EXISTS"),
+            HasSubstr("a weight named \"L0.mlp.down_proj\" already "
+                      "exists"),
+            HasSubstr("no layer was uploaded"), Not(HasSubstr("imported:"))));
+  ASSERT_EQ(Nibble("list"), 0) << output_;
+  EXPECT_EQ(output_, listed);
 }
 
 TEST_F(CliWorkflowTest, HealthIsServing) {

@@ -1,0 +1,147 @@
+// Imports the linear layers of a safetensors checkpoint into a nibble server
+// (`nibble import`): GPTQ and AWQ layers are repacked as they are, float
+// layers quantized. Import runs in two steps. PlanImport finds the layers,
+// names them and converts every one once, so that a checkpoint with a single
+// bad layer is refused before anything is uploaded; ExecuteImport then
+// converts and uploads them one at a time, so that only one layer is ever
+// held in memory.
+//
+// Example:
+//   absl::StatusOr<checkpoint::SafetensorsFile> file =
+//       checkpoint::SafetensorsFile::Open("model.safetensors");
+//   ImportOptions options;
+//   options.name_map = *ParseNameMap({"model.layers.=L"});
+//   options.quantize = *ParseQuantizeSpec("u4:32");
+//   absl::StatusOr<ImportPlan> plan = PlanImport(*file, options);
+//   if (!plan.ok()) return plan.status();
+//   const ImportReport report = ExecuteImport(
+//       *file, *plan,
+//       [&](const QuantizedWeight& weight, absl::string_view name) {
+//         return client.Upload(weight, name).status();
+//       },
+//       std::cerr);
+#ifndef NIBBLE_CLIENT_CHECKPOINT_IMPORT_H_
+#define NIBBLE_CLIENT_CHECKPOINT_IMPORT_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "checkpoint/convert.h"
+#include "checkpoint/safetensors.h"
+#include "kernels/weight_format.h"
+
+namespace nibble {
+
+// How float layers are quantized: `nibble import --quantize FORMAT:GROUP`.
+struct QuantizeSpec {
+  WeightFormat format = WeightFormat::kU4b8;
+  // 32, 64 or 128; 0 for one group per column (group size K).
+  int64_t group_size = 128;
+
+  friend bool operator==(const QuantizeSpec&, const QuantizeSpec&) = default;
+};
+
+// "FORMAT:GROUP": FORMAT fp4, u4b8 or u4; GROUP 32, 64, 128, or k for one
+// scale per column. INVALID_ARGUMENT saying what is expected otherwise.
+absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text);
+// The text ParseQuantizeSpec reads back: "u4b8:128", "fp4:k".
+std::string QuantizeSpecName(const QuantizeSpec& spec);
+
+// One rule of `nibble import --name_map`: a layer whose prefix starts with
+// `from` is uploaded under that prefix with `from` replaced by `to`.
+struct NameMapRule {
+  std::string from;
+  std::string to;
+
+  friend bool operator==(const NameMapRule&, const NameMapRule&) = default;
+};
+
+// Rules from "FROM=TO" texts, in order. INVALID_ARGUMENT for a text without
+// '=' or with an empty FROM.
+absl::StatusOr<std::vector<NameMapRule>> ParseNameMap(
+    absl::Span<const std::string> texts);
+// `prefix` with the first rule whose `from` starts it applied; `prefix` as it
+// is when none does.
+std::string MapLayerName(absl::string_view prefix,
+                         absl::Span<const NameMapRule> rules);
+
+struct ImportOptions {
+  // Layer prefixes to import, in order; empty for every layer of the file.
+  std::vector<std::string> layers;
+  std::vector<NameMapRule> name_map;
+  // For float layers; GPTQ and AWQ layers keep their own format.
+  QuantizeSpec quantize;
+};
+
+// One layer to import, checked.
+struct ImportLayer {
+  // e.g. "model.layers.0.self_attn.q_proj".
+  std::string prefix;
+  checkpoint::CheckpointLayout layout = checkpoint::CheckpointLayout::kFloat;
+  // The weight name it is uploaded as.
+  std::string name;
+  // The weight it converts to.
+  WeightSpec spec;
+  // Bytes of the layer's tensors in the file, read by each conversion.
+  int64_t file_bytes = 0;
+};
+
+struct ImportPlan {
+  // In the order of ImportOptions::layers, else sorted by prefix.
+  std::vector<ImportLayer> layers;
+  // When every layer is imported: the tensors that belong to no layer (norms,
+  // biases, 1-D and non-float tensors), each as "NAME (DTYPE [SHAPE])".
+  std::vector<std::string> skipped;
+  // How the float layers are quantized.
+  QuantizeSpec quantize;
+};
+
+// The layers of `file` that `options` selects, each converted once and
+// discarded to check it. Without options.layers, a layer is every prefix P
+// with a tensor P.qweight, or with a 2-D F16, BF16 or F32 tensor P.weight.
+// Errors, naming the layer: NOT_FOUND for an options.layers prefix that is
+// no layer (suggesting the layers with the longest common start);
+// INVALID_ARGUMENT for a weight name that is not a valid weight name or that
+// two layers share; UNIMPLEMENTED for a GPTQ act-order layer, which needs
+// its activations permuted before every matmul; the converters' errors
+// otherwise.
+absl::StatusOr<ImportPlan> PlanImport(const checkpoint::SafetensorsFile& file,
+                                      const ImportOptions& options);
+
+// Uploads `weight` as `name`; an RPC's status.
+using UploadFunction =
+    absl::FunctionRef<absl::Status(const QuantizedWeight&, absl::string_view)>;
+
+struct ImportReport {
+  // The names of the weights uploaded, in order.
+  std::vector<std::string> uploaded;
+  // Canonical bytes of the weights uploaded.
+  int64_t uploaded_bytes = 0;
+  // Bytes of the file's tensors read for them.
+  int64_t file_bytes = 0;
+  absl::Duration elapsed;
+  // OK, or the first failure: the layers after it were not tried.
+  absl::Status status;
+  // The index in the plan of the layer that failed; -1 when none did.
+  int64_t failed_layer = -1;
+};
+
+// Converts and uploads the layers of `plan`, one at a time, stopping at the
+// first failure. Writes a line per layer to `progress`:
+//   [3/84] model.layers.0.mlp.up_proj → L0.up (gptq → u4b8, k=4096 n=11008
+//   group=128, 23.2 MB) 0.41 s
+ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
+                           const ImportPlan& plan, UploadFunction upload,
+                           std::ostream& progress);
+
+}  // namespace nibble
+
+#endif  // NIBBLE_CLIENT_CHECKPOINT_IMPORT_H_

@@ -1,0 +1,436 @@
+#include "client/checkpoint_import.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/convert.h"
+#include "checkpoint/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/weight_format.h"
+#include "proto/weight_name.h"
+#include "tests/checkpoint/producer_layers.h"
+
+namespace nibble {
+namespace {
+
+using ::nibble::checkpoint::CheckpointLayout;
+using ::nibble::checkpoint::GptqZeroConvention;
+using ::nibble::checkpoint::SafetensorsDtype;
+using ::nibble::checkpoint::SafetensorsFile;
+using ::nibble::checkpoint::testing::AwqTensors;
+using ::nibble::checkpoint::testing::Bytes;
+using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::GIdxTensor;
+using ::nibble::checkpoint::testing::GptqTensors;
+using ::nibble::checkpoint::testing::MakeFile;
+using ::nibble::checkpoint::testing::ProducerWeight;
+using ::nibble::checkpoint::testing::RandomProducerWeight;
+using ::nibble::checkpoint::testing::Tensor;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr int64_t kK = 128;
+constexpr int64_t kN = 16;
+
+// Normal values with a scale that varies by row, so no group is all zeros.
+std::vector<float> RandomFloats(uint64_t seed, int64_t count) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+void Append(std::vector<Tensor>& tensors, std::vector<Tensor> more) {
+  for (Tensor& tensor : more) tensors.push_back(std::move(tensor));
+}
+
+// A small model: a symmetric GPTQ layer, an asymmetric GPTQ layer, an AWQ
+// layer, float layers of each float dtype, and tensors that are no layer.
+std::vector<Tensor> ModelTensors(uint64_t seed) {
+  std::vector<Tensor> tensors;
+  Append(tensors, GptqTensors("model.layers.0.self_attn.q_proj",
+                              RandomProducerWeight(seed, kK, kN, 32, 8, 8),
+                              GptqZeroConvention::kV1));
+  Append(tensors, GptqTensors("model.layers.0.self_attn.k_proj",
+                              RandomProducerWeight(seed + 1, kK, kN, 64, 1, 15),
+                              GptqZeroConvention::kV1));
+  Append(tensors,
+         AwqTensors("model.layers.0.mlp.up_proj",
+                    RandomProducerWeight(seed + 2, kK, kN, 32, 0, 15)));
+  tensors.push_back(FloatWeightTensor("model.layers.0.mlp.down_proj",
+                                      SafetensorsDtype::kF16, kN, kK,
+                                      RandomFloats(seed + 3, kN * kK)));
+  tensors.push_back(FloatWeightTensor("model.layers.0.mlp.gate_proj",
+                                      SafetensorsDtype::kBF16, kN, kK,
+                                      RandomFloats(seed + 4, kN * kK)));
+  tensors.push_back(FloatWeightTensor("lm_head", SafetensorsDtype::kF32, kN, kK,
+                                      RandomFloats(seed + 5, kN * kK)));
+  // No layers: a norm, a bias, an integer matrix and a buffer.
+  tensors.push_back({"model.norm.weight",
+                     SafetensorsDtype::kF32,
+                     {kK},
+                     Bytes(RandomFloats(seed + 6, kK))});
+  tensors.push_back({"model.layers.0.mlp.up_proj.bias",
+                     SafetensorsDtype::kF32,
+                     {kN},
+                     Bytes(RandomFloats(seed + 7, kN))});
+  tensors.push_back({"model.position_ids.weight",
+                     SafetensorsDtype::kI32,
+                     {1, 4},
+                     Bytes(std::vector<int32_t>{0, 1, 2, 3})});
+  tensors.push_back({"model.rotary_emb.inv_freq",
+                     SafetensorsDtype::kF32,
+                     {8},
+                     Bytes(RandomFloats(seed + 8, 8))});
+  return tensors;
+}
+
+std::vector<std::string> Prefixes(const ImportPlan& plan) {
+  std::vector<std::string> prefixes;
+  for (const ImportLayer& layer : plan.layers) prefixes.push_back(layer.prefix);
+  return prefixes;
+}
+
+const ImportLayer& FindLayer(const ImportPlan& plan, absl::string_view prefix) {
+  for (const ImportLayer& layer : plan.layers) {
+    if (layer.prefix == prefix) return layer;
+  }
+  ADD_FAILURE() << "no layer " << prefix;
+  return plan.layers.front();
+}
+
+TEST(ParseQuantizeSpecTest, ReadsFormatAndGroup) {
+  EXPECT_EQ(ParseQuantizeSpec("u4b8:128").value(),
+            (QuantizeSpec{WeightFormat::kU4b8, 128}));
+  EXPECT_EQ(ParseQuantizeSpec("u4:32").value(),
+            (QuantizeSpec{WeightFormat::kU4, 32}));
+  EXPECT_EQ(ParseQuantizeSpec("fp4:64").value(),
+            (QuantizeSpec{WeightFormat::kFp4, 64}));
+  EXPECT_EQ(ParseQuantizeSpec("u4b8:k").value(),
+            (QuantizeSpec{WeightFormat::kU4b8, 0}));
+  EXPECT_EQ(ParseQuantizeSpec("fp4:K").value(),
+            (QuantizeSpec{WeightFormat::kFp4, 0}));
+  for (absl::string_view text : {"u4b8:128", "u4:32", "fp4:k"}) {
+    EXPECT_EQ(QuantizeSpecName(ParseQuantizeSpec(text).value()), text);
+  }
+}
+
+TEST(ParseQuantizeSpecTest, RefusesWhatIsNotFormatColonGroup) {
+  for (absl::string_view text :
+       {"u4b8", "u5:32", "u4:16", "u4:256", "u4:", ":32", "u4b8:per_channel",
+        "u4:32:1", "U4B8:128"}) {
+    SCOPED_TRACE(text);
+    const absl::Status status = ParseQuantizeSpec(text).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr(text), HasSubstr("FORMAT:GROUP"),
+                      HasSubstr("e.g. u4b8:128")));
+  }
+}
+
+TEST(NameMapTest, ParsesRulesInOrder) {
+  EXPECT_THAT(
+      ParseNameMap({"model.layers.=L", "lm_head=head", "x.=", "a=b=c"}).value(),
+      ElementsAre(NameMapRule{"model.layers.", "L"},
+                  NameMapRule{"lm_head", "head"}, NameMapRule{"x.", ""},
+                  NameMapRule{"a", "b=c"}));
+  for (const std::string text : {"model.layers.", "=L"}) {
+    SCOPED_TRACE(text);
+    const absl::Status status = ParseNameMap({text}).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), AllOf(HasSubstr(text), HasSubstr("FROM=TO")));
+  }
+}
+
+TEST(NameMapTest, TheFirstMatchingRuleApplies) {
+  const std::vector<NameMapRule> rules = {
+      {"model.layers.0.", "first."}, {"model.layers.", "L"}, {"model.", "m."}};
+  EXPECT_EQ(MapLayerName("model.layers.0.mlp.up_proj", rules),
+            "first.mlp.up_proj");
+  EXPECT_EQ(MapLayerName("model.layers.1.mlp.up_proj", rules),
+            "L1.mlp.up_proj");
+  EXPECT_EQ(MapLayerName("model.embed", rules), "m.embed");
+  EXPECT_EQ(MapLayerName("lm_head", rules), "lm_head");
+  EXPECT_EQ(MapLayerName("lm_head", {}), "lm_head");
+}
+
+TEST(PlanImportTest, DiscoversEveryLayerAndListsWhatItSkips) {
+  constexpr uint64_t kSeed = 1;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(
+      Prefixes(*plan),
+      ElementsAre("lm_head", "model.layers.0.mlp.down_proj",
+                  "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj",
+                  "model.layers.0.self_attn.k_proj",
+                  "model.layers.0.self_attn.q_proj"));
+  EXPECT_THAT(plan->skipped,
+              ElementsAre("model.layers.0.mlp.up_proj.bias (F32 [16])",
+                          "model.norm.weight (F32 [128])",
+                          "model.position_ids.weight (I32 [1, 4])",
+                          "model.rotary_emb.inv_freq (F32 [8])"));
+
+  const ImportLayer& q = FindLayer(*plan, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(q.layout, CheckpointLayout::kGptq);
+  EXPECT_EQ(q.name, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(q.spec, (WeightSpec{WeightFormat::kU4b8, kK, kN, 32}));
+  EXPECT_EQ(q.file_bytes, kK / 8 * kN * 4 + 4 * kN / 8 * 4 + 4 * kN * 2);
+  const ImportLayer& k = FindLayer(*plan, "model.layers.0.self_attn.k_proj");
+  EXPECT_EQ(k.spec, (WeightSpec{WeightFormat::kU4, kK, kN, 64}));
+  const ImportLayer& up = FindLayer(*plan, "model.layers.0.mlp.up_proj");
+  EXPECT_EQ(up.layout, CheckpointLayout::kAwq);
+  EXPECT_EQ(up.spec, (WeightSpec{WeightFormat::kU4, kK, kN, 32}));
+  for (absl::string_view prefix : {"lm_head", "model.layers.0.mlp.down_proj",
+                                   "model.layers.0.mlp.gate_proj"}) {
+    const ImportLayer& layer = FindLayer(*plan, prefix);
+    EXPECT_EQ(layer.layout, CheckpointLayout::kFloat) << prefix;
+    EXPECT_EQ(layer.spec, (WeightSpec{WeightFormat::kU4b8, kK, kN, 128}))
+        << prefix;
+  }
+}
+
+TEST(PlanImportTest, LayersFlagSelectsInItsOrder) {
+  constexpr uint64_t kSeed = 2;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  ImportOptions options;
+  options.layers = {"model.layers.0.mlp.up_proj", "lm_head"};
+  options.quantize = {WeightFormat::kFp4, 0};
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(Prefixes(*plan),
+              ElementsAre("model.layers.0.mlp.up_proj", "lm_head"));
+  EXPECT_TRUE(plan->skipped.empty());
+  EXPECT_EQ(plan->quantize, options.quantize);
+  EXPECT_EQ(plan->layers[1].spec, (WeightSpec{WeightFormat::kFp4, kK, kN, kK}));
+}
+
+TEST(PlanImportTest, UnknownLayerSuggestsTheNearestOnes) {
+  constexpr uint64_t kSeed = 3;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  ImportOptions options;
+  options.layers = {"lm_head", "model.layers.0.mlp.fc1"};
+  const absl::Status status = PlanImport(file, options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("no layer \"model.layers.0.mlp.fc1\""),
+                    HasSubstr("test.safetensors"),
+                    HasSubstr("model.layers.0.mlp.down_proj, "
+                              "model.layers.0.mlp.gate_proj, "
+                              "model.layers.0.mlp.up_proj"),
+                    Not(HasSubstr("self_attn")), Not(HasSubstr(", lm_head"))));
+
+  // A 1-D tensor is no layer even when asked for by name.
+  options.layers = {"model.norm"};
+  EXPECT_EQ(PlanImport(file, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlanImportTest, NameMapRenamesLayers) {
+  constexpr uint64_t kSeed = 4;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  ImportOptions options;
+  options.name_map = ParseNameMap({"model.layers.=L", "lm_head=head"}).value();
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(FindLayer(*plan, "model.layers.0.mlp.up_proj").name,
+            "L0.mlp.up_proj");
+  EXPECT_EQ(FindLayer(*plan, "lm_head").name, "head");
+}
+
+TEST(PlanImportTest, RefusesInvalidAndSharedNames) {
+  constexpr uint64_t kSeed = 5;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  {
+    ImportOptions options;
+    options.name_map = {{"model.layers.0.", "layers/0/"}};
+    const absl::Status status = PlanImport(file, options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr("layer \"model.layers.0.mlp.down_proj\""),
+                      HasSubstr("layers/0/mlp.down_proj"),
+                      HasSubstr(kWeightNameRule), HasSubstr("--name_map")));
+  }
+  {
+    ImportOptions options;
+    options.name_map = {{"model.layers.0.mlp.", "."}};
+    EXPECT_THAT(PlanImport(file, options).status().message(),
+                HasSubstr("not starting with '.'"));
+  }
+  {
+    ImportOptions options;
+    options.name_map = {{"model.layers.0.mlp.down_proj", "lm_head"}};
+    const absl::Status status = PlanImport(file, options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr("\"lm_head\" and "
+                                "\"model.layers.0.mlp.down_proj\""),
+                      HasSubstr("both be uploaded as \"lm_head\"")));
+  }
+  {
+    ImportOptions options;
+    options.layers = {"lm_head", "lm_head"};
+    EXPECT_THAT(PlanImport(file, options).status().message(),
+                HasSubstr("\"lm_head\" is listed twice"));
+  }
+}
+
+TEST(PlanImportTest, RefusesActOrderGptq) {
+  constexpr uint64_t kSeed = 6;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  ProducerWeight w = RandomProducerWeight(kSeed, kK, kN, 32, 1, 15);
+  // As AutoGPTQ with desc_act: rows in a random order fill the groups.
+  std::vector<int64_t> rows(kK);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), std::mt19937_64(kSeed));
+  for (int64_t i = 0; i < kK; ++i) w.group_of_row[rows[i]] = i / 32;
+  std::vector<Tensor> tensors = ModelTensors(kSeed);
+  Append(tensors, GptqTensors("model.layers.1.self_attn.o_proj", w,
+                              GptqZeroConvention::kV1));
+  tensors.push_back(GIdxTensor("model.layers.1.self_attn.o_proj", w));
+  const SafetensorsFile file = MakeFile(tensors);
+
+  const absl::Status status = PlanImport(file, {}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("\"model.layers.1.self_attn.o_proj\""),
+                    HasSubstr("act-order"), HasSubstr("permuted"),
+                    HasSubstr("takes activations as given")));
+
+  // Left out, the rest imports.
+  ImportOptions options;
+  options.layers = {"model.layers.0.self_attn.q_proj"};
+  EXPECT_TRUE(PlanImport(file, options).ok());
+}
+
+TEST(PlanImportTest, RefusesAFloatLayerThatTheGroupDoesNotFit) {
+  constexpr uint64_t kSeed = 7;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  std::vector<Tensor> tensors = ModelTensors(kSeed);
+  tensors.push_back(FloatWeightTensor("model.odd", SafetensorsDtype::kF32, kN,
+                                      96, RandomFloats(kSeed, kN * 96)));
+  const SafetensorsFile file = MakeFile(tensors);
+  const absl::Status status = PlanImport(file, {}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("model.odd.weight"), HasSubstr("u4b8:128"),
+                    HasSubstr("--quantize")));
+
+  ImportOptions options;
+  options.quantize = {WeightFormat::kU4, 32};
+  EXPECT_TRUE(PlanImport(file, options).ok());
+}
+
+TEST(PlanImportTest, FileWithoutLayers) {
+  const SafetensorsFile file = MakeFile({{"norm.weight",
+                                          SafetensorsDtype::kF32,
+                                          {4},
+                                          Bytes(RandomFloats(8, 4))}});
+  const absl::Status status = PlanImport(file, {}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("has no layers to import"));
+}
+
+TEST(ExecuteImportTest, UploadsLayerByLayerAndStopsAtTheFirstFailure) {
+  constexpr uint64_t kSeed = 8;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  ImportOptions options;
+  options.layers = {"model.layers.0.self_attn.q_proj",
+                    "model.layers.0.mlp.up_proj", "lm_head",
+                    "model.layers.0.mlp.down_proj"};
+  options.name_map = {{"model.layers.0.", "L0."}};
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+
+  std::vector<std::pair<std::string, QuantizedWeight>> uploads;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view name) {
+        if (name == "lm_head") {
+          return absl::AlreadyExistsError("a weight named \"lm_head\" exists");
+        }
+        uploads.emplace_back(name, weight);
+        return absl::OkStatus();
+      },
+      progress);
+
+  EXPECT_EQ(report.status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(report.failed_layer, 2);
+  EXPECT_THAT(report.uploaded,
+              ElementsAre("L0.self_attn.q_proj", "L0.mlp.up_proj"));
+  ASSERT_EQ(uploads.size(), 2u);
+  EXPECT_EQ(uploads[0].second.spec, plan->layers[0].spec);
+  EXPECT_EQ(
+      uploads[0].second.qweight,
+      checkpoint::ConvertGptqWeight(file, "model.layers.0.self_attn.q_proj")
+          ->weight.qweight);
+  EXPECT_EQ(
+      uploads[1].second.zeros,
+      checkpoint::ConvertAwqWeight(file, "model.layers.0.mlp.up_proj")->zeros);
+  EXPECT_EQ(report.uploaded_bytes, plan->layers[0].spec.canonical_bytes() +
+                                       plan->layers[1].spec.canonical_bytes());
+  EXPECT_EQ(report.file_bytes,
+            plan->layers[0].file_bytes + plan->layers[1].file_bytes);
+  EXPECT_THAT(
+      progress.str(),
+      AllOf(HasSubstr("[1/4] model.layers.0.self_attn.q_proj → "
+                      "L0.self_attn.q_proj (gptq → u4b8, k=128 n=16 group=32, "
+                      "0.0 MB) "),
+            HasSubstr("[2/4] model.layers.0.mlp.up_proj → L0.mlp.up_proj "
+                      "(awq → u4, k=128 n=16 group=32, 0.0 MB) "),
+            Not(HasSubstr("[3/4]"))));
+}
+
+TEST(ExecuteImportTest, QuantizesFloatLayersAsPlanned) {
+  constexpr uint64_t kSeed = 9;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  ImportOptions options;
+  options.layers = {"model.layers.0.mlp.gate_proj"};
+  options.quantize = {WeightFormat::kU4, 0};
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  QuantizedWeight uploaded;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view) {
+        uploaded = weight;
+        return absl::OkStatus();
+      },
+      progress);
+  ASSERT_TRUE(report.status.ok()) << report.status;
+  EXPECT_EQ(report.failed_layer, -1);
+  const QuantizedWeight want =
+      checkpoint::QuantizeFloatWeight(file, "model.layers.0.mlp.gate_proj",
+                                      WeightFormat::kU4, kK)
+          .value();
+  EXPECT_EQ(uploaded.spec, want.spec);
+  EXPECT_EQ(uploaded.qweight, want.qweight);
+  EXPECT_EQ(uploaded.scales, want.scales);
+  EXPECT_EQ(uploaded.zeros, want.zeros);
+  EXPECT_THAT(progress.str(), HasSubstr("(float → u4, k=128 n=16 group=128,"));
+}
+
+}  // namespace
+}  // namespace nibble
