@@ -70,6 +70,17 @@ latency-bench: configure
 	  nibble-bench
 	bench/latency_bench.sh $(BUILD_DIR)/bin
 
+# The import target: `nibble import` of a 1 GiB safetensors checkpoint (GPTQ,
+# AWQ, and BF16 quantized as u4b8:128; synthetic, nibble-make-checkpoint)
+# into a nibbled on loopback within twice the time to read the file, both
+# from a cold page cache. Checkpoints (one at a time, ~1 GiB), logs and
+# results.jsonl in $(BUILD_DIR)/bench/import.
+.PHONY: import-bench
+import-bench: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble \
+	  nibble-make-checkpoint
+	bench/import_bench.sh $(BUILD_DIR)/bin
+
 # On the GPU machine: the kernels-only CUDA build, the GPU tests (also under
 # compute-sanitizer), nibble-gpu-bench against PyTorch, and the targets'
 # report; logs and results in $(BUILD_DIR)-gpu/gpu-check. Knobs:
