@@ -5,10 +5,7 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,41 +13,18 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_files.h"
 
 namespace nibble::server {
 namespace {
 
+using ::nibble::testing::FileNames;
+using ::nibble::testing::FreshDirectory;
+using ::nibble::testing::ReadFile;
+using ::nibble::testing::WriteFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-// A fresh directory under the test's temporary directory.
-std::string TestDirectory(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      absl::StrCat(root != nullptr ? root : ::testing::TempDir(),
-                   "/weight_directory_test-", getpid(), "-", name);
-  std::filesystem::remove_all(path);
-  return path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::vector<std::string> FileNames(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // Loads `dir`, collecting the weights by name.
 absl::StatusOr<LoadReport> LoadInto(const WeightDirectory& dir,
@@ -63,7 +37,7 @@ absl::StatusOr<LoadReport> LoadInto(const WeightDirectory& dir,
 }
 
 TEST(WeightDirectoryTest, SavesLoadsAndRemoves) {
-  WeightDirectory dir(TestDirectory("save") + "/nested/data");
+  WeightDirectory dir(FreshDirectory("save") + "/nested/data");
   ASSERT_TRUE(dir.Prepare().ok());
   SCOPED_TRACE("seeds 1, 2");
   const QuantizedWeight a =
@@ -91,7 +65,7 @@ TEST(WeightDirectoryTest, SavesLoadsAndRemoves) {
 }
 
 TEST(WeightDirectoryTest, SaveReplacesAndRefusesUnsafeNames) {
-  WeightDirectory dir(TestDirectory("replace"));
+  WeightDirectory dir(FreshDirectory("replace"));
   ASSERT_TRUE(dir.Prepare().ok());
   const QuantizedWeight first =
       RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 3);
@@ -111,7 +85,7 @@ TEST(WeightDirectoryTest, SaveReplacesAndRefusesUnsafeNames) {
 }
 
 TEST(WeightDirectoryTest, SkipsTornAndCorruptFilesAndRemovesTempFiles) {
-  WeightDirectory dir(TestDirectory("corrupt"));
+  WeightDirectory dir(FreshDirectory("corrupt"));
   ASSERT_TRUE(dir.Prepare().ok());
   SCOPED_TRACE("seeds 5, 6, 7");
   const QuantizedWeight good =
@@ -163,7 +137,7 @@ TEST(WeightDirectoryTest, SkipsTornAndCorruptFilesAndRemovesTempFiles) {
 }
 
 TEST(WeightDirectoryTest, RefusedWeightsAreReported) {
-  WeightDirectory dir(TestDirectory("refused"));
+  WeightDirectory dir(FreshDirectory("refused"));
   ASSERT_TRUE(dir.Prepare().ok());
   ASSERT_TRUE(
       dir.Save("w", RandomQuantizedWeight({WeightFormat::kU4, 32, 8, 32}, 8))
@@ -178,7 +152,7 @@ TEST(WeightDirectoryTest, RefusedWeightsAreReported) {
 }
 
 TEST(WeightDirectoryTest, PrepareRefusesWhatIsNotADirectory) {
-  const std::string base = TestDirectory("not-a-dir");
+  const std::string base = FreshDirectory("not-a-dir");
   std::filesystem::create_directories(base);
   WriteFile(base + "/file", "x");
   absl::Status status = WeightDirectory(base + "/file").Prepare();
@@ -193,7 +167,7 @@ TEST(WeightDirectoryTest, PrepareRefusesWhatIsNotADirectory) {
 }
 
 TEST(WeightDirectoryTest, FailedSaveSaysWhyAndLeavesNothingBehind) {
-  WeightDirectory dir(TestDirectory("vanished"));
+  WeightDirectory dir(FreshDirectory("vanished"));
   ASSERT_TRUE(dir.Prepare().ok());
   std::filesystem::remove_all(dir.path());
   const absl::Status status =
@@ -210,7 +184,7 @@ TEST(WeightDirectoryTest, FailedSaveInAReadOnlyDirectoryLeavesNothingBehind) {
   if (geteuid() == 0) {
     GTEST_SKIP() << "root writes into read-only directories";
   }
-  WeightDirectory dir(TestDirectory("readonly"));
+  WeightDirectory dir(FreshDirectory("readonly"));
   ASSERT_TRUE(dir.Prepare().ok());
   std::filesystem::permissions(
       dir.path(),
