@@ -129,6 +129,9 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
   header.set_k(weight.spec.k);
   header.set_n(weight.spec.n);
   header.set_group_size(weight.spec.group_size);
+  if (weight.spec.format == WeightFormat::kNvfp4) {
+    header.set_global_scale(weight.spec.global_scale);
+  }
   // A failed write means the stream is broken; Finish() reports why.
   bool stream_open = writer->Write(request);
 

@@ -1,9 +1,11 @@
-// Bitwise dequantization of single 4-bit codes, the scalar form of the tricks
-// in the design documents: no lookup table, only masks, shifts and one
-// floating-point operation. Vector kernels apply the same steps lane-wise.
+// Bitwise dequantization of single 4-bit codes and of the 8-bit scales of
+// MXFP4 and NVFP4, the scalar form of the tricks in the design documents: no
+// lookup table, only masks, shifts and one floating-point operation. Vector
+// kernels apply the same steps lane-wise.
 //
 // Example:
 //   float w = nibble::DequantizeCode(WeightFormat::kU4, q, HalfToFloat(s), z);
+//   float s8 = nibble::ScaleToFloat(WeightFormat::kNvfp4, weight.Scale(r, c));
 #ifndef NIBBLE_KERNELS_DEQUANT_H_
 #define NIBBLE_KERNELS_DEQUANT_H_
 
@@ -39,15 +41,54 @@ inline float Int4CodeMinusZero(uint8_t code, uint8_t zero) {
   return biased - (1024.0f + zero);
 }
 
+// FP8 E4M3 [S E3..E0 M2..M0] (bias 7, no infinities, 0x7f and 0xff NaN)
+// placed into fp16 bits: the sign goes to bit 15 and the other seven bits to
+// bits 13..7, so that fp16 reads the exponent with bias 15 instead of 7. The
+// result is the scale times 2^-8, exact for normals and subnormals alike.
+inline uint16_t E4m3ToRawHalf(uint8_t bits) {
+  return static_cast<uint16_t>(((bits & 0x80u) << 8) | ((bits & 0x7fu) << 7));
+}
+
+// The 2^8 that undoes the exponent-bias difference of E4m3ToRawHalf.
+inline constexpr float kE4m3Rebias = 256.0f;
+
+inline float E4m3ToFloat(uint8_t bits) {
+  return HalfToFloat(E4m3ToRawHalf(bits)) * kE4m3Rebias;
+}
+inline bool IsE4m3Nan(uint8_t bits) { return (bits & 0x7fu) == 0x7fu; }
+
+// E8M0 (an unsigned power-of-two exponent with bias 127, 0xff NaN) as
+// bfloat16 bits: the exponent field of bf16 has the same width and bias, so
+// the code moves there; code 0, 2^-127, is the bf16 subnormal 0x0040.
+inline uint16_t E8m0ToBf16(uint8_t bits) {
+  return bits == 0 ? uint16_t{0x0040} : static_cast<uint16_t>(bits << 7);
+}
+
+inline float E8m0ToFloat(uint8_t bits) { return Bf16ToFloat(E8m0ToBf16(bits)); }
+inline constexpr uint8_t kE8m0Nan = 0xff;
+
+// The value of a scale slot (see kernels/weight_format.h), exact; kNvfp4's
+// global scale is applied on top.
+inline float ScaleToFloat(WeightFormat format, uint16_t slot) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return E8m0ToFloat(static_cast<uint8_t>(slot));
+    case WeightFormat::kNvfp4:
+      return E4m3ToFloat(static_cast<uint8_t>(slot));
+    default:
+      return HalfToFloat(slot);
+  }
+}
+
 // The zero point a format subtracts: 8 for kU4b8, `zero` for kU4, unused for
-// kFp4.
+// the FP4 formats.
 inline uint8_t EffectiveZero(WeightFormat format, uint8_t zero) {
   return format == WeightFormat::kU4b8 ? 8 : zero;
 }
 
 inline float DequantizeCode(WeightFormat format, uint8_t code, float scale,
                             uint8_t zero) {
-  if (format == WeightFormat::kFp4) return Fp4CodeToFloat(code) * scale;
+  if (HasFp4Codes(format)) return Fp4CodeToFloat(code) * scale;
   return Int4CodeMinusZero(code, EffectiveZero(format, zero)) * scale;
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/dtype.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -48,6 +50,28 @@ uint16_t FloatToHalf(float f) {
   const uint32_t odd = (magnitude >> 13) & 1u;
   const uint32_t rounded = magnitude + 0xc8000fffu + odd;  // -112 << 23, +round
   return sign | static_cast<uint16_t>(rounded >> 13);
+}
+
+uint8_t FloatToE4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  constexpr float kLargest = 448.0f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float magnitude = std::min(std::abs(f), kLargest);
+  constexpr float kSmallestNormal = 0x1p-6f;
+  if (magnitude < kSmallestNormal) {
+    // Subnormals are multiples of 2^-9; 8 of them reach the smallest normal,
+    // whose code follows the subnormals' directly.
+    return sign | static_cast<uint8_t>(std::nearbyint(magnitude * 0x1p9f));
+  }
+  int exponent = 0;
+  const float fraction = std::frexp(magnitude, &exponent);  // [0.5, 1)
+  int mantissa = static_cast<int>(std::nearbyint((fraction * 2 - 1) * 8));
+  --exponent;
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++exponent;
+  }
+  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | mantissa);
 }
 
 void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {

@@ -59,6 +59,10 @@ inline uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
+// fp32 to FP8 E4M3 (bias 7, largest finite 448), rounding to nearest even
+// and saturating at ±448; NaN gives 0x7f.
+uint8_t FloatToE4m3(float f);
+
 // Converts `count` little-endian elements of `dtype` at `src` to fp32.
 void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst);
 // Converts `count` fp32 values to little-endian elements of `dtype` at `dst`.

@@ -1,5 +1,8 @@
 #include "kernels/packed_weight.h"
 
+#include "kernels/dequant.h"
+#include "kernels/dtype.h"
+
 namespace nibble {
 namespace {
 
@@ -31,6 +34,18 @@ uint32_t ReorderCodes(uint32_t word) {
   return packed;
 }
 
+// The scale slot as the kernels read it (see the header).
+uint16_t KernelScale(WeightFormat format, uint16_t slot) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return E8m0ToBf16(static_cast<uint8_t>(slot));
+    case WeightFormat::kNvfp4:
+      return FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(slot)));
+    default:
+      return slot;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<PackedWeight> PackedWeight::Pack(
@@ -45,6 +60,8 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
   for (uint32_t& word : packed.codes_) word = ReorderCodes(word);
   packed.scales_ =
       ToPanels(canonical.scales, spec.groups(), spec.n, packed.panels_);
+  for (uint16_t& scale : packed.scales_)
+    scale = KernelScale(spec.format, scale);
   if (HasZeros(spec.format)) {
     packed.zeros_ =
         ToPanels(canonical.zeros, spec.groups(), spec.n, packed.panels_);

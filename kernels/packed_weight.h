@@ -3,7 +3,9 @@
 // panel is contiguous, so a kernel streams one panel front to back:
 //   codes  [panels][K/8][kPanelWidth] uint32, the canonical words with their
 //          codes reordered (CodeShift)
-//   scales [panels][K/group][kPanelWidth] fp16 bits
+//   scales [panels][K/group][kPanelWidth] fp16 bits, or bf16 bits for kMxfp4
+//          (whose E8M0 range fp16 lacks); kNvfp4's E4M3 scales become fp16
+//          exactly, and its global scale is left for the kernels to apply
 //   zeros  [panels][K/group][kPanelWidth] uint8 (kU4 only)
 // Columns past N in the last panel have code 0 and scale 0, so they add 0.
 //
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/dtype.h"
 #include "kernels/weight_format.h"
 
 namespace nibble {
@@ -31,6 +34,12 @@ class PackedWeight {
   // by 4 * i brings codes 2i and 2i + 1 to the bottom of the two halves: the
   // (k, k + 1) pairs that bf16 tiles take side by side.
   static constexpr int CodeShift(int j) { return (j % 2) * 16 + (j / 2) * 4; }
+
+  // The value of a packed scale, without kNvfp4's global scale.
+  static float ScaleValue(WeightFormat format, uint16_t bits) {
+    return format == WeightFormat::kMxfp4 ? Bf16ToFloat(bits)
+                                          : HalfToFloat(bits);
+  }
 
   // Fails when `canonical` does not pass QuantizedWeight::Validate().
   static absl::StatusOr<PackedWeight> Pack(const QuantizedWeight& canonical);

@@ -15,8 +15,10 @@ std::vector<double> ReferenceDequantize(const QuantizedWeight& weight) {
     for (int64_t col = 0; col < spec.n; ++col) {
       const uint8_t zero = HasZeros(spec.format) ? weight.Zero(row, col) : 0;
       b[row * spec.n + col] =
-          DequantizeCode(spec.format, weight.Code(row, col),
-                         HalfToFloat(weight.Scale(row, col)), zero);
+          static_cast<double>(DequantizeCode(
+              spec.format, weight.Code(row, col),
+              ScaleToFloat(spec.format, weight.Scale(row, col)), zero)) *
+          spec.global_scale;
     }
   }
   return b;

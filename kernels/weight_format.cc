@@ -1,9 +1,11 @@
 #include "kernels/weight_format.h"
 
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/dequant.h"
 #include "kernels/dtype.h"
 
 namespace nibble {
@@ -16,20 +18,40 @@ absl::string_view WeightFormatName(WeightFormat format) {
       return "u4b8";
     case WeightFormat::kU4:
       return "u4";
+    case WeightFormat::kMxfp4:
+      return "mxfp4";
+    case WeightFormat::kNvfp4:
+      return "nvfp4";
   }
   return "unknown";
 }
 
 absl::StatusOr<WeightFormat> ParseWeightFormat(absl::string_view name) {
-  for (WeightFormat format :
-       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+  for (WeightFormat format : kAllWeightFormats) {
     if (name == WeightFormatName(format)) return format;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown weight format \"", name, "\": use fp4, u4b8 or u4"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight format \"", name,
+                   "\": use fp4, u4b8, u4, mxfp4 or nvfp4"));
 }
 
 bool HasZeros(WeightFormat format) { return format == WeightFormat::kU4; }
+
+bool HasFp4Codes(WeightFormat format) {
+  return format == WeightFormat::kFp4 || format == WeightFormat::kMxfp4 ||
+         format == WeightFormat::kNvfp4;
+}
+
+int64_t FixedGroupSize(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return 32;
+    case WeightFormat::kNvfp4:
+      return 16;
+    default:
+      return 0;
+  }
+}
 
 absl::Status WeightSpec::Validate() const {
   if (k <= 0 || n <= 0) {
@@ -45,8 +67,25 @@ absl::Status WeightSpec::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "k=", k, " is not a multiple of 8 (8 codes per packed word)"));
   }
-  if (group_size != 32 && group_size != 64 && group_size != 128 &&
-      group_size != k) {
+  if (const int64_t fixed = FixedGroupSize(format);
+      fixed != 0 && group_size != fixed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        WeightFormatName(format), " has one scale per ", fixed,
+        " values of k: its group size must be ", fixed, ", got ", group_size));
+  }
+  if (format == WeightFormat::kNvfp4) {
+    if (!std::isfinite(global_scale) || global_scale <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nvfp4's global scale must be finite and positive, got ",
+                       global_scale));
+    }
+  } else if (global_scale != 1.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a global scale (", global_scale, ") is only for nvfp4, not ",
+        WeightFormatName(format), ": leave it at 1"));
+  }
+  if (FixedGroupSize(format) == 0 && group_size != 32 && group_size != 64 &&
+      group_size != 128 && group_size != k) {
     return absl::InvalidArgumentError(absl::StrCat(
         "group size ", group_size, " is not supported: use 32, 64, 128 or k (",
         k, ") for one scale per column"));
@@ -59,9 +98,61 @@ absl::Status WeightSpec::Validate() const {
 }
 
 std::string WeightSpec::DebugString() const {
-  return absl::StrCat(WeightFormatName(format), " k=", k, " n=", n,
-                      " group=", group_size);
+  std::string text = absl::StrCat(WeightFormatName(format), " k=", k, " n=", n,
+                                  " group=", group_size);
+  if (format == WeightFormat::kNvfp4) {
+    absl::StrAppend(&text, " global_scale=", global_scale);
+  }
+  return text;
 }
+
+namespace {
+
+// What is wrong with a scale slot: "" when it holds a finite scale.
+absl::string_view ScaleProblem(WeightFormat format, uint16_t slot) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      if (slot > 0xff) return "not an 8-bit E8M0 code";
+      return slot == kE8m0Nan ? "NaN" : "";
+    case WeightFormat::kNvfp4:
+      if (slot > 0xff) return "not an 8-bit E4M3 code";
+      return IsE4m3Nan(static_cast<uint8_t>(slot)) ? "NaN" : "";
+    default: {
+      constexpr uint16_t kHalfExponentBits = 0x7c00;
+      if ((slot & kHalfExponentBits) != kHalfExponentBits) return "";
+      return (slot & 0x3ff) != 0 ? "NaN" : "infinite";
+    }
+  }
+}
+
+// How the format's scales are encoded, for error messages.
+absl::string_view ScaleEncoding(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return " (mxfp4 scales are E8M0 codes 0..254 in 16-bit slots)";
+    case WeightFormat::kNvfp4:
+      return " (nvfp4 scales are E4M3 codes, not 0x7f or 0xff, in 16-bit "
+             "slots)";
+    default:
+      return " (fp16)";
+  }
+}
+
+// A random scale slot whose value (the global scale included) lies in
+// [2^-8, 2^-4).
+uint16_t RandomScale(const WeightSpec& spec, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> scale(0x1p-8f, 0x1p-4f);
+  switch (spec.format) {
+    case WeightFormat::kMxfp4:
+      return static_cast<uint16_t>(127 - 8 + rng() % 4);
+    case WeightFormat::kNvfp4:
+      return FloatToE4m3(scale(rng) / spec.global_scale);
+    default:
+      return FloatToHalf(scale(rng));
+  }
+}
+
+}  // namespace
 
 void QuantizedWeight::SetCode(int64_t row, int64_t col, uint8_t code) {
   uint32_t& word = qweight[(row / kCodesPerWord) * spec.n + col];
@@ -94,14 +185,13 @@ absl::Status QuantizedWeight::Validate() const {
   }
   // A NaN or infinite scale would turn every product with its group into NaN
   // or infinity: a wrong result no request could avoid.
-  constexpr uint16_t kHalfExponentBits = 0x7c00;
   for (size_t i = 0; i < scales.size(); ++i) {
-    if ((scales[i] & kHalfExponentBits) == kHalfExponentBits) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("scale of column ", i % spec.n, ", group ", i / spec.n,
-                       " is ", (scales[i] & 0x3ff) != 0 ? "NaN" : "infinite",
-                       absl::StrFormat(" (fp16 bits 0x%04x)", scales[i]),
-                       ": scales must be finite"));
+    if (absl::string_view problem = ScaleProblem(spec.format, scales[i]);
+        !problem.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scale of column ", i % spec.n, ", group ", i / spec.n, " is ",
+          problem, absl::StrFormat(" (bits 0x%04x)", scales[i]),
+          ": scales must be finite", ScaleEncoding(spec.format)));
     }
   }
   for (size_t i = 0; i < zeros.size(); ++i) {
@@ -121,8 +211,7 @@ QuantizedWeight RandomQuantizedWeight(const WeightSpec& spec, uint64_t seed) {
   weight.qweight.resize(spec.qweight_bytes() / 4);
   for (uint32_t& word : weight.qweight) word = static_cast<uint32_t>(rng());
   weight.scales.resize(spec.scales_bytes() / 2);
-  std::uniform_real_distribution<float> scale(0x1p-8f, 0x1p-4f);
-  for (uint16_t& s : weight.scales) s = FloatToHalf(scale(rng));
+  for (uint16_t& s : weight.scales) s = RandomScale(spec, rng);
   weight.zeros.resize(spec.zeros_bytes());
   for (uint8_t& z : weight.zeros) z = rng() & 0xf;
   return weight;

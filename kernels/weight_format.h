@@ -3,12 +3,17 @@
 // A quantized weight B [K, N] is three arrays:
 //   qweight [K/8, N] uint32: the code of row k = 8i + j, column n, sits in
 //                            bits 4j..4j+3 of word [i, n];
-//   scales  [K/group, N] fp16 bits;
+//   scales  [K/group, N] 16-bit slots: fp16 bits, except the 8-bit scales of
+//                        kMxfp4 (E8M0) and kNvfp4 (FP8 E4M3), which sit in
+//                        the low byte with the high byte zero;
 //   zeros   [K/group, N] uint8, 0..15, only for kU4.
 // and each element dequantizes to
-//   kFp4:  w = fp4(q) * s          (FP4 E2M1)
-//   kU4b8: w = (q - 8) * s         (symmetric INT4, GPTQ style)
-//   kU4:   w = (q - z) * s         (asymmetric INT4, AWQ style)
+//   kFp4:   w = fp4(q) * s          (FP4 E2M1)
+//   kU4b8:  w = (q - 8) * s         (symmetric INT4, GPTQ style)
+//   kU4:    w = (q - z) * s         (asymmetric INT4, AWQ style)
+//   kMxfp4: w = fp4(q) * 2^(e - 127), group 32 (OCP Microscaling MXFP4)
+//   kNvfp4: w = fp4(q) * e4m3(s) * g, group 16, with one fp32 global scale g
+//                                     per weight (WeightSpec::global_scale)
 //
 // Example:
 //   nibble::WeightSpec spec{nibble::WeightFormat::kU4b8, 4096, 4096, 128};
@@ -28,12 +33,21 @@
 
 namespace nibble {
 
-enum class WeightFormat { kFp4, kU4b8, kU4 };
+enum class WeightFormat { kFp4, kU4b8, kU4, kMxfp4, kNvfp4 };
 
-// "fp4", "u4b8" or "u4".
+inline constexpr WeightFormat kAllWeightFormats[] = {
+    WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4,
+    WeightFormat::kMxfp4, WeightFormat::kNvfp4};
+
+// "fp4", "u4b8", "u4", "mxfp4" or "nvfp4".
 absl::string_view WeightFormatName(WeightFormat format);
 absl::StatusOr<WeightFormat> ParseWeightFormat(absl::string_view name);
 bool HasZeros(WeightFormat format);
+// Whether codes are FP4 E2M1 values (kFp4, kMxfp4, kNvfp4).
+bool HasFp4Codes(WeightFormat format);
+// The group size a format fixes (32 for kMxfp4, 16 for kNvfp4); 0 when the
+// group size is free.
+int64_t FixedGroupSize(WeightFormat format);
 
 // Rows per packed uint32 word.
 inline constexpr int64_t kCodesPerWord = 8;
@@ -45,9 +59,13 @@ struct WeightSpec {
   int64_t k = 0;
   int64_t n = 0;
   int64_t group_size = 0;
+  // kNvfp4's per-weight scale; 1 for every other format.
+  float global_scale = 1.0f;
 
   // OK when K is a positive multiple of 8 and of the group size, N positive,
-  // both at most kMaxDimension, and the group size is 32, 64, 128 or K.
+  // both at most kMaxDimension, and the group size is 32, 64, 128 or K (the
+  // format's own for kMxfp4 and kNvfp4); the global scale is finite and
+  // positive for kNvfp4 and 1 otherwise.
   absl::Status Validate() const;
 
   int64_t groups() const { return k / group_size; }
@@ -57,7 +75,8 @@ struct WeightSpec {
   int64_t canonical_bytes() const {
     return qweight_bytes() + scales_bytes() + zeros_bytes();
   }
-  // e.g. "u4b8 k=4096 n=4096 group=128".
+  // e.g. "u4b8 k=4096 n=4096 group=128", "nvfp4 k=64 n=8 group=16
+  // global_scale=0.002".
   std::string DebugString() const;
 
   friend bool operator==(const WeightSpec&, const WeightSpec&) = default;
@@ -75,6 +94,7 @@ struct QuantizedWeight {
     return (word >> (4 * (row % kCodesPerWord))) & 0xfu;
   }
   void SetCode(int64_t row, int64_t col, uint8_t code);
+  // The scale slot's bits (see the layout above).
   uint16_t Scale(int64_t row, int64_t col) const {
     return scales[(row / spec.group_size) * spec.n + col];
   }
@@ -83,12 +103,14 @@ struct QuantizedWeight {
   }
 
   // OK when the arrays have the sizes the spec implies, every scale is finite
-  // (neither NaN nor infinite) and every zero point is at most 15.
+  // (neither NaN nor infinite; an 8-bit scale's high byte is zero) and every
+  // zero point is at most 15.
   absl::Status Validate() const;
 };
 
-// Random codes, zero points and positive scales in [2^-8, 2^-4), so that
-// products of random activations and weights stay well inside fp16 range.
+// Random codes, zero points and positive scales in [2^-8, 2^-4) (for kNvfp4,
+// the product of the E4M3 scale and spec.global_scale), so that products of
+// random activations and weights stay well inside fp16 range.
 QuantizedWeight RandomQuantizedWeight(const WeightSpec& spec, uint64_t seed);
 
 }  // namespace nibble

@@ -15,6 +15,10 @@ v1::WeightFormat ToProto(WeightFormat format) {
       return v1::WEIGHT_FORMAT_U4B8;
     case WeightFormat::kU4:
       return v1::WEIGHT_FORMAT_U4;
+    case WeightFormat::kMxfp4:
+      return v1::WEIGHT_FORMAT_MXFP4;
+    case WeightFormat::kNvfp4:
+      return v1::WEIGHT_FORMAT_NVFP4;
   }
   return v1::WEIGHT_FORMAT_UNSPECIFIED;
 }
@@ -39,13 +43,17 @@ absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
       return WeightFormat::kU4b8;
     case v1::WEIGHT_FORMAT_U4:
       return WeightFormat::kU4;
+    case v1::WEIGHT_FORMAT_MXFP4:
+      return WeightFormat::kMxfp4;
+    case v1::WEIGHT_FORMAT_NVFP4:
+      return WeightFormat::kNvfp4;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "weight format ",
           v1::WeightFormat_Name(format).empty() ? std::to_string(format)
                                                 : v1::WeightFormat_Name(format),
-          " is not supported: use WEIGHT_FORMAT_FP4, WEIGHT_FORMAT_U4B8 or "
-          "WEIGHT_FORMAT_U4"));
+          " is not supported: use WEIGHT_FORMAT_FP4, WEIGHT_FORMAT_U4B8, "
+          "WEIGHT_FORMAT_U4, WEIGHT_FORMAT_MXFP4 or WEIGHT_FORMAT_NVFP4"));
   }
 }
 
@@ -66,19 +74,26 @@ absl::StatusOr<DType> FromProto(v1::DType dtype) {
   }
 }
 
+float GlobalScaleFromProto(float global_scale) {
+  return global_scale == 0 ? 1.0f : global_scale;
+}
+
 absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header) {
   absl::StatusOr<WeightFormat> format = FromProto(header.format());
   if (!format.ok()) return format.status();
-  return WeightSpec{.format = *format,
-                    .k = header.k(),
-                    .n = header.n(),
-                    .group_size = header.group_size()};
+  return WeightSpec{
+      .format = *format,
+      .k = header.k(),
+      .n = header.n(),
+      .group_size = header.group_size(),
+      .global_scale = GlobalScaleFromProto(header.global_scale())};
 }
 
 absl::StatusOr<WeightSpec> WeightSpecFromInfo(const v1::WeightInfo& info) {
   absl::StatusOr<WeightFormat> format = FromProto(info.format());
   if (!format.ok()) return format.status();
-  const WeightSpec spec{*format, info.k(), info.n(), info.group_size()};
+  const WeightSpec spec{*format, info.k(), info.n(), info.group_size(),
+                        GlobalScaleFromProto(info.global_scale())};
   if (absl::Status status = spec.Validate(); !status.ok()) return status;
   return spec;
 }

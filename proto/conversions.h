@@ -23,6 +23,9 @@ v1::DType ToProto(DType dtype);
 absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format);
 absl::StatusOr<DType> FromProto(v1::DType dtype);
 
+// A proto's global_scale: 1 when unset (0), as every format but NVFP4 has.
+float GlobalScaleFromProto(float global_scale);
+
 // The spec a header describes; not yet validated (see WeightSpec::Validate).
 absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header);
 

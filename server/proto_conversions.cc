@@ -33,6 +33,7 @@ void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info) {
   info->set_k(spec.k);
   info->set_n(spec.n);
   info->set_group_size(spec.group_size);
+  info->set_global_scale(spec.global_scale);
   info->set_canonical_bytes(spec.canonical_bytes());
   info->set_resident_bytes(weight.packed.resident_bytes());
 }

@@ -33,7 +33,7 @@ constexpr int kQweightBytesOffset = 40;
 constexpr int kScalesBytesOffset = 48;
 constexpr int kZerosBytesOffset = 56;
 constexpr int kNameLengthOffset = 64;
-constexpr int kReservedOffset = 68;
+constexpr int kGlobalScaleOffset = 68;
 
 uint64_t LoadWord(const char* bytes) {
   uint64_t word;
@@ -62,8 +62,19 @@ uint32_t FormatCode(WeightFormat format) {
       return 1;
     case WeightFormat::kU4:
       return 2;
+    case WeightFormat::kMxfp4:
+      return 3;
+    case WeightFormat::kNvfp4:
+      return 4;
   }
   return 0xffffffffu;
+}
+
+// Header bytes 68..71: kNvfp4's global scale as fp32 bits, zero otherwise.
+uint32_t GlobalScaleField(const WeightSpec& spec) {
+  return spec.format == WeightFormat::kNvfp4
+             ? std::bit_cast<uint32_t>(spec.global_scale)
+             : 0;
 }
 
 absl::StatusOr<WeightFormat> FormatFromCode(uint32_t code) {
@@ -74,6 +85,10 @@ absl::StatusOr<WeightFormat> FormatFromCode(uint32_t code) {
       return WeightFormat::kU4b8;
     case 2:
       return WeightFormat::kU4;
+    case 3:
+      return WeightFormat::kMxfp4;
+    case 4:
+      return WeightFormat::kNvfp4;
   }
   return absl::DataLossError(
       absl::StrCat("unknown weight format code ", code, " in the header"));
@@ -159,6 +174,7 @@ absl::Status WriteWeightFile(
   PutU64(spec.scales_bytes(), header + kScalesBytesOffset);
   PutU64(spec.zeros_bytes(), header + kZerosBytesOffset);
   PutU32(name.size(), header + kNameLengthOffset);
+  PutU32(GlobalScaleField(spec), header + kGlobalScaleOffset);
 
   WeightFileChecksum checksum;
   for (absl::string_view piece :
@@ -207,9 +223,18 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
       FormatFromCode(GetU32(bytes, kFormatOffset));
   if (!format.ok()) return format.status();
   // Out-of-range values wrap to negative numbers, which Validate refuses.
+  const uint32_t global_scale_bits = GetU32(bytes, kGlobalScaleOffset);
+  if (*format != WeightFormat::kNvfp4 && global_scale_bits != 0) {
+    return absl::DataLossError(
+        absl::StrCat("header bytes 68..71 are not zero, and ",
+                     WeightFormatName(*format), " has no global scale"));
+  }
   const WeightSpec spec{*format, static_cast<int64_t>(GetU64(bytes, kKOffset)),
                         static_cast<int64_t>(GetU64(bytes, kNOffset)),
-                        static_cast<int64_t>(GetU64(bytes, kGroupSizeOffset))};
+                        static_cast<int64_t>(GetU64(bytes, kGroupSizeOffset)),
+                        *format == WeightFormat::kNvfp4
+                            ? std::bit_cast<float>(global_scale_bits)
+                            : 1.0f};
   if (absl::Status status = spec.Validate(); !status.ok()) {
     return absl::DataLossError(
         absl::StrCat("invalid weight spec in the header: ", status.message()));
@@ -229,9 +254,6 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
     return absl::DataLossError(absl::StrCat("header gives a name of ",
                                             name_bytes, " bytes, at most ",
                                             kMaxNameBytes, " are allowed"));
-  }
-  if (GetU32(bytes, kReservedOffset) != 0) {
-    return absl::DataLossError("header bytes 68..71 are not zero");
   }
   const uint64_t file_bytes =
       kSmallest + name_bytes + static_cast<uint64_t>(spec.canonical_bytes());

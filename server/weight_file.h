@@ -5,7 +5,7 @@
 //   offset  size  field
 //        0     8  magic "NIBWEIGH"
 //        8     4  format version, 1
-//       12     4  weight format: 0 fp4, 1 u4b8, 2 u4
+//       12     4  weight format: 0 fp4, 1 u4b8, 2 u4, 3 mxfp4, 4 nvfp4
 //       16     8  k
 //       24     8  n
 //       32     8  group size
@@ -13,7 +13,7 @@
 //       48     8  scales bytes
 //       56     8  zeros bytes
 //       64     4  name length
-//       68     4  zero
+//       68     4  nvfp4: global scale, fp32 bits; other formats: zero
 //       72     -  name, then qweight, scales, zeros (canonical layout)
 //   end - 8    8  WeightFileChecksum of every byte before it
 //

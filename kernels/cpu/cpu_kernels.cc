@@ -79,8 +79,7 @@ const std::vector<CpuKernel>& AllCpuKernels() {
     for (auto& kernel : MakeAvx2Kernels()) {
       list->push_back({kernel.release(), Isa::kAvx2});
     }
-    for (WeightFormat format :
-         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    for (WeightFormat format : kAllWeightFormats) {
       list->push_back({new ReferenceKernel(format), Isa::kScalar});
     }
     return list;

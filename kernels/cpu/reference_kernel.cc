@@ -34,12 +34,13 @@ absl::Status ReferenceKernel::Run(const GemmProblem& problem,
                       (word >> PackedWeight::CodeShift(kk % kCodesPerWord)) &
                       0xf;
                   const int64_t at = kk / group_size * kWidth + col;
-                  const float weight =
-                      DequantizeCode(format(), code, HalfToFloat(scales[at]),
-                                     zeros != nullptr ? zeros[at] : 0);
+                  const float weight = DequantizeCode(
+                      format(), code,
+                      PackedWeight::ScaleValue(format(), scales[at]),
+                      zeros != nullptr ? zeros[at] : 0);
                   sum += a[row * k + kk] * weight;
                 }
-                c[row * n + panel * kWidth + col] = sum;
+                c[row * n + panel * kWidth + col] = sum * b.spec().global_scale;
               }
             }
           }

@@ -278,7 +278,7 @@ TEST(WeightFormatTest, ParseRejectsUnknownNamesClearly) {
     EXPECT_THAT(std::string(parsed.status().message()),
                 HasSubstr(absl::StrCat("\"", name, "\"")));
     EXPECT_THAT(std::string(parsed.status().message()),
-                HasSubstr("fp4, u4b8 or u4"));
+                HasSubstr("fp4, u4b8, u4, mxfp4 or nvfp4"));
   }
 }
 
