@@ -1,4 +1,4 @@
-#include "client/checkpoint_import.h"
+#include "checkpoint/import.h"
 
 #include <algorithm>
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Imports the linear layers of a safetensors checkpoint into a nibble server
+// Imports the linear layers of a safetensors checkpoint into nibble weights
 // (`nibble import`): GPTQ and AWQ layers are repacked as they are, float
 // layers quantized. Import runs in two steps. PlanImport finds the layers,
 // names them and converts every one once, so that a checkpoint with a single
@@ -20,8 +20,8 @@
 //         return client.Upload(weight, name).status();
 //       },
 //       std::cerr);
-#ifndef NIBBLE_CLIENT_CHECKPOINT_IMPORT_H_
-#define NIBBLE_CLIENT_CHECKPOINT_IMPORT_H_
+#ifndef NIBBLE_CHECKPOINT_IMPORT_H_
+#define NIBBLE_CHECKPOINT_IMPORT_H_
 
 #include <cstdint>
 #include <ostream>
@@ -144,4 +144,4 @@ ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
 
 }  // namespace nibble
 
-#endif  // NIBBLE_CLIENT_CHECKPOINT_IMPORT_H_
+#endif  // NIBBLE_CHECKPOINT_IMPORT_H_
