@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/dequant.h"
 
 namespace nibble {
 namespace {
@@ -249,6 +250,34 @@ TEST(FloatToBf16Test, MatchesNearestEvenOnAFloatSweep) {
   // and next to halfway.
   ExpectNearestEvenOnSweep(&FloatToBf16, finite, 0x7f80, 16,
                            {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff});
+}
+
+TEST(FloatToE4m3Test, EveryFiniteCodeRoundTrips) {
+  for (int bits = 0; bits < 256; ++bits) {
+    if (IsE4m3Nan(bits)) continue;
+    EXPECT_EQ(FloatToE4m3(E4m3ToFloat(bits)), bits) << "E4M3 bits " << bits;
+  }
+}
+
+TEST(FloatToE4m3Test, MidpointsRoundToEvenAndNeighboursToTheNearest) {
+  for (int bits = 0; bits < 0x7e; ++bits) {
+    const float low = E4m3ToFloat(bits);
+    const float high = E4m3ToFloat(bits + 1);
+    const float middle = (low + high) / 2;
+    SCOPED_TRACE(absl::StrCat("between ", low, " and ", high));
+    EXPECT_EQ(FloatToE4m3(middle), bits % 2 == 0 ? bits : bits + 1);
+    EXPECT_EQ(FloatToE4m3(std::nextafter(middle, 0.0f)), bits);
+    EXPECT_EQ(FloatToE4m3(std::nextafter(middle, 1e9f)), bits + 1);
+    EXPECT_EQ(FloatToE4m3(-std::nextafter(middle, 1e9f)), 0x80 | (bits + 1));
+  }
+}
+
+TEST(FloatToE4m3Test, SaturatesAtTheLargestFiniteAndNanStaysNan) {
+  EXPECT_EQ(FloatToE4m3(448.0f), 0x7e);
+  EXPECT_EQ(FloatToE4m3(1e6f), 0x7e);
+  EXPECT_EQ(FloatToE4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(FloatToE4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
+  EXPECT_EQ(FloatToE4m3(0x1p-11f), 0x00);  // below half the smallest subnormal
 }
 
 TEST(ConvertTest, UsesTheElementConversionsOfEachDType) {

@@ -1,7 +1,9 @@
 // Tests the float64 reference of kernels/reference.h on hand-computed cases.
 #include "kernels/reference.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -14,6 +16,7 @@ namespace nibble {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 
 // kU4, K = 8, N = 2, per-channel: column 0 has codes 0..7, scale 0.5 and zero
 // 3, so B[r][0] = (r - 3) * 0.5; column 1 has codes 15..8, scale 2 and zero 8,
@@ -49,6 +52,32 @@ TEST(ReferenceTest, DequantizesFp4AndU4b8IgnoringZeros) {
   weight.spec.format = WeightFormat::kU4b8;
   EXPECT_THAT(ReferenceDequantize(weight),
               ElementsAre(16, 14, 0, -2, -8, -10, -12, -14));
+}
+
+TEST(ReferenceTest, DequantizesMxfp4WithPowerOfTwoScales) {
+  QuantizedWeight weight;
+  weight.spec = {WeightFormat::kMxfp4, /*k=*/32, /*n=*/1, /*group_size=*/32};
+  weight.qweight = {0xfedc9810u, 0, 0, 0};
+  weight.scales = {129};  // E8M0: 2^(129 - 127) = 4
+  ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
+  std::vector<double> want(32, 0.0);
+  const double first_word[] = {0, 2, -0.0, -2, -8, -12, -16, -24};
+  std::copy(std::begin(first_word), std::end(first_word), want.begin());
+  EXPECT_THAT(ReferenceDequantize(weight), ElementsAreArray(want));
+}
+
+TEST(ReferenceTest, DequantizesNvfp4WithE4m3AndGlobalScalesInFloat64) {
+  QuantizedWeight weight;
+  weight.spec = {WeightFormat::kNvfp4, /*k=*/16, /*n=*/1, /*group_size=*/16,
+                 /*global_scale=*/0.1f};
+  weight.qweight = {0xfedc9810u, 0x00000072u};
+  weight.scales = {0x3c};  // E4M3: 2^(7 - 7) * (1 + 4/8) = 1.5
+  ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
+  const double global = 0.1f;  // the fp32 value, not 0.1
+  std::vector<double> want(16, 0.0);
+  const double codes[] = {0, 0.5, -0.0, -0.5, -2, -3, -4, -6, 1, 6};
+  for (int i = 0; i < 10; ++i) want[i] = codes[i] * 1.5 * global;
+  EXPECT_THAT(ReferenceDequantize(weight), ElementsAreArray(want));
 }
 
 TEST(ReferenceTest, MultipliesInFloat64) {

@@ -21,8 +21,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr WeightFormat kAllFormats[] = {WeightFormat::kFp4, WeightFormat::kU4b8,
-                                        WeightFormat::kU4};
+// `group_size` where the format lets it choose, else the format's own.
+int64_t GroupFor(WeightFormat format, int64_t group_size) {
+  return FixedGroupSize(format) != 0 ? FixedGroupSize(format) : group_size;
+}
 
 TEST(DequantTest, EveryFp4CodeMatchesTheE2M1Table) {
   constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
@@ -57,6 +59,50 @@ TEST(DequantTest, EveryU4CodeIsCodeMinusEveryZeroPoint) {
                 static_cast<float>(code - zero) * 0.5f);
     }
   }
+}
+
+TEST(DequantTest, EveryE4m3CodeMatchesItsDefinition) {
+  for (int bits = 0; bits < 256; ++bits) {
+    SCOPED_TRACE(absl::StrCat("E4M3 bits ", bits));
+    const int exponent = (bits >> 3) & 0xf;
+    const int mantissa = bits & 0x7;
+    const double magnitude =
+        exponent == 0 ? std::ldexp(mantissa / 8.0, -6)
+                      : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+    const double want = (bits & 0x80) != 0 ? -magnitude : magnitude;
+    EXPECT_EQ(IsE4m3Nan(bits), (bits & 0x7f) == 0x7f);
+    if (IsE4m3Nan(bits)) continue;
+    EXPECT_EQ(E4m3ToFloat(bits), want);
+    EXPECT_EQ(ScaleToFloat(WeightFormat::kNvfp4, bits), want);
+    // Every E4M3 value is an fp16 value: nvfp4 scales pack into fp16 exactly.
+    EXPECT_EQ(HalfToFloat(FloatToHalf(E4m3ToFloat(bits))), want);
+  }
+  EXPECT_EQ(E4m3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(E4m3ToFloat(0x01), 0x1p-9f);
+}
+
+TEST(DequantTest, EveryE8m0CodeIsAPowerOfTwo) {
+  for (int bits = 0; bits < 255; ++bits) {
+    SCOPED_TRACE(absl::StrCat("E8M0 bits ", bits));
+    EXPECT_EQ(E8m0ToFloat(bits), std::ldexp(1.0f, bits - 127));
+    EXPECT_EQ(ScaleToFloat(WeightFormat::kMxfp4, bits),
+              std::ldexp(1.0f, bits - 127));
+    EXPECT_EQ(Bf16ToFloat(E8m0ToBf16(bits)), std::ldexp(1.0f, bits - 127));
+  }
+  EXPECT_EQ(E8m0ToBf16(0), 0x0040);
+  EXPECT_EQ(E8m0ToBf16(127), 0x3f80);
+}
+
+TEST(DequantTest, Fp4FormatsShareTheE2M1Codes) {
+  for (WeightFormat format : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    EXPECT_TRUE(HasFp4Codes(format));
+    for (uint8_t code = 0; code < 16; ++code) {
+      EXPECT_EQ(DequantizeCode(format, code, 0.25f, /*zero=*/7),
+                Fp4CodeToFloat(code) * 0.25f);
+    }
+  }
+  EXPECT_FALSE(HasFp4Codes(WeightFormat::kU4b8));
+  EXPECT_FALSE(HasFp4Codes(WeightFormat::kU4));
 }
 
 TEST(QuantizedWeightTest, SetCodeWritesTheCanonicalBits) {
@@ -114,7 +160,8 @@ TEST(WeightSpecTest, ByteCountsFollowTheShape) {
 }
 
 TEST(WeightSpecTest, AcceptsEverySupportedGroupSize) {
-  for (WeightFormat format : kAllFormats) {
+  for (WeightFormat format :
+       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
     for (int64_t group_size : {32, 64, 128, 384}) {
       const WeightSpec spec{format, /*k=*/384, /*n=*/40, group_size};
       EXPECT_TRUE(spec.Validate().ok()) << spec.DebugString();
@@ -167,8 +214,10 @@ TEST(WeightSpecTest, RejectsInvalidShapesNamingTheProblem) {
 }
 
 TEST(QuantizedWeightTest, RandomWeightsAreValidAndDeterministic) {
-  for (WeightFormat format : kAllFormats) {
-    const WeightSpec spec{format, /*k=*/128, /*n=*/24, /*group_size=*/32};
+  for (WeightFormat format : kAllWeightFormats) {
+    const WeightSpec spec{
+        format, /*k=*/128, /*n=*/24, GroupFor(format, 32),
+        /*global_scale=*/format == WeightFormat::kNvfp4 ? 0.0123f : 1.0f};
     const QuantizedWeight weight = RandomQuantizedWeight(spec, /*seed=*/7);
     SCOPED_TRACE(spec.DebugString());
     EXPECT_TRUE(weight.Validate().ok()) << weight.Validate();
@@ -178,8 +227,10 @@ TEST(QuantizedWeightTest, RandomWeightsAreValidAndDeterministic) {
     EXPECT_EQ(weight.zeros, again.zeros);
     EXPECT_NE(weight.qweight, RandomQuantizedWeight(spec, 8).qweight);
     for (uint16_t scale : weight.scales) {
-      EXPECT_GE(HalfToFloat(scale), 0x1p-8f);
-      EXPECT_LE(HalfToFloat(scale), 0x1p-4f);
+      // E4M3 rounding may step just past the range; a tenth covers it.
+      const float value = ScaleToFloat(format, scale) * spec.global_scale;
+      EXPECT_GE(value, 0x1p-8f * 0.9f);
+      EXPECT_LE(value, 0x1p-4f * 1.1f);
     }
   }
 }
@@ -248,6 +299,61 @@ TEST(QuantizedWeightTest, RejectsNanAndInfiniteScalesNamingWhere) {
   }
 }
 
+TEST(QuantizedWeightTest, RejectsNanAndWideEightBitScales) {
+  for (const auto& [format, nan] :
+       {std::pair{WeightFormat::kMxfp4, uint16_t{0xff}},
+        std::pair{WeightFormat::kNvfp4, uint16_t{0x7f}},
+        std::pair{WeightFormat::kNvfp4, uint16_t{0xff}}}) {
+    SCOPED_TRACE(WeightFormatName(format));
+    QuantizedWeight weight = RandomQuantizedWeight(
+        {format, /*k=*/64, /*n=*/16, FixedGroupSize(format)}, /*seed=*/9);
+    ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
+    weight.scales[16 + 5] = nan;
+    absl::Status status = weight.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("scale of column 5, group 1 is NaN"));
+    weight.scales[16 + 5] = 0x0100;
+    status = weight.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("not an 8-bit"));
+    EXPECT_THAT(std::string(status.message()), HasSubstr("16-bit slots"));
+  }
+}
+
+TEST(WeightSpecTest, Fp4BlockFormatsFixTheirGroupAndGlobalScale) {
+  EXPECT_EQ(FixedGroupSize(WeightFormat::kMxfp4), 32);
+  EXPECT_EQ(FixedGroupSize(WeightFormat::kNvfp4), 16);
+  EXPECT_EQ(FixedGroupSize(WeightFormat::kFp4), 0);
+  EXPECT_TRUE((WeightSpec{WeightFormat::kMxfp4, 64, 8, 32}).Validate().ok());
+  EXPECT_TRUE(
+      (WeightSpec{WeightFormat::kNvfp4, 64, 8, 16, 0.5f}).Validate().ok());
+  struct InvalidSpec {
+    WeightSpec spec;
+    std::string problem;
+  };
+  const InvalidSpec invalid_specs[] = {
+      {{WeightFormat::kMxfp4, 64, 8, 64}, "group size must be 32, got 64"},
+      {{WeightFormat::kMxfp4, 64, 8, 16}, "group size must be 32, got 16"},
+      {{WeightFormat::kNvfp4, 64, 8, 32}, "group size must be 16, got 32"},
+      {{WeightFormat::kNvfp4, 40, 8, 16}, "multiple of the group size 16"},
+      {{WeightFormat::kNvfp4, 64, 8, 16, 0.0f}, "finite and positive"},
+      {{WeightFormat::kNvfp4, 64, 8, 16, -1.0f}, "finite and positive"},
+      {{WeightFormat::kNvfp4, 64, 8, 16, NAN}, "finite and positive"},
+      {{WeightFormat::kNvfp4, 64, 8, 16, INFINITY}, "finite and positive"},
+      {{WeightFormat::kFp4, 64, 8, 32, 2.0f}, "only for nvfp4, not fp4"},
+      {{WeightFormat::kMxfp4, 64, 8, 32, 0.5f}, "only for nvfp4, not mxfp4"},
+  };
+  for (const InvalidSpec& invalid : invalid_specs) {
+    SCOPED_TRACE(invalid.spec.DebugString());
+    const absl::Status status = invalid.spec.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(invalid.problem));
+  }
+  EXPECT_EQ((WeightSpec{WeightFormat::kNvfp4, 64, 8, 16, 0.5f}).DebugString(),
+            "nvfp4 k=64 n=8 group=16 global_scale=0.5");
+}
+
 TEST(QuantizedWeightTest, RejectsAnInvalidSpec) {
   QuantizedWeight weight = ValidU4Weight();
   weight.spec.group_size = 16;
@@ -260,7 +366,9 @@ TEST(WeightFormatTest, NamesAndParsingRoundTrip) {
   EXPECT_EQ(WeightFormatName(WeightFormat::kFp4), "fp4");
   EXPECT_EQ(WeightFormatName(WeightFormat::kU4b8), "u4b8");
   EXPECT_EQ(WeightFormatName(WeightFormat::kU4), "u4");
-  for (WeightFormat format : kAllFormats) {
+  EXPECT_EQ(WeightFormatName(WeightFormat::kMxfp4), "mxfp4");
+  EXPECT_EQ(WeightFormatName(WeightFormat::kNvfp4), "nvfp4");
+  for (WeightFormat format : kAllWeightFormats) {
     const absl::StatusOr<WeightFormat> parsed =
         ParseWeightFormat(WeightFormatName(format));
     ASSERT_TRUE(parsed.ok()) << parsed.status();

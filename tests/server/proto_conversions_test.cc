@@ -1,11 +1,15 @@
 #include "server/proto_conversions.h"
 
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/packed_weight.h"
+#include "kernels/weight_format.h"
+#include "proto/conversions.h"
 
 namespace nibble::server {
 namespace {
@@ -34,6 +38,45 @@ TEST(ToGrpcStatusTest, CutsALongMessageSayingHowMuch) {
       EndsWith(absl::StrCat("... (", message.size() - kMaxStatusMessageBytes,
                             " more bytes cut)")));
   EXPECT_LT(status.error_message().size(), kMaxStatusMessageBytes + 40);
+}
+
+TEST(WeightFormatProtoTest, EveryFormatRoundTrips) {
+  for (WeightFormat format : kAllWeightFormats) {
+    const absl::StatusOr<WeightFormat> back = FromProto(ToProto(format));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, format);
+  }
+  EXPECT_THAT(FromProto(v1::WEIGHT_FORMAT_UNSPECIFIED).status().message(),
+              HasSubstr("WEIGHT_FORMAT_MXFP4 or WEIGHT_FORMAT_NVFP4"));
+}
+
+TEST(WeightFormatProtoTest, AnUnsetGlobalScaleIsOne) {
+  v1::WeightHeader header;
+  header.set_format(v1::WEIGHT_FORMAT_NVFP4);
+  header.set_k(64);
+  header.set_n(8);
+  header.set_group_size(16);
+  EXPECT_EQ(FromProto(header)->global_scale, 1.0f);
+  header.set_global_scale(0.25f);
+  EXPECT_EQ(FromProto(header)->global_scale, 0.25f);
+  header.set_format(v1::WEIGHT_FORMAT_FP4);
+  header.set_group_size(32);
+  EXPECT_THAT(FromProto(header)->Validate().message(),
+              HasSubstr("only for nvfp4"));
+}
+
+TEST(WeightFormatProtoTest, InfoCarriesTheGlobalScaleBack) {
+  const WeightSpec spec{WeightFormat::kNvfp4, 64, 8, 16, 0.375f};
+  absl::StatusOr<PackedWeight> packed =
+      PackedWeight::Pack(RandomQuantizedWeight(spec, /*seed=*/4));
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  v1::WeightInfo info;
+  FillWeightInfo(ResidentWeight{"w", *std::move(packed), nullptr}, &info);
+  EXPECT_EQ(info.format(), v1::WEIGHT_FORMAT_NVFP4);
+  EXPECT_EQ(info.global_scale(), 0.375f);
+  const absl::StatusOr<WeightSpec> back = WeightSpecFromInfo(info);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec);
 }
 
 TEST(ListPageFromProtoTest, DefaultsClampsAndContinuesAfterTheToken) {

@@ -56,6 +56,41 @@ TEST(WeightFileTest, RoundTripsEveryFormatAndGroupSize) {
   }
 }
 
+TEST(WeightFileTest, RoundTripsTheFp4BlockFormatsWithTheGlobalScale) {
+  uint64_t seed = 11;
+  for (const WeightSpec& spec :
+       {WeightSpec{WeightFormat::kMxfp4, 256, 24, 32},
+        WeightSpec{WeightFormat::kNvfp4, 256, 24, 16, 0.0123f}}) {
+    SCOPED_TRACE(absl::StrCat(spec.DebugString(), " seed=", seed));
+    const QuantizedWeight weight = RandomQuantizedWeight(spec, seed++);
+    absl::StatusOr<WeightFile> file =
+        ParseWeightFile(SerializeWeightFile("w", weight));
+    ASSERT_TRUE(file.ok()) << file.status();
+    ExpectSameWeight(file->weight, weight);
+    EXPECT_EQ(file->weight.spec.global_scale, spec.global_scale);
+  }
+}
+
+TEST(WeightFileTest, RejectsAGlobalScaleOnAnotherFormatOrAnInvalidOne) {
+  std::string bytes = SerializeWeightFile(
+      "w", RandomQuantizedWeight({WeightFormat::kFp4, 32, 8, 32}, 5));
+  constexpr int kGlobalScaleOffset = 68;
+  const float two = 2.0f;
+  std::memcpy(bytes.data() + kGlobalScaleOffset, &two, sizeof(two));
+  FixChecksum(&bytes);
+  EXPECT_THAT(ParseWeightFile(bytes).status().message(),
+              HasSubstr("fp4 has no global scale"));
+
+  bytes = SerializeWeightFile(
+      "w", RandomQuantizedWeight({WeightFormat::kNvfp4, 32, 8, 16, 0.5f}, 5));
+  const float negative = -0.5f;
+  std::memcpy(bytes.data() + kGlobalScaleOffset, &negative, sizeof(negative));
+  FixChecksum(&bytes);
+  const absl::Status status = ParseWeightFile(bytes).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("finite and positive"));
+}
+
 TEST(WeightFileTest, ChecksumIsTheSameInAnyPieces) {
   std::mt19937_64 rng(7);
   SCOPED_TRACE("seed=7");
