@@ -148,6 +148,36 @@ TEST_F(CliWorkflowTest, RandomUploadCheckListDelete) {
   EXPECT_THAT(output_, HasSubstr("no weight named \"r\""));
 }
 
+TEST_F(CliWorkflowTest, Fp4BlockFormatsNeedNoGroupAndCheckWithTheGlobalScale) {
+  ASSERT_EQ(Nibble("upload --name=nv --format=nvfp4 --k=128 --n=24 "
+                   "--global_scale=0.0123 --random=4"),
+            0)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("group:  16"));
+  EXPECT_THAT(output_, HasSubstr("global: 0.0123"));
+  ASSERT_EQ(Nibble("matmul --name=nv --m=3 --dtype=bf16 --random_input=5 "
+                   "--check --random=4"),
+            0)
+      << output_;
+  ASSERT_EQ(Nibble("upload --name=mx --format=mxfp4 --k=128 --n=24 "
+                   "--random=6"),
+            0)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("group:  32"));
+  ASSERT_EQ(Nibble("matmul --name=mx --m=2 --dtype=f32 --random_input=7 "
+                   "--check --random=6"),
+            0)
+      << output_;
+  EXPECT_EQ(Nibble("upload --name=x --format=fp4 --k=64 --n=16 --group=32 "
+                   "--global_scale=2 --random=1"),
+            2);
+  EXPECT_THAT(output_, HasSubstr("--global_scale is only for --format nvfp4"));
+  EXPECT_EQ(Nibble("upload --name=x --format=mxfp4 --k=64 --n=16 --group=64 "
+                   "--random=1"),
+            2);
+  EXPECT_THAT(output_, HasSubstr("group size must be 32"));
+}
+
 TEST_F(CliWorkflowTest, CheckFailsAgainstTheWrongWeight) {
   ASSERT_EQ(Nibble("upload --name=r --format=fp4 --k=64 --n=16 --group=32 "
                    "--random=1"),

@@ -262,7 +262,8 @@ TEST_P(NibbledMatmulTest, MatchesTheFloat64Reference) {
   const MatmulCase& param = GetParam();
   const int64_t k = 256;
   const WeightSpec spec{param.format, k, 72,
-                        param.group_size == 0 ? k : param.group_size};
+                        param.group_size == 0 ? k : param.group_size,
+                        param.format == WeightFormat::kNvfp4 ? 0.0123f : 1.0f};
   const uint64_t seed = 1000 + static_cast<int>(param.format) * 10 +
                         static_cast<int>(param.dtype);
   SCOPED_TRACE(::testing::Message() << spec.DebugString() << " seed " << seed);
@@ -291,9 +292,10 @@ TEST_P(NibbledMatmulTest, MatchesTheFloat64Reference) {
 
 std::vector<MatmulCase> AllMatmulCases() {
   std::vector<MatmulCase> cases;
-  for (WeightFormat format :
-       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
-    for (int64_t group : {32, 64, 128, 0}) {
+  for (WeightFormat format : kAllWeightFormats) {
+    std::vector<int64_t> groups = {32, 64, 128, 0};
+    if (FixedGroupSize(format) != 0) groups = {FixedGroupSize(format)};
+    for (int64_t group : groups) {
       for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
         cases.push_back({format, group, dtype});
       }

@@ -32,6 +32,9 @@ v1::UploadWeightRequest UploadHeader(const std::string& name,
   header->set_k(spec.k);
   header->set_n(spec.n);
   header->set_group_size(spec.group_size);
+  if (spec.format == WeightFormat::kNvfp4) {
+    header->set_global_scale(spec.global_scale);
+  }
   return request;
 }
 
