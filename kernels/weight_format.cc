@@ -108,14 +108,17 @@ std::string WeightSpec::DebugString() const {
 
 namespace {
 
+bool HasEightBitScales(WeightFormat format) {
+  return format == WeightFormat::kMxfp4 || format == WeightFormat::kNvfp4;
+}
+
 // What is wrong with a scale slot: "" when it holds a finite scale.
 absl::string_view ScaleProblem(WeightFormat format, uint16_t slot) {
+  if (HasEightBitScales(format) && slot > 0xff) return "wider than 8 bits";
   switch (format) {
     case WeightFormat::kMxfp4:
-      if (slot > 0xff) return "not an 8-bit E8M0 code";
       return slot == kE8m0Nan ? "NaN" : "";
     case WeightFormat::kNvfp4:
-      if (slot > 0xff) return "not an 8-bit E4M3 code";
       return IsE4m3Nan(static_cast<uint8_t>(slot)) ? "NaN" : "";
     default: {
       constexpr uint16_t kHalfExponentBits = 0x7c00;
@@ -125,16 +128,15 @@ absl::string_view ScaleProblem(WeightFormat format, uint16_t slot) {
   }
 }
 
-// How the format's scales are encoded, for error messages.
-absl::string_view ScaleEncoding(WeightFormat format) {
+// The type of the format's scales, for error messages.
+absl::string_view ScaleTypeName(WeightFormat format) {
   switch (format) {
     case WeightFormat::kMxfp4:
-      return " (mxfp4 scales are E8M0 codes 0..254 in 16-bit slots)";
+      return "E8M0";
     case WeightFormat::kNvfp4:
-      return " (nvfp4 scales are E4M3 codes, not 0x7f or 0xff, in 16-bit "
-             "slots)";
+      return "E4M3";
     default:
-      return " (fp16)";
+      return "fp16";
   }
 }
 
@@ -190,8 +192,12 @@ absl::Status QuantizedWeight::Validate() const {
         !problem.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "scale of column ", i % spec.n, ", group ", i / spec.n, " is ",
-          problem, absl::StrFormat(" (bits 0x%04x)", scales[i]),
-          ": scales must be finite", ScaleEncoding(spec.format)));
+          problem, " (", ScaleTypeName(spec.format),
+          absl::StrFormat(" bits 0x%04x", scales[i]),
+          "): scales must be finite",
+          HasEightBitScales(spec.format)
+              ? ", one 8-bit code in the low byte of each 16-bit slot"
+              : ""));
     }
   }
   for (size_t i = 0; i < zeros.size(); ++i) {

@@ -34,7 +34,9 @@ using nibble::WeightSpec;
 const WeightSpec kSpecs[] = {{WeightFormat::kFp4, 64, 8, 32},
                              {WeightFormat::kU4b8, 64, 4, 64},
                              {WeightFormat::kU4, 32, 4, 32},
-                             {WeightFormat::kU4, 16, 2, 16}};
+                             {WeightFormat::kU4, 16, 2, 16},
+                             {WeightFormat::kMxfp4, 64, 4, 32},
+                             {WeightFormat::kNvfp4, 32, 4, 16, 0.25f}};
 
 // The name of rpc_messages_fuzzer's resident weight.
 constexpr char kResidentWeightName[] = "w";
@@ -67,6 +69,9 @@ std::vector<std::string> UploadMessages(const nibble::QuantizedWeight& weight) {
   header.mutable_header()->set_k(weight.spec.k);
   header.mutable_header()->set_n(weight.spec.n);
   header.mutable_header()->set_group_size(weight.spec.group_size);
+  if (weight.spec.format == nibble::WeightFormat::kNvfp4) {
+    header.mutable_header()->set_global_scale(weight.spec.global_scale);
+  }
   std::vector<std::string> messages = {header.SerializeAsString()};
   const std::pair<v1::WeightTensor, std::string> tensors[] = {
       {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},

@@ -5,6 +5,7 @@
 // Matmul still matches the float64 reference and health is still SERVING.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -298,9 +299,9 @@ std::vector<BadInput> UploadRows() {
   const auto header = [](const std::string& name, WeightSpec spec) {
     return std::vector<v1::UploadWeightRequest>{UploadHeader(name, spec)};
   };
-  const auto with_scale = [](uint16_t bits) {
-    QuantizedWeight weight = RandomQuantizedWeight(kSpec, kUploadSeed);
-    weight.scales[kSpec.n + 1] = bits;  // column 1 of group 1
+  const auto with_scale = [](uint16_t bits, const WeightSpec& spec = kSpec) {
+    QuantizedWeight weight = RandomQuantizedWeight(spec, kUploadSeed);
+    weight.scales[spec.n + 1] = bits;  // column 1 of group 1
     return UploadMessages("bad-scale", weight);
   };
   return {
@@ -500,6 +501,49 @@ std::vector<BadInput> UploadRows() {
        INVALID_ARGUMENT,
        "scale of column 1, group 1 is infinite (fp16 bits 0xfc00): scales "
        "must be finite"},
+      {"Upload_Mismatched_Mxfp4GroupOtherThan32",
+       [=](Clients& c) {
+         return Upload(c,
+                       header("mx-group", {WeightFormat::kMxfp4, 64, 16, 64}));
+       },
+       INVALID_ARGUMENT,
+       "mxfp4 has one scale per 32 values of k: its group size must be 32, "
+       "got 64"},
+      {"Upload_Mismatched_GlobalScaleOnU4b8",
+       [](Clients& c) {
+         return Upload(c, Edited(GoodUpload("u4b8-global"), [](auto& m) {
+                         m[0].mutable_header()->set_global_scale(2.0f);
+                       }));
+       },
+       INVALID_ARGUMENT,
+       "a global scale (2) is only for nvfp4, not u4b8: leave it at 1"},
+      {"Upload_Hostile_Nvfp4NanGlobalScale",
+       [=](Clients& c) {
+         return Upload(c, header("nv-nan", {WeightFormat::kNvfp4, 64, 16, 16,
+                                            std::nanf("")}));
+       },
+       INVALID_ARGUMENT, "nvfp4's global scale must be finite and positive"},
+      {"Upload_Hostile_Nvfp4NegativeGlobalScale",
+       [=](Clients& c) {
+         return Upload(c, header("nv-negative",
+                                 {WeightFormat::kNvfp4, 64, 16, 16, -0.5f}));
+       },
+       INVALID_ARGUMENT,
+       "nvfp4's global scale must be finite and positive, got -0.5"},
+      {"Upload_Hostile_Mxfp4NanScale",
+       [=](Clients& c) {
+         return Upload(c, with_scale(0xff, {WeightFormat::kMxfp4, 64, 16, 32}));
+       },
+       INVALID_ARGUMENT,
+       "scale of column 1, group 1 is NaN (E8M0 bits 0x00ff): scales must be "
+       "finite, one 8-bit code in the low byte of each 16-bit slot"},
+      {"Upload_Hostile_Nvfp4ScaleWiderThan8Bits",
+       [=](Clients& c) {
+         return Upload(
+             c, with_scale(0x0138, {WeightFormat::kNvfp4, 64, 16, 16, 0.5f}));
+       },
+       INVALID_ARGUMENT,
+       "scale of column 1, group 1 is wider than 8 bits (E4M3 bits 0x0138)"},
       {"Upload_Hostile_ZeroPointAbove15",
        [](Clients& c) {
          QuantizedWeight weight = RandomQuantizedWeight(
