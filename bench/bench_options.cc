@@ -199,29 +199,28 @@ absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
                    options.ms.end());
   if (given.shapes) options.shapes = *given.shapes;
   Deduplicate(options.shapes);
-  if (given.groups) {
-    // Explicit groups apply to every format.
+  if (given.groups || given.formats) {
     std::vector<WeightFormat> formats;
     for (const WeightKind& kind : options.weights) {
       formats.push_back(kind.format);
     }
     if (given.formats) formats = *given.formats;
     Deduplicate(formats);
-    options.weights.clear();
+    std::vector<WeightKind> weights;
     for (WeightFormat format : formats) {
-      for (int64_t group : *given.groups) {
-        options.weights.push_back({format, group});
+      if (const int64_t fixed_group = FixedGroupSize(format); fixed_group > 0) {
+        // mxfp4 and nvfp4 have one group size each, whatever --groups says.
+        weights.push_back({format, fixed_group});
+      } else if (given.groups) {
+        for (int64_t group : *given.groups) weights.push_back({format, group});
+      } else {
+        // Every other format has a group in the default and the quick grid.
+        for (const WeightKind& kind : options.weights) {
+          if (kind.format == format) weights.push_back(kind);
+        }
       }
     }
-  } else if (given.formats) {
-    // Every format has a group in the default and the quick grid.
-    std::vector<WeightKind> kept;
-    for (WeightFormat format : *given.formats) {
-      for (const WeightKind& kind : options.weights) {
-        if (kind.format == format) kept.push_back(kind);
-      }
-    }
-    options.weights = std::move(kept);
+    options.weights = std::move(weights);
   }
   Deduplicate(options.weights);
   if (given.threads) options.threads = *given.threads;
@@ -333,9 +332,12 @@ Usage: nibble-bench [flags]
   --m=1,4,16,64,256     rows of A
   --shapes=KxN,...      weight shapes (default 4096x4096,4096x14336,
                         14336x4096,8192x28672)
-  --formats=fp4,u4b8,u4 weight formats (default: fp4, u4b8 and u4 at group
-                        128, and fp4 at group 32 too)
-  --groups=128,...      group sizes, applied to every format
+  --formats=fp4,u4b8,u4 weight formats: fp4, u4b8, u4, mxfp4, nvfp4
+                        (default: fp4, u4b8 and u4 at group 128, and fp4 at
+                        group 32 too; mxfp4 and nvfp4 always at their own
+                        group, 32 and 16)
+  --groups=128,...      group sizes, applied to every format but mxfp4 and
+                        nvfp4
   --threads=N           kernel threads (default: one per hardware thread)
   --repeats=N           timed calls per kernel and problem (default 10; fewer,
                         but at least 3, once they pass 2 s)

@@ -58,10 +58,12 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
   packed.codes_ = ToPanels(canonical.qweight, spec.k / kCodesPerWord, spec.n,
                            packed.panels_);
   for (uint32_t& word : packed.codes_) word = ReorderCodes(word);
+  // Converted before padding, so that the padding stays scale 0 (E8M0 code 0
+  // would become 2^-127).
+  std::vector<uint16_t> kernel_scales = canonical.scales;
+  for (uint16_t& scale : kernel_scales) scale = KernelScale(spec.format, scale);
   packed.scales_ =
-      ToPanels(canonical.scales, spec.groups(), spec.n, packed.panels_);
-  for (uint16_t& scale : packed.scales_)
-    scale = KernelScale(spec.format, scale);
+      ToPanels(kernel_scales, spec.groups(), spec.n, packed.panels_);
   if (HasZeros(spec.format)) {
     packed.zeros_ =
         ToPanels(canonical.zeros, spec.groups(), spec.n, packed.panels_);

@@ -91,6 +91,12 @@ double LogDistance(int64_t a, int64_t b) {
                             static_cast<double>(std::max<int64_t>(b, 1))));
 }
 
+// The format whose rules stand in for `format` when the table has none of its
+// own: the FP4-coded formats run the same loops as kFp4, with other scales.
+WeightFormat StandInFormat(WeightFormat format) {
+  return HasFp4Codes(format) ? WeightFormat::kFp4 : format;
+}
+
 // Sorts max_m ascending with 0 (unbounded) last.
 bool CoversLess(const TuningRule* a, const TuningRule* b) {
   if (a->max_m == 0) return false;
@@ -170,11 +176,16 @@ std::string TuningTable::Serialize() const {
 
 std::optional<KernelVariant> TuningTable::Lookup(
     const GemmProblem& problem) const {
+  const bool has_own_rules = std::any_of(
+      rules_.begin(), rules_.end(),
+      [&](const TuningRule& rule) { return rule.format == problem.format; });
+  const WeightFormat format =
+      has_own_rules ? problem.format : StandInFormat(problem.format);
   // The closest measured key; ties go to the rule listed first.
   const TuningRule* nearest = nullptr;
   double best[3] = {};
   for (const TuningRule& rule : rules_) {
-    if (rule.format != problem.format) continue;
+    if (rule.format != format) continue;
     const double distance[3] = {
         LogDistance(rule.group_size, problem.group_size),
         LogDistance(rule.k, problem.k) + LogDistance(rule.n, problem.n),

@@ -9,7 +9,9 @@
 // A rule covers problems with m <= max_m (0: any m) of its format. A lookup
 // takes the rules of the problem's format measured at the nearest group size,
 // then the nearest shape (k, n) and thread count, then the first of those
-// rules whose max_m admits the problem's m.
+// rules whose max_m admits the problem's m. A table without rules for kMxfp4
+// or kNvfp4 answers for them with the kFp4 rules: the same FP4 codes, only
+// the scales differ.
 //
 // Example:
 //   absl::StatusOr<nibble::TuningTable> table =
@@ -57,7 +59,8 @@ class TuningTable {
   // The text form, which Parse reads back to an equal table.
   std::string Serialize() const;
 
-  // nullopt when no rule has the problem's format.
+  // nullopt when no rule has the problem's format (or, for kMxfp4 and
+  // kNvfp4, kFp4).
   std::optional<KernelVariant> Lookup(const GemmProblem& problem) const;
 
   const std::vector<TuningRule>& rules() const { return rules_; }

@@ -9,7 +9,10 @@
 // (PackedWeight::CodeShift), so one 16-bit shift and one vpermw of a 32-entry
 // table make a tile row. Those values are exact in bf16; each group's sums
 // leave the tile unit through a 1 KiB store and are scaled in fp32, so the
-// only rounding beyond fp32 is A's.
+// only rounding beyond fp32 is A's. kNvfp4's groups of 16 rows are shorter
+// than a tile's 32, so its E4M3 scales go into the tile values instead: an
+// FP4 value times an E4M3 scale has at most 6 significant bits, exact in
+// bf16; only its global scale multiplies the sums.
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -127,16 +130,12 @@ __m512i Bf16Table(WeightFormat format) {
   alignas(64) uint16_t values[32];
   for (int index = 0; index < 32; ++index) {
     float value = 0.0f;
-    switch (format) {
-      case WeightFormat::kFp4:
-        value = Fp4CodeToFloat(index & 0xf);
-        break;
-      case WeightFormat::kU4b8:
-        value = Int4CodeMinusZero(index & 0xf, 8);
-        break;
-      case WeightFormat::kU4:
-        value = index < 16 ? index : index - 32;
-        break;
+    if (HasFp4Codes(format)) {
+      value = Fp4CodeToFloat(index & 0xf);
+    } else if (format == WeightFormat::kU4b8) {
+      value = Int4CodeMinusZero(index & 0xf, 8);
+    } else {
+      value = index < 16 ? index : index - 32;
     }
     values[index] = FloatToBf16(value);
   }
@@ -151,6 +150,34 @@ struct AmxContext {
   int64_t k;
   int64_t n;
 };
+
+// The scales of one group of a panel's 16 columns, from the packed layout:
+// bf16 for kMxfp4, fp16 otherwise.
+template <WeightFormat kFormat>
+__m512 LoadPanelScales(const uint16_t* scales) {
+  const __m256i bits =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales));
+  if constexpr (kFormat == WeightFormat::kMxfp4) {
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  } else {
+    return _mm512_cvtph_ps(bits);
+  }
+}
+
+// A tile row of (k, k + 1) bf16 pairs, one column per 32-bit lane, times that
+// column's scale. Exact when the products fit bf16 (kNvfp4): the fp32
+// products then end in 16 zero bits, and their top halves are the result.
+__m512i ScaleBf16Pairs(__m512i pairs, __m512 scale) {
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512 low =
+      _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)), scale);
+  const __m512 high = _mm512_mul_ps(
+      _mm512_castsi512_ps(_mm512_and_si512(pairs, high_half)), scale);
+  return _mm512_or_si512(
+      _mm512_srli_epi32(_mm512_castps_si512(low), 16),
+      _mm512_and_si512(_mm512_castps_si512(high), high_half));
+}
 
 // Dequantizes words [first_word, end_word) of a segment that starts at
 // segment_word into B tiles: [panel][k pair][16 columns x 2] bf16.
@@ -172,6 +199,12 @@ void DequantizeSegment(const AmxContext& ctx, int64_t first_panel,
     }
     uint16_t* panel_tiles = buffer + p * segment_words * kCodesPerWord * kWidth;
     for (int64_t word = first_word; word < end_word; ++word) {
+      __m512 scale = _mm512_setzero_ps();
+      if constexpr (kFormat == WeightFormat::kNvfp4) {
+        scale = LoadPanelScales<kFormat>(ctx.b.panel_scales(first_panel + p) +
+                                         word * kCodesPerWord /
+                                             ctx.b.spec().group_size * kWidth);
+      }
       const __m512i words = _mm512_loadu_si512(codes + word * kWidth);
       uint16_t* rows = panel_tiles + (word - segment_word) * kCodesPerWord *
                                          kWidth;  // 4 pair rows of 32 bf16
@@ -181,8 +214,11 @@ void DequantizeSegment(const AmxContext& ctx, int64_t first_panel,
           index = _mm512_sub_epi16(
               _mm512_and_si512(index, _mm512_set1_epi16(0xf)), zero);
         }
-        _mm512_storeu_si512(rows + pair * 2 * kWidth,
-                            _mm512_permutexvar_epi16(index, ctx.table));
+        __m512i values = _mm512_permutexvar_epi16(index, ctx.table);
+        if constexpr (kFormat == WeightFormat::kNvfp4) {
+          values = ScaleBf16Pairs(values, scale);
+        }
+        _mm512_storeu_si512(rows + pair * 2 * kWidth, values);
       }
     }
   }
@@ -265,8 +301,11 @@ void RunAmx(const AmxContext& ctx, float* c, ThreadPool& pool, int threads) {
   const int64_t panels = ctx.b.panels();
   const int64_t blocks = (panels + kBlockPanels - 1) / kBlockPanels;
   const int64_t row_tiles = (ctx.m + kTileRows - 1) / kTileRows;
-  const std::vector<Segment> segments =
-      Segments(ctx.k, ctx.b.spec().group_size);
+  // kNvfp4's scales are in the tile values: its segments need not stop at
+  // its groups.
+  const int64_t scale_rows =
+      kFormat == WeightFormat::kNvfp4 ? ctx.k : ctx.b.spec().group_size;
+  const std::vector<Segment> segments = Segments(ctx.k, scale_rows);
   const int64_t buffer_values = kMaxSegment * kBlockWidth;
   pool.ParallelFor(
       blocks,
@@ -297,13 +336,15 @@ void RunAmx(const AmxContext& ctx, float* c, ThreadPool& pool, int threads) {
           for (size_t s = 0; s < segments.size(); ++s) {
             const int64_t group = segments[s].k / ctx.b.spec().group_size;
             for (int64_t p = 0; p < kBlockPanels; ++p) {
-              const __m512 scale =
-                  p < block_panels
-                      ? _mm512_cvtph_ps(
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                ctx.b.panel_scales(first_panel + p) +
-                                group * kWidth)))
-                      : _mm512_setzero_ps();
+              __m512 scale = _mm512_setzero_ps();  // a missing panel adds 0
+              if (p < block_panels) {
+                if constexpr (kFormat == WeightFormat::kNvfp4) {
+                  scale = _mm512_set1_ps(ctx.b.spec().global_scale);
+                } else {
+                  scale = LoadPanelScales<kFormat>(
+                      ctx.b.panel_scales(first_panel + p) + group * kWidth);
+                }
+              }
               _mm512_store_ps(scales + p * kWidth, scale);
             }
             const uint16_t* b_tiles = buffers.data() + s % 2 * buffer_values;
@@ -350,17 +391,9 @@ class AmxKernel final : public FormatKernel {
           ToBf16Tiles(a, problem.m, problem.k);
       const AmxContext ctx{*operands.b, Bf16Table(format()), a_tiles.data(),
                            problem.m,   problem.k,           problem.n};
-      switch (format()) {
-        case WeightFormat::kFp4:
-          RunAmx<WeightFormat::kFp4>(ctx, c, pool, problem.threads);
-          break;
-        case WeightFormat::kU4b8:
-          RunAmx<WeightFormat::kU4b8>(ctx, c, pool, problem.threads);
-          break;
-        case WeightFormat::kU4:
-          RunAmx<WeightFormat::kU4>(ctx, c, pool, problem.threads);
-          break;
-      }
+      WithFormatConstant(format(), [&](auto format_tag) {
+        RunAmx<decltype(format_tag)::value>(ctx, c, pool, problem.threads);
+      });
     });
     return absl::OkStatus();
   }
@@ -370,8 +403,7 @@ class AmxKernel final : public FormatKernel {
 
 std::vector<std::unique_ptr<GemmKernel>> MakeAmxKernels() {
   std::vector<std::unique_ptr<GemmKernel>> kernels;
-  for (WeightFormat format :
-       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+  for (WeightFormat format : kAllWeightFormats) {
     kernels.push_back(std::make_unique<AmxKernel>(format));
   }
   return kernels;

@@ -86,6 +86,11 @@ struct Avx2 {
     return _mm256_cvtph_ps(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  static F LoadBf16(const uint16_t* p) {
+    const __m256i widened = _mm256_cvtepu16_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
+  }
   static F LoadBytes(const uint8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));

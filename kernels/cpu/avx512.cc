@@ -76,6 +76,11 @@ struct Avx512 {
     return _mm512_cvtph_ps(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  static F LoadBf16(const uint16_t* p) {
+    const __m512i widened = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
+  }
   static F LoadBytes(const uint8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));

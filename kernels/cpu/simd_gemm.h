@@ -10,14 +10,17 @@
 // Fma(a, b, c) = a * b + c, Fms = a * b - c, Fnma = c - a * b;
 // LoadWords (uint32), ShiftRight<bits>; Table, MakeTable(16 floats) and
 // Lookup(table, words), which maps the low 4 bits of every lane through the
-// table; LoadHalves (fp16) and LoadBytes (uint8) widened to fp32. And the
-// register blocking: kFusedMaxRows and FusedPanels(rows) for the fused tile,
-// kBufferedRows and kBufferedPanels for the double-buffered microkernel.
+// table; LoadHalves (fp16), LoadBf16 (bf16: each 16-bit value shifted into
+// the top half of its fp32 lane) and LoadBytes (uint8) widened to fp32. And
+// the register blocking: kFusedMaxRows and FusedPanels(rows) for the fused
+// tile, kBufferedRows and kBufferedPanels for the double-buffered microkernel.
 //
 // Dequantization is one table lookup per vector: the 16 values a code can
 // take (built by the bitwise steps of kernels/dequant.h) sit in registers, and
 // a lane-wise permute maps codes to values. Group scales multiply a whole
-// group's partial sums at once (fused) or the buffered panel (double-buffered).
+// group's partial sums at once (fused) or the buffered panel (double-buffered);
+// LoadGroupScale reads them as the packed weight stores them (fp16, or bf16
+// for kMxfp4) and folds in kNvfp4's global scale.
 //
 // Example (in kernels/cpu/avx512.cc):
 //   #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
@@ -67,23 +70,16 @@ inline void ForEachCode(Fn&& fn) {
   (std::make_integer_sequence<int, kCodesPerWord>());
 }
 
-// What each code stands for before the group scale: the FP4 value, q - 8
-// for kU4b8, and q for kU4 (whose zero point the loops apply per group).
+// What each code stands for before the group scale: the FP4 value for the
+// FP4 formats, q - 8 for kU4b8, and q for kU4 (whose zero point the loops
+// apply per group).
 template <class V>
 typename V::Table FormatTable(WeightFormat format) {
   float values[16];
   for (uint8_t code = 0; code < 16; ++code) {
-    switch (format) {
-      case WeightFormat::kFp4:
-        values[code] = Fp4CodeToFloat(code);
-        break;
-      case WeightFormat::kU4b8:
-        values[code] = Int4CodeMinusZero(code, 8);
-        break;
-      case WeightFormat::kU4:
-        values[code] = Int4CodeMinusZero(code, 0);
-        break;
-    }
+    values[code] = HasFp4Codes(format)
+                       ? Fp4CodeToFloat(code)
+                       : Int4CodeMinusZero(code, EffectiveZero(format, 0));
   }
   return V::MakeTable(values);
 }
@@ -110,6 +106,20 @@ struct Context {
   int64_t k;
   int64_t n;
 };
+
+// The scales of V::kLanes columns of one group, read from the packed layout:
+// bf16 for kMxfp4, fp16 otherwise, times the global scale for kNvfp4.
+template <class V, WeightFormat kFormat>
+inline typename V::F LoadGroupScale(const Context<V>& ctx,
+                                    const uint16_t* scales) {
+  if constexpr (kFormat == WeightFormat::kMxfp4) {
+    return V::LoadBf16(scales);
+  } else if constexpr (kFormat == WeightFormat::kNvfp4) {
+    return V::Mul(V::LoadHalves(scales), V::Set1(ctx.b.spec().global_scale));
+  } else {
+    return V::LoadHalves(scales);
+  }
+}
 
 // Stores the first `columns` values of `count` vectors at `out`.
 template <class V, int kCount>
@@ -186,7 +196,8 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
     for (int vec = 0; vec < kVecs; ++vec) {
       const int64_t panel = first_panel + vec / kVecsPerPanel<V>;
       const int64_t at = group * kWidth + vec % kVecsPerPanel<V> * V::kLanes;
-      const F scale = V::LoadHalves(ctx.b.panel_scales(panel) + at);
+      const F scale =
+          LoadGroupScale<V, kFormat>(ctx, ctx.b.panel_scales(panel) + at);
       for (int r = 0; r < kRows; ++r) {
         acc[r][vec] = V::Fma(sum[r][vec], scale, acc[r][vec]);
       }
@@ -370,7 +381,8 @@ void DequantizeChunk(const Context<V>& ctx, int64_t first_panel, int64_t panels,
       const int64_t lane = v * V::kLanes;
       for (int64_t word = first_word; word < end_word; ++word) {
         const int64_t group = word * kCodesPerWord / group_size;
-        const F scale = V::LoadHalves(scales + group * kWidth + lane);
+        const F scale =
+            LoadGroupScale<V, kFormat>(ctx, scales + group * kWidth + lane);
         // (q - zero) * scale = q * scale - zero * scale.
         F zero_times_scale = V::Zero();
         if constexpr (kFormat == WeightFormat::kU4) {
@@ -530,20 +542,10 @@ class SimdKernel final : public FormatKernel {
     WithFloatOperands(problem, operands, [&](const float* a, float* c) {
       const Context<V> ctx{*operands.b, table_,    a,
                            problem.m,   problem.k, problem.n};
-      switch (format()) {
-        case WeightFormat::kFp4:
-          RunVariant<V, WeightFormat::kFp4>(variant(), ctx, c, pool,
-                                            problem.threads);
-          break;
-        case WeightFormat::kU4b8:
-          RunVariant<V, WeightFormat::kU4b8>(variant(), ctx, c, pool,
-                                             problem.threads);
-          break;
-        case WeightFormat::kU4:
-          RunVariant<V, WeightFormat::kU4>(variant(), ctx, c, pool,
-                                           problem.threads);
-          break;
-      }
+      WithFormatConstant(format(), [&](auto format_tag) {
+        RunVariant<V, decltype(format_tag)::value>(variant(), ctx, c, pool,
+                                                   problem.threads);
+      });
     });
     return absl::OkStatus();
   }
@@ -560,8 +562,7 @@ std::vector<std::unique_ptr<GemmKernel>> MakeSimdKernels(
   for (KernelVariant variant :
        {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
         KernelVariant::kStriped}) {
-    for (WeightFormat format :
-         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    for (WeightFormat format : kAllWeightFormats) {
       kernels.push_back(std::make_unique<SimdKernel<V>>(variant, format, isa));
     }
   }

@@ -21,6 +21,8 @@ using ::testing::HasSubstr;
 constexpr WeightFormat kFp4 = WeightFormat::kFp4;
 constexpr WeightFormat kU4b8 = WeightFormat::kU4b8;
 constexpr WeightFormat kU4 = WeightFormat::kU4;
+constexpr WeightFormat kMxfp4 = WeightFormat::kMxfp4;
+constexpr WeightFormat kNvfp4 = WeightFormat::kNvfp4;
 
 BenchOptions Parse(const std::vector<std::string>& args) {
   absl::StatusOr<BenchOptions> options = ParseBenchOptions(args);
@@ -78,6 +80,17 @@ TEST(BenchOptionsTest, GroupsApplyToEveryFormat) {
               ElementsAre(WeightKind{kU4, 32}, WeightKind{kU4, 64}));
 }
 
+TEST(BenchOptionsTest, Mxfp4AndNvfp4TakeTheirOwnGroupSize) {
+  EXPECT_THAT(Parse({"--formats=mxfp4,nvfp4"}).weights,
+              ElementsAre(WeightKind{kMxfp4, 32}, WeightKind{kNvfp4, 16}));
+  EXPECT_THAT(Parse({"--formats=nvfp4", "--quick"}).weights,
+              ElementsAre(WeightKind{kNvfp4, 16}));
+  // --groups applies to the formats whose group size is free.
+  EXPECT_THAT(Parse({"--formats=fp4,mxfp4,nvfp4", "--groups=32,128"}).weights,
+              ElementsAre(WeightKind{kFp4, 32}, WeightKind{kFp4, 128},
+                          WeightKind{kMxfp4, 32}, WeightKind{kNvfp4, 16}));
+}
+
 TEST(BenchOptionsTest, QuickIsSmallAndStillNarrows) {
   const BenchOptions quick = Parse({"--quick"});
   EXPECT_THAT(quick.ms, ElementsAre(1, 16));
@@ -123,7 +136,7 @@ TEST(BenchOptionsTest, UsageMistakesNameTheFlag) {
             "N (e.g. 4096x14336)");
   EXPECT_EQ(Error({"--formats=u4b8,int4"}),
             "--formats=u4b8,int4: unknown weight format \"int4\": use fp4, "
-            "u4b8 or u4");
+            "u4b8, u4, mxfp4 or nvfp4");
   EXPECT_EQ(Error({"--quick=yes"}), "--quick=yes: --quick takes no value");
   EXPECT_EQ(Error({"--json="}),
             "--json=: give a file, or --json alone for stdout");

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/weight_format.h"
 
 namespace nibble::cpu {
 namespace {
@@ -37,21 +38,26 @@ TEST(CpuKernelsTest, IsaNames) {
 TEST(CpuKernelsTest, ScalarLevelHasOnlyTheReferences) {
   EXPECT_THAT(Names(CpuKernels(Isa::kScalar)),
               ElementsAre("reference_fp4_scalar", "reference_u4b8_scalar",
-                          "reference_u4_scalar"));
+                          "reference_u4_scalar", "reference_mxfp4_scalar",
+                          "reference_nvfp4_scalar"));
 }
 
+// Each vector ISA has 3 variants for each of the 5 formats; AMX has
+// double_buffered for each.
 TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   const std::vector<std::string> avx2 = Names(CpuKernels(Isa::kAvx2));
-  ASSERT_EQ(avx2.size(), 12u);
+  ASSERT_EQ(avx2.size(), 20u);
   EXPECT_EQ(avx2.front(), "fused_fp4_avx2");
-  EXPECT_EQ(avx2.back(), "reference_u4_scalar");
+  EXPECT_EQ(avx2.back(), "reference_nvfp4_scalar");
   const std::vector<std::string> avx512 = Names(CpuKernels(Isa::kAvx512));
-  ASSERT_EQ(avx512.size(), 21u);
+  ASSERT_EQ(avx512.size(), 35u);
   EXPECT_EQ(avx512.front(), "fused_fp4_avx512");
-  EXPECT_EQ(avx512[9], "fused_fp4_avx2");
+  EXPECT_EQ(avx512[15], "fused_fp4_avx2");
   const std::vector<std::string> amx = Names(CpuKernels(Isa::kAmx));
-  ASSERT_EQ(amx.size(), 24u);
+  ASSERT_EQ(amx.size(), 40u);
   EXPECT_EQ(amx.front(), "double_buffered_fp4_amx");
+  EXPECT_EQ(amx[4], "double_buffered_nvfp4_amx");
+  EXPECT_EQ(amx[5], "fused_fp4_avx512");
 }
 
 TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {
@@ -59,14 +65,21 @@ TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {
     for (KernelVariant variant :
          {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
           KernelVariant::kStriped}) {
-      for (WeightFormat format :
-           {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+      for (WeightFormat format : kAllWeightFormats) {
         const std::string name =
             absl::StrCat(KernelVariantName(variant), "_",
                          WeightFormatName(format), "_", IsaName(isa));
         EXPECT_THAT(Names(CpuKernels(isa)), ::testing::Contains(name));
       }
     }
+  }
+}
+
+TEST(CpuKernelsTest, AmxHasDoubleBufferedForEveryFormat) {
+  for (WeightFormat format : kAllWeightFormats) {
+    EXPECT_THAT(Names(CpuKernels(Isa::kAmx)),
+                ::testing::Contains(absl::StrCat(
+                    "double_buffered_", WeightFormatName(format), "_amx")));
   }
 }
 

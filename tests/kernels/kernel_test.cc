@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dequant.h"
 #include "kernels/dtype.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
@@ -39,12 +40,32 @@ struct Shape {
 
 // Odd and even M, including M > 32 and M not a multiple of the 4 rows the
 // fused kernel handles at once; N with and without a partial last panel; every
-// group size, per-channel (group = K) included.
+// group size, per-channel (group = K) included. The formats with a fixed group
+// size (kMxfp4, kNvfp4) take each shape at their own group, where K allows.
 constexpr Shape kShapes[] = {
-    {1, 128, 8, 32},    {3, 256, 40, 64},  {5, 512, 72, 128}, {7, 384, 80, 128},
-    {17, 256, 40, 256}, {4, 64, 16, 32},   {33, 192, 24, 64}, {2, 200, 72, 200},
-    {17, 512, 8, 32},   {6, 128, 56, 128}, {1, 32, 16, 32},   {3, 64, 8, 64},
+    {1, 128, 8, 32},     {3, 256, 40, 64},   {5, 512, 72, 128},
+    {7, 384, 80, 128},   {17, 256, 40, 256}, {4, 64, 16, 32},
+    {33, 192, 24, 64},   {2, 200, 72, 200},  {17, 512, 8, 32},
+    {6, 128, 56, 128},   {1, 32, 16, 32},    {3, 64, 8, 64},
+    {40, 1024, 40, 128},
 };
+
+// kNvfp4's global scale in these tests: far from 1, so that a kernel that
+// drops it fails.
+constexpr float kNvfp4GlobalScale = 0.0123f;
+
+// The bit that negates a scale slot of `format`; 0 for kMxfp4, whose E8M0
+// scales are unsigned.
+uint16_t ScaleSignBit(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return 0;
+    case WeightFormat::kNvfp4:
+      return 0x80;  // E4M3 in the low byte
+    default:
+      return 0x8000;  // fp16
+  }
+}
 
 struct KernelCase {
   const cpu::CpuKernel* entry;
@@ -60,15 +81,18 @@ void PrintTo(const KernelCase& kernel_case, std::ostream* os) {
 std::vector<KernelCase> AllKernelCases() {
   std::vector<KernelCase> cases;
   for (const cpu::CpuKernel& entry : cpu::AllCpuKernels()) {
-    for (WeightFormat format :
-         {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    for (WeightFormat format : kAllWeightFormats) {
       for (const Shape& shape : kShapes) {
+        const int64_t group_size = FixedGroupSize(format) > 0
+                                       ? FixedGroupSize(format)
+                                       : shape.group_size;
+        if (shape.k % group_size != 0) continue;
         for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
           const GemmProblem problem{.m = shape.m,
                                     .n = shape.n,
                                     .k = shape.k,
                                     .format = format,
-                                    .group_size = shape.group_size,
+                                    .group_size = group_size,
                                     .dtype = dtype,
                                     .threads = kThreads};
           if (!entry.kernel->Supports(problem)) continue;
@@ -102,13 +126,14 @@ TEST_P(KernelTest, MatchesTheFloat64Reference) {
   }
   SCOPED_TRACE(absl::StrCat("seed=", seed, " ", problem.DebugString()));
 
-  const WeightSpec spec{problem.format, problem.k, problem.n,
-                        problem.group_size};
+  const WeightSpec spec{
+      problem.format, problem.k, problem.n, problem.group_size,
+      problem.format == WeightFormat::kNvfp4 ? kNvfp4GlobalScale : 1.0f};
   QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
   std::mt19937_64 rng(seed);
   // Random scales are positive; negate about half so that signs matter.
   for (uint16_t& scale : weight.scales) {
-    if (rng() & 1) scale ^= 0x8000;
+    if (rng() & 1) scale ^= ScaleSignBit(problem.format);
   }
   const absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
   ASSERT_TRUE(packed.ok()) << packed.status();
@@ -146,15 +171,15 @@ INSTANTIATE_TEST_SUITE_P(AllCpuKernels, KernelTest,
 // The parameterized test above only proves the kernels it finds; this one
 // proves that every variant exists for every format at every vector ISA.
 TEST(CpuKernelCoverageTest, EveryIsaHasOneKernelPerVariantAndFormat) {
-  for (WeightFormat format :
-       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
-    const GemmProblem problem{.m = 1,
-                              .n = 16,
-                              .k = 32,
-                              .format = format,
-                              .group_size = 32,
-                              .dtype = DType::kF32,
-                              .threads = 1};
+  for (WeightFormat format : kAllWeightFormats) {
+    const GemmProblem problem{
+        .m = 1,
+        .n = 16,
+        .k = 32,
+        .format = format,
+        .group_size = FixedGroupSize(format) > 0 ? FixedGroupSize(format) : 32,
+        .dtype = DType::kF32,
+        .threads = 1};
     for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
       for (KernelVariant variant :
            {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
@@ -170,6 +195,20 @@ TEST(CpuKernelCoverageTest, EveryIsaHasOneKernelPerVariantAndFormat) {
             << WeightFormatName(format) << " " << KernelVariantName(variant)
             << " " << cpu::IsaName(isa);
       }
+    }
+  }
+}
+
+// The AMX kernels multiply kNvfp4's E4M3 scales into the bf16 tile values;
+// that is exact only because every such product fits bf16.
+TEST(AmxNvfp4Test, EveryFp4ValueTimesEveryE4m3ScaleIsExactInBf16) {
+  for (int code = 0; code < 16; ++code) {
+    for (int scale = 0; scale < 256; ++scale) {
+      if (IsE4m3Nan(static_cast<uint8_t>(scale))) continue;
+      const float product = Fp4CodeToFloat(static_cast<uint8_t>(code)) *
+                            E4m3ToFloat(static_cast<uint8_t>(scale));
+      EXPECT_EQ(Bf16ToFloat(FloatToBf16(product)), product)
+          << "code " << code << " scale " << scale;
     }
   }
 }

@@ -1,6 +1,8 @@
 // Tests that PackedWeight::Pack regroups the canonical layout into panels.
 #include "kernels/packed_weight.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -10,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/dequant.h"
 #include "kernels/weight_format.h"
 
 namespace nibble {
@@ -57,8 +60,13 @@ TEST_P(PackedWeightTest, EveryCodeScaleAndZeroSitsAtItsPanelPosition) {
       }
       for (int64_t group = 0; group < spec.groups(); ++group) {
         const int64_t row = group * spec.group_size;
-        ASSERT_EQ(scales[group * kWidth + lane],
-                  col < spec.n ? weight.Scale(row, col) : 0)
+        // The same value, converted exactly where the format's scales are
+        // 8-bit (see ScaleValue); padding columns have scale 0.
+        ASSERT_EQ(PackedWeight::ScaleValue(spec.format,
+                                           scales[group * kWidth + lane]),
+                  col < spec.n
+                      ? ScaleToFloat(spec.format, weight.Scale(row, col))
+                      : 0.0f)
             << "group " << group;
         if (zeros != nullptr) {
           ASSERT_EQ(zeros[group * kWidth + lane],
@@ -76,12 +84,49 @@ INSTANTIATE_TEST_SUITE_P(
                       PackCase{{WeightFormat::kU4b8, 64, 16, 64}},
                       PackCase{{WeightFormat::kU4, 256, 40, 256}},
                       PackCase{{WeightFormat::kU4, 96, 8, 32}},
-                      PackCase{{WeightFormat::kU4b8, 384, 72, 128}}),
+                      PackCase{{WeightFormat::kU4b8, 384, 72, 128}},
+                      PackCase{{WeightFormat::kMxfp4, 128, 40, 32}},
+                      PackCase{{WeightFormat::kNvfp4, 64, 24, 16, 0.25f}}),
     [](const ::testing::TestParamInfo<PackCase>& info) {
       const WeightSpec& spec = info.param.spec;
       return absl::StrCat(WeightFormatName(spec.format), "_k", spec.k, "_n",
                           spec.n, "_g", spec.group_size);
     });
+
+// The packed scale of a one-column weight whose every scale slot is `slot`.
+uint16_t PackedScale(WeightFormat format, uint16_t slot) {
+  const WeightSpec spec{format, /*k=*/32, /*n=*/1, FixedGroupSize(format)};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, /*seed=*/5);
+  std::fill(weight.scales.begin(), weight.scales.end(), slot);
+  const absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  EXPECT_TRUE(packed.ok()) << packed.status();
+  return packed.ok() ? packed->panel_scales(0)[0] : 0;
+}
+
+TEST(PackedWeightPackTest, Mxfp4ScalesBecomeBf16) {
+  // E8M0 code e is 2^(e - 127): bf16 has the same exponent field.
+  EXPECT_EQ(PackedScale(WeightFormat::kMxfp4, 127), 0x3f80);  // 1
+  EXPECT_EQ(PackedScale(WeightFormat::kMxfp4, 1), 0x0080);    // 2^-126
+  EXPECT_EQ(PackedScale(WeightFormat::kMxfp4, 254), 0x7f00);  // 2^127
+  // Code 0, 2^-127, is a bf16 subnormal.
+  EXPECT_EQ(PackedScale(WeightFormat::kMxfp4, 0), 0x0040);
+  EXPECT_EQ(PackedWeight::ScaleValue(WeightFormat::kMxfp4, 0x0040),
+            std::ldexp(1.0f, -127));
+}
+
+TEST(PackedWeightPackTest, Nvfp4ScalesBecomeExactFp16) {
+  EXPECT_EQ(PackedScale(WeightFormat::kNvfp4, 0x38), 0x3c00);  // 1
+  EXPECT_EQ(PackedScale(WeightFormat::kNvfp4, 0x7e), 0x5f00);  // 448, max
+  EXPECT_EQ(PackedScale(WeightFormat::kNvfp4, 0xb8), 0xbc00);  // -1
+  // The smallest E4M3 subnormal, 2^-9, is a normal fp16.
+  EXPECT_EQ(PackedScale(WeightFormat::kNvfp4, 0x01), 0x1800);
+  EXPECT_EQ(PackedWeight::ScaleValue(WeightFormat::kNvfp4, 0x1800),
+            std::ldexp(1.0f, -9));
+  // The largest subnormal, 7 * 2^-9.
+  EXPECT_EQ(PackedWeight::ScaleValue(WeightFormat::kNvfp4,
+                                     PackedScale(WeightFormat::kNvfp4, 0x07)),
+            7 * std::ldexp(1.0f, -9));
+}
 
 TEST(PackedWeightPackTest, RejectsAnInvalidWeight) {
   const WeightSpec spec{WeightFormat::kU4, /*k=*/64, /*n=*/40,

@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/tuning_table.h"
+#include "kernels/weight_format.h"
 #include "tests/kernels/mock_gemm_kernel.h"
 
 namespace nibble {
@@ -315,14 +316,20 @@ TEST_F(SchedulerTest, KeepsTheKernelsInRegistrationOrder) {
   EXPECT_EQ(scheduler.kernels()[1], &second);
 }
 
-TEST(CpuSchedulerTest, PicksAKernelOfTheProblemsFormat) {
+// The problem of Problem(m, n) in `format`, at the format's own group size.
+GemmProblem ProblemOfFormat(int64_t m, int64_t n, WeightFormat format) {
+  GemmProblem problem = Problem(m, n);
+  problem.format = format;
+  if (FixedGroupSize(format) > 0) problem.group_size = FixedGroupSize(format);
+  return problem;
+}
+
+TEST(CpuSchedulerTest, PicksAFastKernelOfTheProblemsFormat) {
   const Scheduler scheduler(cpu::CpuKernels());
-  for (WeightFormat format :
-       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
-    for (int64_t m : {1, 64}) {
+  for (WeightFormat format : kAllWeightFormats) {
+    for (int64_t m : {1, 4, 64, 256}) {
       for (int64_t n : {16, 4096}) {
-        GemmProblem problem = Problem(m, n);
-        problem.format = format;
+        const GemmProblem problem = ProblemOfFormat(m, n, format);
         SCOPED_TRACE(problem.DebugString());
         const absl::StatusOr<const GemmKernel*> kernel =
             scheduler.Pick(problem);
@@ -331,17 +338,35 @@ TEST(CpuSchedulerTest, PicksAKernelOfTheProblemsFormat) {
             std::string((*kernel)->name()),
             HasSubstr(absl::StrCat("_", WeightFormatName(format), "_")));
         EXPECT_TRUE((*kernel)->Supports(problem));
+        // Every format has vector kernels wherever the CPU has a vector ISA.
+        if (cpu::DetectIsa() != cpu::Isa::kScalar) {
+          EXPECT_NE((*kernel)->variant(), KernelVariant::kReference);
+        }
       }
+    }
+  }
+}
+
+// The built-in table has no mxfp4 or nvfp4 rules; they follow fp4's.
+TEST(CpuSchedulerTest, Fp4CodedFormatsFollowTheFp4RulesOfTheDefaultTable) {
+  const Scheduler scheduler(cpu::CpuKernels());
+  for (WeightFormat format : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    for (int64_t m : {1, 2, 4, 8, 16, 64, 256}) {
+      const GemmProblem problem = ProblemOfFormat(m, 4096, format);
+      GemmProblem fp4 = problem;
+      fp4.format = WeightFormat::kFp4;
+      fp4.group_size = 32;
+      SCOPED_TRACE(problem.DebugString());
+      EXPECT_EQ(scheduler.PreferredVariant(problem),
+                scheduler.PreferredVariant(fp4));
     }
   }
 }
 
 TEST(CpuSchedulerTest, PicksTheScalarReferenceAtTheScalarLevel) {
   const Scheduler scheduler(cpu::CpuKernels(cpu::Isa::kScalar));
-  for (WeightFormat format :
-       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
-    GemmProblem problem = Problem(1, 4096);
-    problem.format = format;
+  for (WeightFormat format : kAllWeightFormats) {
+    const GemmProblem problem = ProblemOfFormat(1, 4096, format);
     const absl::StatusOr<const GemmKernel*> kernel = scheduler.Pick(problem);
     ASSERT_TRUE(kernel.ok()) << kernel.status();
     EXPECT_EQ((*kernel)->name(),

@@ -95,7 +95,8 @@ TEST(TuningTableTest, ParseErrorsNameTheLineAndTheProblem) {
   EXPECT_THAT(ParseError(good + "u4b8 128 4096 4096 2 8 fused extra\n"),
               HasSubstr("line 2: expected 7 columns"));
   EXPECT_EQ(ParseError("int4 128 4096 4096 2 8 fused"),
-            "line 1: unknown weight format \"int4\": use fp4, u4b8 or u4");
+            "line 1: unknown weight format \"int4\": use fp4, u4b8, u4, mxfp4 "
+            "or nvfp4");
   EXPECT_EQ(ParseError("u4b8 128 4096 4096 2 8 split_k"),
             "line 1: unknown variant \"split_k\": use fused, double_buffered, "
             "striped or reference");
@@ -174,6 +175,39 @@ TEST(TuningTableTest, LookupWithoutRulesOfTheFormatIsNullopt) {
             std::nullopt);
   EXPECT_THAT(table.Lookup(Problem(1, 4096, 4096, WeightFormat::kFp4)),
               Optional(kStriped));
+}
+
+TEST(TuningTableTest, Fp4CodedFormatsWithoutRulesTakeTheFp4Rules) {
+  const TuningTable fp4_only({
+      Rule(WeightFormat::kFp4, 32, 4096, 4096, 2, 3, kStriped),
+      Rule(WeightFormat::kFp4, 32, 4096, 4096, 2, 0, kFused),
+      Rule(WeightFormat::kFp4, 128, 4096, 4096, 2, 0, kDoubleBuffered),
+  });
+  EXPECT_THAT(fp4_only.Lookup(Problem(1, 4096, 4096, WeightFormat::kMxfp4, 32)),
+              Optional(kStriped));
+  EXPECT_THAT(fp4_only.Lookup(Problem(8, 4096, 4096, WeightFormat::kMxfp4, 32)),
+              Optional(kFused));
+  // nvfp4's group of 16 is nearest the fp4 rules of group 32.
+  EXPECT_THAT(fp4_only.Lookup(Problem(1, 4096, 4096, WeightFormat::kNvfp4, 16)),
+              Optional(kStriped));
+  EXPECT_THAT(
+      fp4_only.Lookup(Problem(64, 4096, 4096, WeightFormat::kNvfp4, 16)),
+      Optional(kFused));
+
+  // Rules of their own win over fp4's.
+  const TuningTable with_mxfp4({
+      Rule(WeightFormat::kFp4, 32, 4096, 4096, 2, 0, kStriped),
+      Rule(WeightFormat::kMxfp4, 32, 65536, 65536, 2, 0, kDoubleBuffered),
+  });
+  EXPECT_THAT(
+      with_mxfp4.Lookup(Problem(1, 4096, 4096, WeightFormat::kMxfp4, 32)),
+      Optional(kDoubleBuffered));
+  EXPECT_THAT(
+      with_mxfp4.Lookup(Problem(1, 4096, 4096, WeightFormat::kNvfp4, 16)),
+      Optional(kStriped));
+  // The INT4 formats have no stand-in.
+  EXPECT_EQ(with_mxfp4.Lookup(Problem(1, 4096, 4096, WeightFormat::kU4b8)),
+            std::nullopt);
 }
 
 TEST(TuningTableTest, LookupPicksTheNearestShape) {
@@ -267,11 +301,14 @@ TEST(TuningTableTest, DefaultParsesAndCoversEveryFormat) {
       TuningTable::Parse(table.Serialize());
   ASSERT_TRUE(reparsed.ok()) << reparsed.status();
   EXPECT_EQ(reparsed->rules(), table.rules());
-  for (WeightFormat format :
-       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+  for (WeightFormat format : kAllWeightFormats) {
     SCOPED_TRACE(WeightFormatName(format));
-    EXPECT_NE(table.Lookup(Problem(1, 4096, 4096, format)), std::nullopt);
-    EXPECT_NE(table.Lookup(Problem(256, 8192, 28672, format, 32)),
+    const int64_t fixed_group = FixedGroupSize(format);
+    EXPECT_NE(table.Lookup(Problem(1, 4096, 4096, format,
+                                   fixed_group > 0 ? fixed_group : 128)),
+              std::nullopt);
+    EXPECT_NE(table.Lookup(Problem(256, 8192, 28672, format,
+                                   fixed_group > 0 ? fixed_group : 32)),
               std::nullopt);
   }
   EXPECT_EQ(&TuningTable::Default(), &table);
