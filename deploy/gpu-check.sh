@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make gpu-check`, run on the GPU machine: builds the kernels with CUDA and
 # without gRPC, runs the GPU tests (ctest -L gpu, then the test binary under
-# compute-sanitizer memcheck), nibble-gpu-bench and the PyTorch baselines,
-# and prints bench/gpu/gpu_report.py's table of the targets last.
+# compute-sanitizer memcheck), nibble-gpu-bench (u4b8, fp4, mxfp4 and nvfp4)
+# and the PyTorch baselines, and prints bench/gpu/gpu_report.py's tables of
+# the targets and of the formats side by side last.
 #
 # Usage: deploy/gpu-check.sh [BUILD_DIR]   (default build-gpu)
 #

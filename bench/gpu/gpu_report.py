@@ -5,8 +5,10 @@ nibble-gpu-bench and bench/gpu/torch_baselines.py.
 Prints one table per (format, group, shape): a row per M with the µs of the
 scheduler's pick and of each variant, the floor (weight bytes at the copy
 bandwidth), cuBLAS fp16 and torch int4, and the ratios the targets name,
-each marked PASS or MISS; then the count. Exit status: 0 when every target
-is met, 1 when one is missed or has no data, 2 when the input is unusable.
+each marked PASS or MISS; then, per shape, the formats side by side (the
+pick's µs of each, and its time over fp4's; no targets); then the count.
+Exit status: 0 when every target is met, 1 when one is missed or has no
+data, 2 when the input is unusable.
 
 Usage: gpu_report.py NIBBLE_JSONL TORCH_JSONL [--markdown]
 """
@@ -135,6 +137,50 @@ def render(title, rows, markdown):
     return "\n".join(lines) + "\n"
 
 
+def format_rows(by_format, reference):
+    """One shape's rows: per M, each format's pick µs and x `reference`."""
+    ms = sorted({m for by_m in by_format.values() for m in by_m})
+    rows = []
+    for m in ms:
+        picks = {}
+        for label, by_m in by_format.items():
+            pick = next((r for r in by_m.get(m, {}).values()
+                         if r.get("pick")), None)
+            picks[label] = pick["median_us"] if pick else None
+        cells = [str(m)]
+        for label, pick_us in picks.items():
+            cells.append(us(pick_us))
+            if label != reference:
+                over = ratio(pick_us, picks.get(reference))
+                cells.append("-" if over is None else f"{over:.2f}")
+        rows.append(cells)
+    return rows
+
+
+def render_formats(k, n, by_format, markdown):
+    """The formats of one shape side by side, fp4 the reference."""
+    labels = list(by_format)
+    reference = next((l for l in labels if l.startswith("fp4 ")), labels[0])
+    header = ["M"]
+    for label in labels:
+        header.append(f"{label} us")
+        if label != reference:
+            header.append(f"x {reference.split()[0]}")
+    rows = format_rows(by_format, reference)
+    title = f"formats side by side (pick us), K={k} N={n}"
+    if markdown:
+        lines = [f"### {title}", "", "| " + " | ".join(header) + " |",
+                 "|" + "|".join("---:" for _ in header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(cell) for cell in column)
+              for column in zip(header, *rows)]
+    lines = [title]
+    for row in [header] + rows:
+        lines.append("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+    return "\n".join(lines) + "\n"
+
+
 def main(argv):
     parser = argparse.ArgumentParser(
         description="nibble's CUDA kernels against the GPU targets.")
@@ -169,6 +215,12 @@ def main(argv):
         rows = point_rows(by_m, baselines, key, verdicts)
         out.append(render(f"{fmt} g{group}, K={k} N={n}", rows,
                           args.markdown))
+    shapes = {}  # (k, n) -> "format gGROUP" -> m -> variant -> row
+    for (fmt, group, k, n), by_m in points.items():
+        shapes.setdefault((k, n), {})[f"{fmt} g{group}"] = by_m
+    for (k, n), by_format in shapes.items():
+        if len(by_format) > 1:
+            out.append(render_formats(k, n, by_format, args.markdown))
     out.append(f"targets met: {verdicts.passed} of "
                f"{verdicts.passed + verdicts.missed + verdicts.no_data} "
                f"({verdicts.missed} missed, {verdicts.no_data} without "

@@ -72,8 +72,12 @@ struct GpuBenchOptions {
   std::vector<int64_t> ms = {1, 16, 64, 256, 1024};
   std::vector<Shape> shapes = {
       {4096, 14336}, {14336, 4096}, {8192, 28672}, {28672, 8192}};
+  // u4b8, and the three FP4 formats side by side (mxfp4 and nvfp4 at their
+  // fixed groups).
   std::vector<WeightKind> weights = {{WeightFormat::kU4b8, 128},
-                                     {WeightFormat::kFp4, 32}};
+                                     {WeightFormat::kFp4, 32},
+                                     {WeightFormat::kMxfp4, 32},
+                                     {WeightFormat::kNvfp4, 16}};
   int repeats = 200;
   bool json_to_stdout = false;
   std::string json_path;
@@ -90,7 +94,9 @@ Usage: nibble-gpu-bench [flags]
   --shapes=KxN,...      weight shapes (default 4096x14336,14336x4096,
                         8192x28672,28672x8192); K a multiple of 64
   --formats=F:G,...     weight formats at group sizes (default
-                        u4b8:128,fp4:32; a format alone means group 128)
+                        u4b8:128,fp4:32,mxfp4:32,nvfp4:16; a format alone
+                        means its fixed group, 32 for mxfp4 and 16 for
+                        nvfp4, else 128)
   --repeats=N           timed launches per variant and point (default 200)
   --quick               shapes 4096x14336 and 14336x4096, 50 repeats (the
                         flags above still apply)
@@ -118,9 +124,12 @@ absl::StatusOr<std::vector<WeightKind>> ParseFormats(absl::string_view value) {
       return FlagError("formats", value,
                        absl::StrCat("\"", item,
                                     "\" is not FORMAT or FORMAT:GROUP with "
-                                    "FORMAT fp4, u4b8 or u4 (e.g. u4b8:128)"));
+                                    "FORMAT fp4, u4b8, u4, mxfp4 or nvfp4 "
+                                    "(e.g. u4b8:128)"));
     }
-    WeightKind kind{.format = *format, .group_size = 128};
+    const int64_t fixed_group = FixedGroupSize(*format);
+    WeightKind kind{.format = *format,
+                    .group_size = fixed_group != 0 ? fixed_group : 128};
     if (parts.size() == 2) {
       absl::StatusOr<int64_t> group =
           ParsePositive("formats", value, parts[1], kMaxDimension);
@@ -443,20 +452,21 @@ absl::StatusOr<DeviceMemory> RandomHalves(int64_t count, uint64_t seed,
   return memory;
 }
 
-// Uploads one random weight as many times as kL2Multiple x L2 takes.
+// Uploads one random weight, then copies it on the GPU as many times as
+// kL2Multiple x L2 takes (the host layout is the slow part).
 absl::StatusOr<std::vector<std::unique_ptr<cuda::CudaWeight>>> UploadCopies(
     const WeightSpec& spec, const cuda::DeviceInfo& device) {
-  const QuantizedWeight canonical = RandomQuantizedWeight(spec, /*seed=*/1);
+  absl::StatusOr<std::unique_ptr<cuda::CudaWeight>> first =
+      cuda::CudaWeight::Upload(RandomQuantizedWeight(spec, /*seed=*/1));
+  if (!first.ok()) return first.status();
+  const int64_t wanted = std::min(
+      kMaxCopies, kL2Multiple * device.l2_bytes / (*first)->device_bytes() + 1);
   std::vector<std::unique_ptr<cuda::CudaWeight>> copies;
-  int64_t wanted = 1;
+  copies.push_back(*std::move(first));
   while (static_cast<int64_t>(copies.size()) < wanted) {
-    absl::StatusOr<std::unique_ptr<cuda::CudaWeight>> copy =
-        cuda::CudaWeight::Upload(canonical);
+    absl::StatusOr<std::unique_ptr<cuda::CudaWeight>> copy = copies[0]->Copy();
     if (!copy.ok()) return copy.status();
     copies.push_back(*std::move(copy));
-    wanted =
-        std::min(kMaxCopies,
-                 kL2Multiple * device.l2_bytes / copies[0]->device_bytes() + 1);
   }
   return copies;
 }

@@ -191,8 +191,7 @@ std::vector<const GemmKernel*> CudaKernels() {
     for (KernelVariant variant :
          {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
           KernelVariant::kStriped}) {
-      for (WeightFormat format :
-           {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+      for (WeightFormat format : kAllWeightFormats) {
         list->push_back(new CudaGemmKernel(variant, format, capability));
       }
     }

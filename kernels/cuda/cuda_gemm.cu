@@ -1,6 +1,7 @@
 // Planning and launching the GEMM kernel of gemm_kernel.cuh: which kernel
 // by format, type and rows, and how many blocks share the work.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,6 +20,7 @@ using internal::KernelFunction;
 using internal::kThreads;
 using internal::OutType;
 using internal::Params;
+using internal::ScaleRowsPerStep;
 
 // Rows of C per tile: 16, 32, 64 or 128, the fewest that cover M (up to 128).
 int MTilesFor(int64_t m) {
@@ -31,9 +33,14 @@ int MTilesFor(int64_t m) {
 KernelChoice Choose(WeightFormat format, DType a_dtype, int m_tiles,
                     bool register_codes) {
   switch (format) {
+    // kMxfp4's scales are fp16 in the device layout: it is fp4 from there.
     case WeightFormat::kFp4:
+    case WeightFormat::kMxfp4:
       return ChooseFormatKernel<WeightFormat::kFp4>(a_dtype, m_tiles,
                                                     register_codes);
+    case WeightFormat::kNvfp4:
+      return ChooseFormatKernel<WeightFormat::kNvfp4>(a_dtype, m_tiles,
+                                                      register_codes);
     case WeightFormat::kU4b8:
       return ChooseFormatKernel<WeightFormat::kU4b8>(a_dtype, m_tiles,
                                                      register_codes);
@@ -127,6 +134,14 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, int64_t m,
   return plan;
 }
 
+// Params::group_step_shift: log2 of the scale rows in a group (a scale row
+// is kKMultiple / ScaleRowsPerStep rows of K), or 31 for one group.
+int GroupStepShift(const WeightSpec& spec) {
+  if (spec.group_size == spec.k) return 31;
+  const int64_t scale_row = kKMultiple / ScaleRowsPerStep(spec.format);
+  return std::countr_zero(static_cast<uint64_t>(spec.group_size / scale_row));
+}
+
 OutType OutTypeOf(DType dtype) {
   switch (dtype) {
     case DType::kF16:
@@ -188,16 +203,14 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   params.n = static_cast<int>(spec.n);
   params.k = static_cast<int>(spec.k);
   params.blocks16_n = static_cast<int>(gemm.b->padded_n() / 16);
-  params.group_step_shift = spec.group_size == spec.k ? 31
-                            : spec.group_size == 32   ? 0
-                            : spec.group_size == 64   ? 1
-                                                      : 2;
+  params.group_step_shift = GroupStepShift(spec);
   params.k_steps = static_cast<int>(launch.steps_per_tile);
   params.tiles_m = static_cast<int>((gemm.m + 16 * launch.m_tiles - 1) /
                                     (16 * launch.m_tiles));
   params.iters_base = plan->iters_base;
   params.iters_extra = plan->iters_extra;
   params.out = OutTypeOf(gemm.c_dtype);
+  params.output_scale = gemm.b->output_scale();
   plan->kernel.function<<<static_cast<unsigned>(launch.blocks), kThreads,
                           plan->kernel.shared_bytes, stream>>>(params);
   return CudaStatus(

@@ -59,9 +59,15 @@ class CudaWeight final : public DeviceWeight {
   CudaWeight(const CudaWeight&) = delete;
   CudaWeight& operator=(const CudaWeight&) = delete;
 
+  // Another copy in GPU memory, copied device to device: what the benchmark
+  // rotates through without laying the weight out again on the host.
+  absl::StatusOr<std::unique_ptr<CudaWeight>> Copy() const;
+
   const WeightSpec& spec() const override { return spec_; }
   int64_t device_bytes() const override { return bytes_; }
   int64_t padded_n() const { return padded_n_; }
+  // What the kernels multiply C by (DeviceLayout::output_scale).
+  float output_scale() const { return output_scale_; }
   const uint32_t* codes() const { return codes_; }
   const uint32_t* scales() const { return scales_; }
   const uint16_t* zeros() const { return zeros_; }  // nullptr unless kU4
@@ -71,6 +77,7 @@ class CudaWeight final : public DeviceWeight {
 
   WeightSpec spec_;
   int64_t padded_n_ = 0;
+  float output_scale_ = 1.0f;
   int64_t bytes_ = 0;
   uint32_t* codes_ = nullptr;
   uint32_t* scales_ = nullptr;

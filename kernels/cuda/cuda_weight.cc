@@ -32,6 +32,18 @@ absl::Status CopyToDevice(T* device, const std::vector<T>& host,
                     absl::StrCat("copying ", what, " to the GPU"));
 }
 
+// Allocates `*to` and copies `count` elements of `from` into it, on the GPU.
+template <typename T>
+absl::Status CopyOnDevice(T** to, const T* from, int64_t count,
+                          const std::string& what) {
+  if (absl::Status status = Allocate(to, count, what); !status.ok()) {
+    return status;
+  }
+  return CudaStatus(
+      cudaMemcpy(*to, from, count * sizeof(T), cudaMemcpyDeviceToDevice),
+      absl::StrCat("copying ", what, " on the GPU"));
+}
+
 // Replaces `*data` by `count` zeroed elements unless it holds that many.
 template <typename T>
 absl::Status GrowZeroed(T** data, int64_t* capacity, int64_t count,
@@ -115,6 +127,7 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
   std::unique_ptr<CudaWeight> weight(new CudaWeight());
   weight->spec_ = spec;
   weight->padded_n_ = layout.padded_n;
+  weight->output_scale_ = layout.output_scale;
   weight->bytes_ = layout.codes.size() * sizeof(uint32_t) +
                    layout.scales.size() * sizeof(uint32_t) +
                    layout.zeros.size() * sizeof(uint16_t);
@@ -152,6 +165,36 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
     return status;
   }
   return weight;
+}
+
+absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Copy() const {
+  std::unique_ptr<CudaWeight> copy(new CudaWeight());
+  copy->spec_ = spec_;
+  copy->padded_n_ = padded_n_;
+  copy->output_scale_ = output_scale_;
+  copy->bytes_ = bytes_;
+  // The element counts of MakeDeviceLayout's arrays.
+  const int64_t words = padded_n_ * spec_.k / kCodesPerWord;
+  const int64_t pairs = spec_.groups() * padded_n_ / 2;
+  const std::string name = spec_.DebugString();
+  if (absl::Status status =
+          CopyOnDevice(&copy->codes_, codes_, words, name + " codes");
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          CopyOnDevice(&copy->scales_, scales_, pairs, name + " scales");
+      !status.ok()) {
+    return status;
+  }
+  if (zeros_ != nullptr) {
+    if (absl::Status status =
+            CopyOnDevice(&copy->zeros_, zeros_, pairs, name + " zeros");
+        !status.ok()) {
+      return status;
+    }
+  }
+  return copy;
 }
 
 CudaWeight::~CudaWeight() {

@@ -1,5 +1,11 @@
 #include "kernels/cuda/device_layout.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/dequant.h"
+#include "kernels/dtype.h"
+
 namespace nibble::cuda {
 namespace {
 
@@ -21,6 +27,37 @@ FragmentSlot SlotOf(int64_t row, int64_t col) {
 
 int64_t PairIndex(int64_t padded_n, int64_t group, int64_t col) {
   return (group * (padded_n / kBlock) + col / kBlock) * 8 + col % 8;
+}
+
+// The powers of two x of E8M0 codes: code - 127.
+constexpr int kE8m0Bias = 127;
+// fp4 codes (0.5 to 6) times 2^x are exact fp16 values for x in this range:
+// 0.5 * 2^-23 is fp16's least subnormal, 6 * 2^13 below its largest value.
+constexpr int kHalfExactMinExponent = -23;
+constexpr int kHalfExactMaxExponent = 13;
+
+// The shift of kMxfp4's exponents (see the header): 0 when they all fit,
+// else the least move that fits them, or that keeps the largest exact when
+// nothing fits them all.
+int Mxfp4ExponentShift(const QuantizedWeight& canonical) {
+  const auto [min_code, max_code] =
+      std::minmax_element(canonical.scales.begin(), canonical.scales.end());
+  const int least = *max_code - kE8m0Bias - kHalfExactMaxExponent;
+  const int most = *min_code - kE8m0Bias - kHalfExactMinExponent;
+  return std::max(least, std::min(0, most));
+}
+
+// A canonical scale slot as the fp16 bits the kernels read.
+uint16_t DeviceScale(WeightFormat format, uint16_t slot, int mxfp4_shift) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return FloatToHalf(
+          std::ldexp(1.0f, static_cast<int>(slot) - kE8m0Bias - mxfp4_shift));
+    case WeightFormat::kNvfp4:
+      return FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(slot)));
+    default:
+      return slot;
+  }
 }
 
 }  // namespace
@@ -46,6 +83,9 @@ DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical) {
           uint32_t{canonical.Code(row, col)} << (4 * slot.code);
     }
   }
+  const int mxfp4_shift =
+      spec.format == WeightFormat::kMxfp4 ? Mxfp4ExponentShift(canonical) : 0;
+  layout.output_scale = std::ldexp(spec.global_scale, mxfp4_shift);
   const int64_t pairs = spec.groups() * layout.padded_n / 2;
   layout.scales.assign(pairs, 0);
   if (HasZeros(spec.format)) layout.zeros.assign(pairs, 0);
@@ -54,7 +94,9 @@ DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical) {
       const int shift = col % kBlock >= 8 ? 16 : 0;
       const int64_t row = group * spec.group_size;
       layout.scales[PairIndex(layout.padded_n, group, col)] |=
-          uint32_t{canonical.Scale(row, col)} << shift;
+          uint32_t{
+              DeviceScale(spec.format, canonical.Scale(row, col), mxfp4_shift)}
+          << shift;
       if (!layout.zeros.empty()) {
         layout.zeros[PairIndex(layout.padded_n, group, col)] |=
             static_cast<uint16_t>(canonical.Zero(row, col) << (shift / 2));

@@ -19,6 +19,13 @@
 //
 // Scales are [groups][N/16][8] pairs (fp16 bits of column g, then of column
 // g + 8), one 32-bit load per lane; zero points likewise as byte pairs.
+// The 8-bit scales become fp16 so that the kernels read one scale type:
+// kNvfp4's E4M3 exactly, its global scale left to multiply C with
+// (output_scale); kMxfp4's E8M0 2^x as 2^(x - shift), with the power of two
+// 2^shift in output_scale, the shift chosen so that fp4 codes times every
+// scale are exact in fp16 (x - shift in [-23, 13]). That holds when the
+// weight's scales span at most 2^36; beyond, the smallest lose bits or flush
+// to zero.
 //
 // Example:
 //   nibble::cuda::DeviceLayout layout = nibble::cuda::MakeDeviceLayout(w);
@@ -48,6 +55,7 @@ FragmentSlot FragmentSlotOf(int row, int col);
 
 struct DeviceLayout {
   int64_t padded_n = 0;          // N rounded up to kTileN
+  float output_scale = 1.0f;     // what the kernels multiply C by
   std::vector<uint32_t> codes;   // [padded_n/16][K/64][32][4]
   std::vector<uint32_t> scales;  // [groups][padded_n/16][8] fp16 pairs
   std::vector<uint16_t> zeros;   // [groups][padded_n/16][8] byte pairs

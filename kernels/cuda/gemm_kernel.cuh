@@ -1,7 +1,9 @@
 // The GEMM kernel template of the CUDA backend, shared by the per-format
-// translation units (gemm_fp4.cu, gemm_u4b8.cu, gemm_u4.cu) that instantiate
-// it, so that nvcc compiles the formats in parallel. Only cuda_gemm.cu and
-// those files include it.
+// translation units (gemm_fp4.cu, gemm_u4b8.cu, gemm_u4.cu, gemm_nvfp4.cu)
+// that instantiate it, so that nvcc compiles the formats in parallel. Only
+// cuda_gemm.cu and those files include it. kMxfp4 runs fp4's kernels: the
+// device layout turns its scales into fp16 (device_layout.h), after which it
+// is fp4 with groups of 32 and a factor on C.
 //
 // A thread block owns a tile of 16 * MT rows and 128 or 256 columns of C and
 // walks K in stages of kStepK = 128 rows. Each of its 8 warps owns one or two
@@ -24,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -39,13 +42,25 @@ constexpr int kWarps = kThreads / 32;
 // Rows of K per pipeline stage: two 64-row word groups of the layout, so
 // that the barrier and the bookkeeping of a stage pay for 8 KB of codes.
 constexpr int kStepK = 2 * static_cast<int>(kTileK);
-// Per stage: codes of all warps, scales and zero points of up to two groups.
 // Per stage and 16-column block of each warp: codes, and scales and zero
-// points in four rows, one per 32 rows of K, so that a 16-row block kk reads
-// row kk / 2 whatever the group size.
+// points in kScaleRows rows, one per 32 rows of K (per 16 rows for kNvfp4,
+// whose groups are 16 rows), so that a 16-row block kk reads row
+// kk * kScaleRows / 8 whatever the group size.
 constexpr int kCodeBytesPerBlock = kThreads * 32;
-constexpr int kScaleBytesPerBlock = 4 * kWarps * 8 * 4;
 constexpr int kZeroBytesPerBlock = 4 * kWarps * 8 * 2;
+
+constexpr int ScaleRowsPerStep(WeightFormat format) {
+  return format == WeightFormat::kNvfp4 ? 8 : 4;
+}
+template <int kScaleRows>
+constexpr int ScaleBytesPerBlock() {
+  return kScaleRows * kWarps * 8 * 4;
+}
+// nibble::HasFp4Codes at compile time.
+template <WeightFormat kFormat>
+inline constexpr bool kFp4Codes =
+    kFormat == WeightFormat::kFp4 || kFormat == WeightFormat::kMxfp4 ||
+    kFormat == WeightFormat::kNvfp4;
 
 enum class OutType { kF16, kBF16, kF32 };
 
@@ -59,14 +74,18 @@ struct Params {
   int* counters;
   int m, n, k;
   int blocks16_n;  // padded N / 16
-  // The group of rows 32 j .. 32 j + 31 of K is j >> group_step_shift: 0 for
-  // groups of 32 rows, 1 for 64, 2 for 128, 31 for one group (per-channel).
+  // Scale row j of the weight (rows 32 j .. 32 j + 31 of K, or 16 j ..
+  // 16 j + 15 for kNvfp4) is in group j >> group_step_shift: 0 for groups of
+  // one scale row, 1 for two, 2 for four, 31 for one group (per-channel).
   int group_step_shift;
   int k_steps;
   int tiles_m;
   int iters_base;   // every block runs this many (tile, k step) iterations,
   int iters_extra;  // and the first iters_extra blocks one more
   OutType out;
+  // Multiplies C: kNvfp4's global scale, or the power of two that the device
+  // layout took out of kMxfp4's scales; 1 otherwise.
+  float output_scale;
 };
 
 // Bit-level fp16 / bf16 pairs: the magic-number and rebias constants, and
@@ -156,7 +175,7 @@ __device__ __forceinline__ void Dequantize(uint32_t word,
                                            const uint32_t (&zero)[2],
                                            uint32_t (&b)[4]) {
   using P = Pair<T>;
-  if constexpr (kFormat == WeightFormat::kFp4) {
+  if constexpr (kFp4Codes<kFormat>) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       // Sign to bit 15, exponent and mantissa to the low exponent bits, then
@@ -236,6 +255,7 @@ __device__ __forceinline__ void Store(const Params& p, int row, int col,
                                       float value) {
   if (row >= p.m || col >= p.n) return;
   const int64_t index = static_cast<int64_t>(row) * p.n + col;
+  value *= p.output_scale;
   switch (p.out) {
     case OutType::kF16:
       static_cast<half*>(p.c)[index] = __float2half_rn(value);
@@ -314,11 +334,11 @@ __device__ __forceinline__ void FinishTile(
       }
 }
 
-template <int kMTiles, int kNBlocks>
+template <int kMTiles, int kNBlocks, int kScaleRows>
 constexpr int StageBytes(bool register_codes) {
   return kMTiles * 16 * kStepK * 2 +
          kNBlocks * ((register_codes ? 0 : kCodeBytesPerBlock) +
-                     kScaleBytesPerBlock + kZeroBytesPerBlock);
+                     ScaleBytesPerBlock<kScaleRows>() + kZeroBytesPerBlock);
 }
 
 template <WeightFormat kFormat, typename T, int kMTiles, int kNBlocks,
@@ -328,12 +348,21 @@ __global__ void __launch_bounds__(kThreads)
   using P = Pair<T>;
   constexpr int kRows = 16 * kMTiles;
   constexpr int kABytes = kRows * kStepK * 2;
-  constexpr int kStageBytes = StageBytes<kMTiles, kNBlocks>(kRegisterCodes);
+  constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
+  constexpr int kStageBytes =
+      StageBytes<kMTiles, kNBlocks, kScaleRows>(kRegisterCodes);
   constexpr int kCodeBytes = kNBlocks * kCodeBytesPerBlock;
-  constexpr int kScaleBytes = kNBlocks * kScaleBytesPerBlock;
+  constexpr int kScaleBytes = kNBlocks * ScaleBytesPerBlock<kScaleRows>();
   // Scale pieces (16 bytes) per row of a stage, and zero-point pieces.
   constexpr int kScalePieces = 16 * kNBlocks;
   constexpr int kZeroPieces = 8 * kNBlocks;
+  // Scale pieces go to lanes 8 and up, or from lane 0 where there are more
+  // than those lanes can take (kNvfp4's 8 rows of 32 pieces).
+  constexpr int kFirstScaleLane =
+      std::min(8, 32 - kScaleRows * kScalePieces / kWarps);
+  static_assert(kFirstScaleLane >= 0, "more scale pieces than threads");
+  // 16-row blocks of K per scale row.
+  constexpr int kBlocksPerScaleRow = 8 / kScaleRows;
   constexpr bool kZeros = kFormat == WeightFormat::kU4;
   // 16-byte chunks of A per stage, and how many each thread copies.
   constexpr int kChunksPerRow = kStepK / 8;
@@ -352,8 +381,8 @@ __global__ void __launch_bounds__(kThreads)
 
   // The copies each thread makes per stage, spread so that every warp has
   // the same share and none waits longer at the barrier: chunk c of A goes
-  // to lane c / 8 of warp c % 8; the 4 rows of scale pieces to lanes 8 and
-  // up, those of zero-point pieces to lanes 24 and up.
+  // to lane c / 8 of warp c % 8; the rows of scale pieces to lanes
+  // kFirstScaleLane and up, those of zero-point pieces to lanes 24 and up.
   int a_offset[kAChunksPerThread];  // byte offset in a stage, -1: none
   int a_row[kAChunksPerThread];
 #pragma unroll
@@ -364,8 +393,9 @@ __global__ void __launch_bounds__(kThreads)
     a_row[i] = chunk < kAChunks ? row : kRows;
     a_offset[i] = row * kStepK * 2 + ((column ^ (row & 7)) * 16);
   }
-  const int scale_piece = max(lane - 8, 0) * 8 + warp;
-  const bool copies_scales = lane >= 8 && scale_piece < 4 * kScalePieces;
+  const int scale_piece = max(lane - kFirstScaleLane, 0) * 8 + warp;
+  const bool copies_scales =
+      lane >= kFirstScaleLane && scale_piece < kScaleRows * kScalePieces;
   const int zero_piece = max(lane - 24, 0) * 8 + warp;
   const bool copies_zeros =
       kZeros && lane >= 24 && zero_piece < 4 * kZeroPieces;
@@ -440,13 +470,13 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    // Row j of the stage's scales is the group of its rows 32 j .. 32 j + 31.
+    // Row j of the stage's scales is the group of its scale row j.
     if (copies_scales) {
       const int row = scale_piece / kScalePieces;
-      CopyAsync(
-          stage_scales(s) + scale_piece * 4,
-          scale_source +
-              (((load_step << 2) + row) >> p.group_step_shift) * group_stride);
+      CopyAsync(stage_scales(s) + scale_piece * 4,
+                scale_source +
+                    ((load_step * kScaleRows + row) >> p.group_step_shift) *
+                        group_stride);
     }
     if constexpr (kZeros) {
       if (copies_zeros) {
@@ -497,9 +527,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     const unsigned char* a_stage = stage_a(s);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kScaleRows; ++j) {
       // The scales and zero points of columns g and g + 8 of each block, for
-      // rows 32 j on.
+      // scale row j.
       uint32_t scale[kNBlocks][2];
       uint32_t zero[kNBlocks][2];
 #pragma unroll
@@ -516,7 +546,8 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
 #pragma unroll
-      for (int kk = 2 * j; kk < 2 * j + 2; ++kk) {
+      for (int kk = j * kBlocksPerScaleRow; kk < (j + 1) * kBlocksPerScaleRow;
+           ++kk) {
         uint32_t b[kNBlocks][4];
 #pragma unroll
         for (int nb = 0; nb < kNBlocks; ++nb) {
@@ -610,14 +641,15 @@ template <WeightFormat kFormat, typename T, int kMTiles>
 KernelChoice ChooseStaged(bool register_codes) {
   constexpr int kNBlocks = NBlocksFor<kMTiles>();
   constexpr int kColumns = kWarps * 16 * kNBlocks;
+  constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   if (register_codes) {
     return {GemmKernel<kFormat, T, kMTiles, kNBlocks, true, kFusedStages>,
-            kFusedStages * StageBytes<kMTiles, kNBlocks>(true), kMTiles,
-            kColumns};
+            kFusedStages * StageBytes<kMTiles, kNBlocks, kScaleRows>(true),
+            kMTiles, kColumns};
   }
   return {GemmKernel<kFormat, T, kMTiles, kNBlocks, false, kPipelinedStages>,
-          kPipelinedStages * StageBytes<kMTiles, kNBlocks>(false), kMTiles,
-          kColumns};
+          kPipelinedStages * StageBytes<kMTiles, kNBlocks, kScaleRows>(false),
+          kMTiles, kColumns};
 }
 
 template <WeightFormat kFormat, typename T>
@@ -649,6 +681,9 @@ extern template KernelChoice ChooseFormatKernel<WeightFormat::kU4b8>(DType, int,
                                                                      bool);
 extern template KernelChoice ChooseFormatKernel<WeightFormat::kU4>(DType, int,
                                                                    bool);
+extern template KernelChoice ChooseFormatKernel<WeightFormat::kNvfp4>(DType,
+                                                                      int,
+                                                                      bool);
 
 }  // namespace nibble::cuda::internal
 

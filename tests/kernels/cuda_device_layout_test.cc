@@ -1,5 +1,7 @@
 // The CUDA weight layout, checked on the host: every code and scale lands
-// where the kernels' fragments expect it.
+// where the kernels' fragments expect it, and every scale, times the layout's
+// output scale, keeps its exact value.
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -8,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/device_layout.h"
+#include "kernels/dequant.h"
+#include "kernels/dtype.h"
 #include "kernels/weight_format.h"
 
 namespace nibble::cuda {
@@ -71,8 +75,14 @@ TEST_P(DeviceLayoutTest, HoldsEveryCodeScaleAndZeroWhereTheKernelsRead) {
           const int64_t col = block * 16 + g + 8 * half;
           const int64_t row = group * spec.group_size;
           const uint16_t scale = layout.scales[pair] >> (16 * half);
-          EXPECT_EQ(scale, col < spec.n ? weight.Scale(row, col) : 0)
-              << "group " << group << " col " << col;
+          if (col < spec.n) {
+            EXPECT_EQ(HalfToFloat(scale) * layout.output_scale,
+                      ScaleToFloat(spec.format, weight.Scale(row, col)) *
+                          spec.global_scale)
+                << "group " << group << " col " << col;
+          } else {
+            EXPECT_EQ(scale, 0) << "group " << group << " col " << col;
+          }
           if (HasZeros(spec.format)) {
             const uint8_t zero = layout.zeros[pair] >> (8 * half);
             EXPECT_EQ(zero, col < spec.n ? weight.Zero(row, col) : 0)
@@ -91,7 +101,75 @@ INSTANTIATE_TEST_SUITE_P(
                       WeightSpec{WeightFormat::kU4, 128, 200, 64},
                       WeightSpec{WeightFormat::kFp4, 256, 130, 128},
                       WeightSpec{WeightFormat::kU4, 192, 8, 192},
-                      WeightSpec{WeightFormat::kFp4, 512, 256, 32}));
+                      WeightSpec{WeightFormat::kFp4, 512, 256, 32},
+                      WeightSpec{WeightFormat::kMxfp4, 128, 300, 32},
+                      WeightSpec{WeightFormat::kNvfp4, 192, 72, 16, 0.0123f},
+                      WeightSpec{WeightFormat::kNvfp4, 64, 256, 16, 3.5f}));
+
+// E8M0 codes from `first` to `last`, and the power of two the layout should
+// move out of them into its output scale.
+struct Mxfp4ScaleRange {
+  int first;
+  int last;
+  int shift;
+};
+
+class Mxfp4ScaleShiftTest : public ::testing::TestWithParam<Mxfp4ScaleRange> {};
+
+// fp4 codes (0.5 to 6) times every fp16 scale must be exact fp16 values:
+// scales in [2^-23, 2^13].
+TEST_P(Mxfp4ScaleShiftTest, KeepsEveryFp4ProductExactInHalf) {
+  const Mxfp4ScaleRange& range = GetParam();
+  const WeightSpec spec{WeightFormat::kMxfp4, 256, 40, 32};
+  constexpr uint64_t kSeed = 20261122;
+  SCOPED_TRACE(absl::StrCat("codes ", range.first, "..", range.last));
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  std::mt19937_64 rng(kSeed);
+  std::uniform_int_distribution<int> code(range.first, range.last);
+  for (uint16_t& scale : weight.scales)
+    scale = static_cast<uint16_t>(code(rng));
+  weight.scales[0] = static_cast<uint16_t>(range.first);
+  weight.scales[1] = static_cast<uint16_t>(range.last);
+  const DeviceLayout layout = MakeDeviceLayout(weight);
+
+  EXPECT_EQ(layout.output_scale, std::ldexp(1.0f, range.shift));
+  const int64_t blocks = layout.padded_n / 16;
+  for (int64_t group = 0; group < spec.groups(); ++group) {
+    for (int64_t col = 0; col < spec.n; ++col) {
+      const int64_t pair = (group * blocks + col / 16) * 8 + col % 8;
+      const uint16_t bits = layout.scales[pair] >> (col % 16 >= 8 ? 16 : 0);
+      const float scale = HalfToFloat(bits);
+      const int64_t row = group * spec.group_size;
+      EXPECT_EQ(scale * layout.output_scale,
+                ScaleToFloat(spec.format, weight.Scale(row, col)))
+          << "group " << group << " col " << col;
+      EXPECT_GE(scale, 0x1p-23f) << "group " << group << " col " << col;
+      EXPECT_LE(scale, 0x1p13f) << "group " << group << " col " << col;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranges, Mxfp4ScaleShiftTest,
+    ::testing::Values(Mxfp4ScaleRange{119, 122, 0},   // RandomQuantizedWeight's
+                      Mxfp4ScaleRange{104, 140, 0},   // fp16's whole range
+                      Mxfp4ScaleRange{91, 127, -13},  // 2^-36 .. 1
+                      Mxfp4ScaleRange{0, 20, -104},   // 2^-127 ..
+                      Mxfp4ScaleRange{218, 254, 114}  // .. 2^127
+                      ));
+
+// Scales more than 2^36 apart cannot all be exact: the largest stay so.
+TEST(Mxfp4ScaleShiftTest, KeepsTheLargestExactWhenTheyDoNotAllFit) {
+  QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kMxfp4, 64, 16, 32}, 7);
+  for (uint16_t& scale : weight.scales) scale = 127;
+  weight.scales[0] = 60;   // 2^-67, flushed
+  weight.scales[1] = 160;  // 2^33
+  const DeviceLayout layout = MakeDeviceLayout(weight);
+  EXPECT_EQ(layout.output_scale, 0x1p20f);
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(layout.scales[1])), 0x1p13f);
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(layout.scales[0])), 0.0f);
+}
 
 }  // namespace
 }  // namespace nibble::cuda

@@ -50,12 +50,25 @@ class DeviceArray {
 
 uint64_t FreshSeed() { return std::random_device{}(); }
 
+// The sign bit of a scale slot: fp16's, E4M3's; E8M0 scales have none.
+uint16_t ScaleSignBit(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return 0;
+    case WeightFormat::kNvfp4:
+      return 0x80;
+    default:
+      return 0x8000;
+  }
+}
+
 // Random weight with about half the scales negated, so that signs matter.
 QuantizedWeight SignedRandomWeight(const WeightSpec& spec, uint64_t seed) {
   QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
   std::mt19937_64 rng(seed ^ 0x5eed);
+  const uint16_t sign_bit = ScaleSignBit(spec.format);
   for (uint16_t& scale : weight.scales) {
-    if (rng() & 1) scale ^= 0x8000;
+    if (rng() & 1) scale ^= sign_bit;
   }
   return weight;
 }
@@ -91,8 +104,9 @@ void PrintTo(const LaunchCase& c, std::ostream* os) {
 
 std::vector<LaunchCase> AllLaunchCases() {
   // N with a partial last tile, K from one step to many, every group size
-  // (per-channel too), M across the 16, 32, 64 and 128-row tiles.
-  const WeightSpec specs_by_format[][4] = {
+  // (per-channel too), M across the 16, 32, 64 and 128-row tiles. mxfp4 and
+  // nvfp4 fix their group size and share fp4's codes: two shapes each.
+  const std::vector<std::vector<WeightSpec>> specs_by_format = {
       {{WeightFormat::kU4b8, 128, 16, 32},
        {WeightFormat::kU4b8, 1024, 200, 128},
        {WeightFormat::kU4b8, 4096, 1024, 128},
@@ -105,6 +119,10 @@ std::vector<LaunchCase> AllLaunchCases() {
        {WeightFormat::kU4, 1024, 640, 128},
        {WeightFormat::kU4, 2048, 256, 32},
        {WeightFormat::kU4, 640, 128, 640}},
+      {{WeightFormat::kMxfp4, 128, 136, 32},
+       {WeightFormat::kMxfp4, 2048, 520, 32}},
+      {{WeightFormat::kNvfp4, 256, 72, 16, 0.0123f},
+       {WeightFormat::kNvfp4, 1024, 1000, 16, 0.0123f}},
   };
   std::vector<LaunchCase> cases;
   for (KernelVariant variant :
@@ -135,17 +153,13 @@ std::string LaunchCaseName(const ::testing::TestParamInfo<LaunchCase>& info) {
                       DTypeName(c.a_dtype), "_to_", DTypeName(c.c_dtype));
 }
 
-class LaunchGemmTest : public ::testing::TestWithParam<LaunchCase> {};
-
-TEST_P(LaunchGemmTest, MatchesTheFloat64Reference) {
-  SKIP_WITHOUT_GPU();
-  const LaunchCase& c = GetParam();
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(absl::StrCat("seed=", seed));
-  const QuantizedWeight weight = SignedRandomWeight(c.spec, seed);
-  absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
-  ASSERT_TRUE(b.ok()) << b.status();
-  const Encoded a = RandomActivations(c.m, c.spec.k, c.a_dtype, seed + 1);
+// Launches `c` on `b`, the GPU copy of `weight` (of spec c.spec), twice and
+// compares C with the float64 reference; `seed` makes A.
+void ExpectLaunchMatchesReference(const LaunchCase& c, const CudaWeight& b,
+                                  const QuantizedWeight& weight,
+                                  uint64_t seed) {
+  SCOPED_TRACE(::testing::PrintToString(c));
+  const Encoded a = RandomActivations(c.m, c.spec.k, c.a_dtype, seed);
   DeviceArray a_device(a.bytes.size());
   ASSERT_EQ(cudaMemcpy(a_device.data(), a.bytes.data(), a.bytes.size(),
                        cudaMemcpyHostToDevice),
@@ -160,7 +174,7 @@ TEST_P(LaunchGemmTest, MatchesTheFloat64Reference) {
     // All-ones bytes are NaN in every output type: unwritten outputs fail.
     ASSERT_EQ(cudaMemset(c_device.data(), 0xff, c_bytes), cudaSuccess);
     const DeviceGemm gemm{.variant = c.variant,
-                          .b = b->get(),
+                          .b = &b,
                           .a = a_device.data(),
                           .a_dtype = c.a_dtype,
                           .c = c_device.data(),
@@ -178,8 +192,72 @@ TEST_P(LaunchGemmTest, MatchesTheFloat64Reference) {
   }
 }
 
+class LaunchGemmTest : public ::testing::TestWithParam<LaunchCase> {};
+
+TEST_P(LaunchGemmTest, MatchesTheFloat64Reference) {
+  SKIP_WITHOUT_GPU();
+  const LaunchCase& c = GetParam();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  const QuantizedWeight weight = SignedRandomWeight(c.spec, seed);
+  absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ExpectLaunchMatchesReference(c, **b, weight, seed + 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, LaunchGemmTest,
                          ::testing::ValuesIn(AllLaunchCases()), LaunchCaseName);
+
+// mxfp4 scales far outside fp16's range, which the device layout moves into
+// it (the power of two goes to C), and 2^-36 apart, all it keeps exact.
+TEST(CudaKernelsTest, Mxfp4ScalesOutsideHalfRangeMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  const WeightSpec spec{WeightFormat::kMxfp4, 512, 264, 32};
+  for (const int first_code : {0, 150, 218}) {
+    const uint64_t seed = FreshSeed();
+    SCOPED_TRACE(absl::StrCat("seed=", seed, " codes from ", first_code));
+    QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
+    std::mt19937_64 rng(seed);
+    for (uint16_t& scale : weight.scales) {
+      scale = static_cast<uint16_t>(first_code + rng() % 37);
+    }
+    absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
+    ASSERT_TRUE(b.ok()) << b.status();
+    for (KernelVariant variant :
+         {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
+          KernelVariant::kStriped}) {
+      for (DType a_dtype : {DType::kF16, DType::kBF16}) {
+        ExpectLaunchMatchesReference({variant, spec, 40, a_dtype, DType::kF32},
+                                     **b, weight, seed + 1);
+      }
+    }
+  }
+}
+
+// The benchmark's copies: each complete after the original is gone, zero
+// points and nvfp4's output scale included.
+TEST(CudaKernelsTest, CopyRunsLikeTheUploadedWeight) {
+  SKIP_WITHOUT_GPU();
+  for (const WeightSpec& spec :
+       {WeightSpec{WeightFormat::kU4, 256, 300, 64},
+        WeightSpec{WeightFormat::kNvfp4, 256, 300, 16, 0.0123f}}) {
+    const uint64_t seed = FreshSeed();
+    SCOPED_TRACE(absl::StrCat("seed=", seed));
+    const QuantizedWeight weight = SignedRandomWeight(spec, seed);
+    absl::StatusOr<std::unique_ptr<CudaWeight>> copy;
+    {
+      absl::StatusOr<std::unique_ptr<CudaWeight>> original =
+          CudaWeight::Upload(weight);
+      ASSERT_TRUE(original.ok()) << original.status();
+      copy = (*original)->Copy();
+      ASSERT_TRUE(copy.ok()) << copy.status();
+      EXPECT_EQ((*copy)->device_bytes(), (*original)->device_bytes());
+    }
+    ExpectLaunchMatchesReference(
+        {KernelVariant::kStriped, spec, 20, DType::kF16, DType::kF32}, **copy,
+        weight, seed + 1);
+  }
+}
 
 // The GemmKernel path nibbled takes: host A and C, f32 included.
 TEST(CudaKernelsTest, RunOnHostOperandsMatchesTheReference) {
@@ -266,7 +344,7 @@ TEST(CudaKernelsTest, LaunchRefusesF32Activations) {
 
 TEST(CudaKernelsTest, EveryVariantAndFormatHasAKernel) {
   SKIP_WITHOUT_GPU();
-  EXPECT_EQ(CudaKernels().size(), 9u);
+  EXPECT_EQ(CudaKernels().size(), 3 * std::size(kAllWeightFormats));
   for (const GemmKernel* kernel : CudaKernels()) {
     EXPECT_NE(kernel->name().find(KernelVariantName(kernel->variant())),
               std::string::npos)
