@@ -213,7 +213,9 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, LaunchGemmTest,
 TEST(CudaKernelsTest, Mxfp4ScalesOutsideHalfRangeMatchTheReference) {
   SKIP_WITHOUT_GPU();
   const WeightSpec spec{WeightFormat::kMxfp4, 512, 264, 32};
-  for (const int first_code : {0, 150, 218}) {
+  // Each range spans 2^36; the highest keeps every output inside fp32's
+  // range (6 * 2^109 * 512 < 2^128), so that the reference stays finite.
+  for (const int first_code : {0, 150, 200}) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(absl::StrCat("seed=", seed, " codes from ", first_code));
     QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
