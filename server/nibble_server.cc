@@ -58,8 +58,13 @@ NibbleServer::~NibbleServer() {
 
 absl::Status NibbleServer::LoadWeights() {
   if (!data_dir_.has_value()) return absl::OkStatus();
+  int initial_weight_files = 0;
   absl::StatusOr<LoadReport> report =
-      data_dir_->LoadAll([this](WeightFile file) -> absl::Status {
+      data_dir_->LoadAll([&](WeightFile file) -> absl::Status {
+        if (initial_weights_names_.contains(file.name)) {
+          ++initial_weight_files;
+          return absl::OkStatus();
+        }
         // Before packing, so that a weight past the budget costs no memory;
         // LoadAll reports it and leaves its file alone.
         if (absl::Status status = store_.CheckFits(
@@ -77,6 +82,8 @@ absl::Status NibbleServer::LoadWeights() {
       });
   if (!report.ok()) return report.status();
   data_dir_report_ = *std::move(report);
+  // LoadAll counted them as loaded; they were stored before it ran.
+  data_dir_report_.weights_loaded -= initial_weight_files;
   return absl::OkStatus();
 }
 
@@ -119,8 +126,21 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
     if (absl::Status status = server->data_dir_->Prepare(); !status.ok()) {
       return status;
     }
-    server->store_.SetLoading(true);
   }
+  // Before listening, so that a failed import is never seen by a client.
+  if (options.initial_weights) {
+    if (absl::Status status = options.initial_weights(
+            [&server](const QuantizedWeight& weight, absl::string_view name) {
+              absl::Status stored =
+                  server->service_.Store(weight, name).status();
+              if (stored.ok()) server->initial_weights_names_.emplace(name);
+              return stored;
+            });
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (server->data_dir_.has_value()) server->store_.SetLoading(true);
   server->kserve_service_.SetReady(false);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, Credentials(options),

@@ -2,10 +2,12 @@
 // the NibbleService, the Open Inference Protocol (KServe v2) service, gRPC's
 // standard health service and server reflection, listening on one address.
 //
-// Lifecycle: Start listens first, with health NOT_SERVING and every call that
-// needs weights answered UNAVAILABLE while it loads options.data_dir, then
-// turns SERVING. Drain turns health NOT_SERVING again, stops accepting calls,
-// lets in-flight ones finish and runs what the batcher has queued.
+// Lifecycle: Start stores ServerOptions::initial_weights (nibbled --import)
+// before it listens, so that a failed import is never served; it then
+// listens, with health NOT_SERVING and every call that needs weights
+// answered UNAVAILABLE while it loads options.data_dir, then turns SERVING.
+// Drain turns health NOT_SERVING again, stops accepting calls, lets in-flight
+// ones finish and runs what the batcher has queued.
 //
 // Example:
 //   absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
@@ -18,13 +20,18 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -32,6 +39,7 @@
 #include "kernels/scheduler.h"
 #include "kernels/thread_pool.h"
 #include "kernels/tuning_table.h"
+#include "kernels/weight_format.h"
 #include "server/auth.h"
 #include "server/batcher.h"
 #include "server/kserve_service.h"
@@ -43,6 +51,11 @@
 #include "server/weight_store.h"
 
 namespace nibble::server {
+
+// Stores a weight under a name as an upload would (NibbleServiceImpl::Store);
+// the shape of nibble::UploadFunction, so that a checkpoint import can call it.
+using StoreWeightFunction =
+    absl::FunctionRef<absl::Status(const QuantizedWeight&, absl::string_view)>;
 
 struct ServerOptions {
   // HOST:PORT; port 0 picks a free one (see port()).
@@ -93,6 +106,12 @@ struct ServerOptions {
   std::string tls_client_ca;
   // Bearer tokens (--auth_token_file, --auth_all); none needed when unset.
   std::optional<TokenAuthenticator> auth;
+  // Puts weights in the store at start (nibbled --import): called once,
+  // before the server listens and before data_dir is loaded, with the
+  // function that stores a weight. Its error stops Start, which returns it
+  // before anything listens. A data_dir file of a weight it stored is the one
+  // it just wrote, and is not loaded again.
+  std::function<absl::Status(StoreWeightFunction)> initial_weights;
   // HOST:PORT for Prometheus's GET /metrics (--metrics_listen); port 0 picks
   // a free one (see metrics_port()); empty for none.
   std::string metrics_listen;
@@ -100,11 +119,12 @@ struct ServerOptions {
 
 class NibbleServer {
  public:
-  // Starts listening, loads the weights in options.data_dir (see Lifecycle
-  // above), then serves; returns once loaded. The kernels must outlive the
-  // server. FAILED_PRECONDITION when options.backend cannot be had (see
-  // ResolveBackend) or the data directory cannot be created, listed or
-  // written; UNAVAILABLE when the address cannot be bound.
+  // Stores options.initial_weights, starts listening, loads the weights in
+  // options.data_dir (see Lifecycle above), then serves; returns once
+  // loaded. The kernels must outlive the server. FAILED_PRECONDITION when
+  // options.backend cannot be had (see ResolveBackend) or the data directory
+  // cannot be created, listed or written; UNAVAILABLE when the address
+  // cannot be bound; options.initial_weights' error as it returns it.
   static absl::StatusOr<std::unique_ptr<NibbleServer>> Start(
       const ServerOptions& options, std::vector<const GemmKernel*> kernels);
 
@@ -115,6 +135,7 @@ class NibbleServer {
   // options.backend resolved: kCpu or kCuda.
   Backend backend() const { return backend_; }
   // What Start found in options.data_dir: all zero and empty without one.
+  // The files of weights options.initial_weights stored are not counted.
   const LoadReport& data_dir_report() const { return data_dir_report_; }
   BatcherStats batcher_stats() const { return batcher_.Stats(); }
   int64_t resident_bytes() const { return store_.resident_bytes(); }
@@ -138,7 +159,8 @@ class NibbleServer {
  private:
   NibbleServer(const ServerOptions& options, Backend backend,
                std::vector<const GemmKernel*> kernels);
-  // Fills the store from data_dir_, and data_dir_report_.
+  // Fills the store from data_dir_, and data_dir_report_, leaving out the
+  // weights of initial_weights_names_.
   absl::Status LoadWeights();
   // Health of every service, and KServe ServerReady.
   void SetServing(bool serving);
@@ -149,6 +171,8 @@ class NibbleServer {
   WeightStore store_;
   std::optional<WeightDirectory> data_dir_;
   LoadReport data_dir_report_;
+  // The weights ServerOptions::initial_weights stored.
+  absl::flat_hash_set<std::string> initial_weights_names_;
   MatmulRunner runner_;
   // Outlives the services and the gRPC server, whose calls it answers.
   MatmulBatcher batcher_;

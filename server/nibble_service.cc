@@ -120,48 +120,12 @@ absl::Status NibbleServiceImpl::Upload(
   }
   absl::StatusOr<QuantizedWeight> weight = upload.Finish();
   if (!weight.ok()) return weight.status();
-  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(*weight);
-  if (!packed.ok()) return packed.status();
-  const std::string name = upload.name();
-  // Before the commit, so that a weight the GPU cannot take leaves no file
-  // behind, and a slow copy delays no other upload.
-  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      UploadToBackend(backend_, name, *weight);
-  if (!device.ok()) {
-    LogWarning("upload refused: not copied to the backend",
-               {{"name", name},
-                {"backend", BackendName(backend_)},
-                {"error", device.status().message()}});
-    return device.status();
-  }
-  {
-    absl::MutexLock lock(&commit_mutex_);
-    // The budget needs no second check: the reservation covers the packed
-    // weight, and Insert turns it into resident bytes.
-    if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
-      return status;
-    }
-    if (data_dir_ != nullptr) {
-      if (absl::Status status = data_dir_->Save(name, *weight); !status.ok()) {
-        return absl::Status(status.code(), absl::StrCat("weight \"", name,
-                                                        "\" was not stored: ",
-                                                        status.message()));
-      }
-    }
-    if (absl::Status status =
-            store_->Insert(name, *std::move(packed), std::move(reservation),
-                           *std::move(device));
-        !status.ok()) {
-      if (data_dir_ != nullptr) data_dir_->Remove(name).IgnoreError();
-      return status;
-    }
-    absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored =
-        store_->Get(name);
-    if (!stored.ok()) return stored.status();
-    FillWeightInfo(**stored, response);
-  }
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored =
+      Commit(upload.name(), *weight, std::move(reservation));
+  if (!stored.ok()) return stored.status();
+  FillWeightInfo(**stored, response);
   const WeightSpec& spec = weight->spec;
-  LogInfo("weight uploaded", {{"name", name},
+  LogInfo("weight uploaded", {{"name", upload.name()},
                               {"format", WeightFormatName(spec.format)},
                               {"k", spec.k},
                               {"n", spec.n},
@@ -170,6 +134,52 @@ absl::Status NibbleServiceImpl::Upload(
                               {"resident_bytes", store_->resident_bytes()},
                               {"device_bytes", store_->device_bytes()}});
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Store(
+    const QuantizedWeight& weight, absl::string_view name) {
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      ReserveBudget(*store_, name, weight.spec);
+  if (!reservation.ok()) return reservation.status();
+  return Commit(std::string(name), weight, *std::move(reservation));
+}
+
+absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(
+    const std::string& name, const QuantizedWeight& weight,
+    WeightStore::Reservation reservation) {
+  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  if (!packed.ok()) return packed.status();
+  // Before the commit, so that a weight the GPU cannot take leaves no file
+  // behind, and a slow copy delays no other upload.
+  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+      UploadToBackend(backend_, name, weight);
+  if (!device.ok()) {
+    LogWarning("upload refused: not copied to the backend",
+               {{"name", name},
+                {"backend", BackendName(backend_)},
+                {"error", device.status().message()}});
+    return device.status();
+  }
+  absl::MutexLock lock(&commit_mutex_);
+  // The budget needs no second check: the reservation covers the packed
+  // weight, and Insert turns it into resident bytes.
+  if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
+    return status;
+  }
+  if (data_dir_ != nullptr) {
+    if (absl::Status status = data_dir_->Save(name, weight); !status.ok()) {
+      return absl::Status(
+          status.code(), absl::StrCat("weight \"", name,
+                                      "\" was not stored: ", status.message()));
+    }
+  }
+  if (absl::Status status = store_->Insert(
+          name, *std::move(packed), std::move(reservation), *std::move(device));
+      !status.ok()) {
+    if (data_dir_ != nullptr) data_dir_->Remove(name).IgnoreError();
+    return status;
+  }
+  return store_->Get(name);
 }
 
 grpc::Status NibbleServiceImpl::UploadWeight(

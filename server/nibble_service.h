@@ -13,6 +13,11 @@
 #ifndef NIBBLE_SERVER_NIBBLE_SERVICE_H_
 #define NIBBLE_SERVER_NIBBLE_SERVICE_H_
 
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.grpc.pb.h"
@@ -38,6 +43,14 @@ class NibbleServiceImpl final
                     const TokenAuthenticator* auth = nullptr,
                     Backend backend = Backend::kCpu);
 
+  // Puts `weight` in the store as `name` the way an upload does (nibbled
+  // --import): within --max_weight_bytes and --max_weights, copied to the
+  // backend, written to data_dir before it is served. ALREADY_EXISTS when
+  // the name is taken; the store's, the backend's or data_dir's error
+  // otherwise, with nothing kept.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> Store(
+      const QuantizedWeight& weight, absl::string_view name);
+
   grpc::Status UploadWeight(grpc::ServerContext* context,
                             grpc::ServerReader<v1::UploadWeightRequest>* reader,
                             v1::WeightInfo* response) override;
@@ -60,6 +73,11 @@ class NibbleServiceImpl final
   absl::Status Upload(grpc::ServerContext* context,
                       grpc::ServerReader<v1::UploadWeightRequest>* reader,
                       v1::WeightInfo* response);
+  // The last step of Upload and Store: packs `weight`, copies it to the
+  // backend, writes its file and inserts it within `reservation`.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> Commit(
+      const std::string& name, const QuantizedWeight& weight,
+      WeightStore::Reservation reservation);
 
   WeightStore* store_;
   MatmulBatcher* batcher_;

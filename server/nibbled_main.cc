@@ -8,6 +8,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -16,11 +17,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "checkpoint/import.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/file_contents.h"
 #include "kernels/tuning_table.h"
+#include "server/checkpoint_loader.h"
 #include "server/environment_flags.h"
 #include "server/log.h"
 #include "server/memory_limit.h"
@@ -114,6 +118,23 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
+ABSL_FLAG(std::vector<std::string>, import, {},
+          "safetensors checkpoints, comma-separated, whose linear layers are "
+          "put in the weight store at start, before nibbled listens, as "
+          "`nibble import` would upload them; any failure stops nibbled "
+          "(exit 1) before it listens. With --data_dir they are written "
+          "there like uploads, replacing weights of the same name.");
+ABSL_FLAG(std::vector<std::string>, import_layer, {},
+          "with --import: layer prefixes to import, comma-separated, e.g. "
+          "model.layers.0.mlp.up_proj; every layer when not given");
+ABSL_FLAG(std::vector<std::string>, import_name_map, {},
+          "with --import: FROM=TO rules, comma-separated: a layer is named "
+          "after its prefix with the first FROM that starts it replaced by "
+          "TO");
+ABSL_FLAG(std::string, import_quantize, "u4b8:128",
+          "with --import: FORMAT:GROUP that float layers are quantized to: "
+          "FORMAT fp4, u4b8 or u4, GROUP 32, 64, 128 or k (one scale per "
+          "column)");
 
 // NIBBLED_FLAG_NAME in the environment sets --flag_name.
 constexpr absl::string_view kEnvironmentPrefix = "NIBBLED_";
@@ -203,6 +224,17 @@ std::string FlagProblems() {
     absl::StrAppend(&problems, "--max_concurrent_streams=",
                     absl::GetFlag(FLAGS_max_concurrent_streams),
                     " must be at least 1\n");
+  }
+  if (absl::GetFlag(FLAGS_import).empty()) {
+    for (auto [flag, given] :
+         {std::pair("import_layer", !absl::GetFlag(FLAGS_import_layer).empty()),
+          std::pair("import_name_map",
+                    !absl::GetFlag(FLAGS_import_name_map).empty())}) {
+      if (given) {
+        absl::StrAppend(&problems, "--", flag,
+                        " applies to --import: add the checkpoint files\n");
+      }
+    }
   }
   return problems;
 }
@@ -321,6 +353,15 @@ int main(int argc, char** argv) {
     }
     tuning_table = *std::move(loaded);
   }
+  absl::StatusOr<nibble::ImportOptions> import_options =
+      nibble::server::ImportOptionsFromFlags(
+          absl::GetFlag(FLAGS_import_layer),
+          absl::GetFlag(FLAGS_import_name_map),
+          absl::GetFlag(FLAGS_import_quantize));
+  if (!import_options.ok()) {
+    absl::FPrintF(stderr, "nibbled: %s\n", import_options.status().message());
+    return 2;
+  }
 
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t stop_signals;
@@ -363,6 +404,37 @@ int main(int argc, char** argv) {
     absl::FPrintF(stderr, "nibbled: %s\n", status.message());
     return 2;
   }
+  const std::vector<std::string> import_paths = absl::GetFlag(FLAGS_import);
+  std::vector<nibble::server::PlannedCheckpoint> checkpoints;
+  if (!import_paths.empty()) {
+    LogInfo("checking import", {{"files", absl::StrJoin(import_paths, ",")}});
+    absl::StatusOr<std::vector<nibble::server::PlannedCheckpoint>> planned =
+        nibble::server::PlanCheckpoints(
+            import_paths, *import_options,
+            {.max_resident_bytes = options.max_weight_bytes,
+             .max_weights = options.max_weights});
+    if (!planned.ok()) {
+      absl::FPrintF(stderr, "nibbled: %s\n", planned.status().message());
+      LogError("not started", {{"error", planned.status().message()}});
+      return 1;
+    }
+    checkpoints = *std::move(planned);
+  }
+  // Set when storing the checkpoints fails, which makes Start fail with it.
+  absl::Status import_status;
+  nibble::server::CheckpointLoadReport imported;
+  if (!checkpoints.empty()) {
+    options.initial_weights = [&](nibble::server::StoreWeightFunction store) {
+      absl::StatusOr<nibble::server::CheckpointLoadReport> report =
+          nibble::server::LoadCheckpoints(checkpoints, store);
+      if (!report.ok()) {
+        import_status = report.status();
+        return import_status;
+      }
+      imported = *report;
+      return absl::OkStatus();
+    };
+  }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (!data_dir.empty()) {
     LogInfo("loading weights", {{"data_dir", data_dir}});
@@ -373,10 +445,15 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", server.status().message());
     LogError("not started", {{"error", server.status().message()}});
-    // An unusable --data_dir or --backend is a usage error, like a bad flag.
-    return server.status().code() == absl::StatusCode::kFailedPrecondition ? 2
-                                                                           : 1;
+    // An unusable --data_dir or --backend is a usage error, like a bad flag;
+    // a failed import is not, whatever its code.
+    return server.status().code() == absl::StatusCode::kFailedPrecondition &&
+                   import_status.ok()
+               ? 2
+               : 1;
   }
+  // The files stay mapped only as long as the import needs them.
+  checkpoints.clear();
   const nibble::server::LoadReport& loaded = (*server)->data_dir_report();
   for (const nibble::server::WeightFileProblem& problem : loaded.problems) {
     absl::FPrintF(stderr, "nibbled: skipped %s, not serving it: %s\n",
@@ -413,10 +490,13 @@ int main(int argc, char** argv) {
              : absl::StrCat("tuning table ", tuning_table_name);
   absl::PrintF(
       "nibbled: listening on %s (%s backend%s, %d threads, %s kernels, "
-      "%s%s%s)\n",
+      "%s%s%s%s)\n",
       address, nibble::server::BackendName((*server)->backend()),
       on_gpu ? absl::StrCat(" on ", device) : "", (*server)->threads(),
       nibble::cpu::IsaName(isa), variants_from,
+      import_paths.empty()
+          ? ""
+          : absl::StrFormat(", %d layers imported", imported.layers),
       data_dir.empty() ? ""
                        : absl::StrFormat(", %d weights loaded from %s",
                                          loaded.weights_loaded, data_dir),
@@ -435,6 +515,7 @@ int main(int argc, char** argv) {
            {"tuning_table", on_gpu ? "unused" : tuning_table_name},
            {"data_dir", data_dir},
            {"weights_loaded", loaded.weights_loaded},
+           {"layers_imported", imported.layers},
            {"metrics_addr", metrics_address},
            {"resident_bytes", (*server)->resident_bytes()},
            {"max_weight_bytes",

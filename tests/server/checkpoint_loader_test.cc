@@ -1,0 +1,275 @@
+#include "server/checkpoint_loader.h"
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/convert.h"
+#include "checkpoint/import.h"
+#include "checkpoint/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/packed_weight.h"
+#include "kernels/reference.h"
+#include "kernels/weight_format.h"
+#include "server/weight_store.h"
+#include "tests/checkpoint/producer_layers.h"
+
+namespace nibble::server {
+namespace {
+
+using ::nibble::checkpoint::SafetensorsDtype;
+using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::GptqTensors;
+using ::nibble::checkpoint::testing::ProducerWeight;
+using ::nibble::checkpoint::testing::RandomProducerWeight;
+using ::nibble::checkpoint::testing::SerializeTensors;
+using ::nibble::checkpoint::testing::Tensor;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int64_t kK = 256;
+constexpr uint64_t kSeed = 73;
+
+// Writes `tensors` as a safetensors file in the test's directory; its path.
+std::string WriteCheckpoint(absl::string_view name,
+                            const std::vector<Tensor>& tensors) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  std::ofstream(path, std::ios::binary) << SerializeTensors(tensors);
+  return path;
+}
+
+std::vector<float> RandomFloats(int64_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+ImportOptions Options(std::vector<std::string> layers = {}) {
+  absl::StatusOr<ImportOptions> options = ImportOptionsFromFlags(
+      std::move(layers), {"model.layers.=L"}, "u4b8:128");
+  EXPECT_TRUE(options.ok()) << options.status();
+  return *options;
+}
+
+// Puts weights in `store` as nibbled does (reserve, pack, insert), keeping
+// what it was given so that tests can compare it with the checkpoint.
+class StoreRecorder {
+ public:
+  explicit StoreRecorder(WeightStore* store) : store_(store) {}
+
+  absl::Status Store(const QuantizedWeight& weight, absl::string_view name) {
+    absl::StatusOr<WeightStore::Reservation> reservation =
+        store_->Reserve(name, PackedResidentBytes(weight.spec));
+    if (!reservation.ok()) return reservation.status();
+    absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+    if (!packed.ok()) return packed.status();
+    if (absl::Status status = store_->Insert(
+            std::string(name), *std::move(packed), *std::move(reservation));
+        !status.ok()) {
+      return status;
+    }
+    stored_.emplace(std::string(name), weight);
+    return absl::OkStatus();
+  }
+
+  // What LoadCheckpoints takes; it calls Store.
+  auto Function() {
+    return [this](const QuantizedWeight& weight, absl::string_view name) {
+      return Store(weight, name);
+    };
+  }
+
+  const std::map<std::string, QuantizedWeight>& stored() const {
+    return stored_;
+  }
+
+ private:
+  WeightStore* store_;
+  std::map<std::string, QuantizedWeight> stored_;
+};
+
+// Two files: a GPTQ layer (zero points 8, so u4b8) and a norm in one, an
+// fp16 layer in the other.
+class CheckpointLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<Tensor> first = GptqTensors(
+        "model.layers.0.q_proj", gptq_, checkpoint::GptqZeroConvention::kV1);
+    first.push_back({"model.layers.0.norm.weight",
+                     SafetensorsDtype::kF16,
+                     {kK},
+                     std::string(2 * kK, '\x3c')});
+    first_ = WriteCheckpoint("first.safetensors", first);
+    second_ = WriteCheckpoint(
+        "second.safetensors",
+        {FloatWeightTensor("model.layers.1.up_proj", SafetensorsDtype::kF16,
+                           kFloatN, kK, floats_)});
+  }
+
+  static constexpr int64_t kFloatN = 48;
+  const ProducerWeight gptq_ = RandomProducerWeight(kSeed, kK, 64, 64, 8, 8);
+  const std::vector<float> floats_ = RandomFloats(kFloatN * kK, kSeed + 1);
+  std::string first_;
+  std::string second_;
+};
+
+TEST_F(CheckpointLoaderTest, StoresEveryLayerOfEveryFileAsTheCheckpointHasIt) {
+  absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
+      PlanCheckpoints({first_, second_}, Options(), {});
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  WeightStore store;
+  StoreRecorder recorder(&store);
+  absl::StatusOr<CheckpointLoadReport> report =
+      LoadCheckpoints(*checkpoints, recorder.Function());
+  ASSERT_TRUE(report.ok()) << report.status();
+
+  std::vector<std::string> names;
+  for (const auto& weight : store.List()) names.push_back(weight->name);
+  EXPECT_THAT(names, ElementsAre("L0.q_proj", "L1.up_proj"));
+  EXPECT_EQ(report->layers, 2);
+  EXPECT_EQ(report->resident_bytes, store.resident_bytes());
+  EXPECT_GT(report->file_bytes, 0);
+
+  const QuantizedWeight& q = recorder.stored().at("L0.q_proj");
+  EXPECT_EQ(q.spec, (WeightSpec{WeightFormat::kU4b8, kK, 64, 64}));
+  const std::vector<double> q_values = ReferenceDequantize(q);
+  for (int64_t row = 0; row < kK; ++row) {
+    for (int64_t col = 0; col < gptq_.n; ++col) {
+      ASSERT_EQ(q_values[row * gptq_.n + col], gptq_.Dequantized(row, col))
+          << "row " << row << " col " << col;
+    }
+  }
+  // The float layer as `nibble import` quantizes it, by the default
+  // --import_quantize.
+  absl::StatusOr<checkpoint::SafetensorsFile> second =
+      checkpoint::SafetensorsFile::Open(second_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<QuantizedWeight> want = checkpoint::QuantizeFloatWeight(
+      *second, "model.layers.1.up_proj", WeightFormat::kU4b8, 128);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const QuantizedWeight& up = recorder.stored().at("L1.up_proj");
+  EXPECT_EQ(up.spec, want->spec);
+  EXPECT_EQ(ReferenceDequantize(up), ReferenceDequantize(*want));
+}
+
+TEST_F(CheckpointLoaderTest, ListedLayersComeFromTheFileThatHasThem) {
+  absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints = PlanCheckpoints(
+      {first_, second_}, Options({"model.layers.1.up_proj"}), {});
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  ASSERT_EQ(checkpoints->size(), 1);
+  EXPECT_EQ((*checkpoints)[0].file.source_name(), second_);
+  ASSERT_EQ((*checkpoints)[0].plan.layers.size(), 1);
+  EXPECT_EQ((*checkpoints)[0].plan.layers[0].name, "L1.up_proj");
+
+  absl::StatusOr<std::vector<PlannedCheckpoint>> missing = PlanCheckpoints(
+      {first_, second_}, Options({"model.layers.0.k_proj"}), {});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(),
+              AllOf(HasSubstr("--import_layer model.layers.0.k_proj"),
+                    HasSubstr(first_), HasSubstr(second_)));
+}
+
+TEST_F(CheckpointLoaderTest, AWeightNameTwoFilesShareIsRefused) {
+  absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
+      PlanCheckpoints({first_, second_, first_}, Options(), {});
+  EXPECT_EQ(checkpoints.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(checkpoints.status().message(),
+              AllOf(HasSubstr("layer model.layers.0.q_proj of " + first_),
+                    HasSubstr("would both be weight \"L0.q_proj\""),
+                    HasSubstr("--import_name_map")));
+}
+
+TEST_F(CheckpointLoaderTest, AMissingOrForeignFileIsNamed) {
+  const std::string absent = absl::StrCat(::testing::TempDir(), "/absent");
+  absl::StatusOr<std::vector<PlannedCheckpoint>> missing =
+      PlanCheckpoints({first_, absent}, Options(), {});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(),
+              AllOf(HasSubstr("--import: "), HasSubstr(absent)));
+
+  const std::string text = absl::StrCat(::testing::TempDir(), "/notes.txt");
+  std::ofstream(text) << "these are not tensors, just a few words of text";
+  absl::StatusOr<std::vector<PlannedCheckpoint>> foreign =
+      PlanCheckpoints({text}, Options(), {});
+  EXPECT_FALSE(foreign.ok());
+  EXPECT_THAT(foreign.status().message(),
+              AllOf(HasSubstr("--import: "), HasSubstr(text)));
+}
+
+TEST_F(CheckpointLoaderTest, LayersPastTheLimitsAreRefusedBeforeStoring) {
+  absl::StatusOr<std::vector<PlannedCheckpoint>> fits =
+      PlanCheckpoints({first_, second_}, Options(), {});
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  int64_t bytes = 0;
+  for (const PlannedCheckpoint& checkpoint : *fits) {
+    for (const ImportLayer& layer : checkpoint.plan.layers) {
+      bytes += PackedResidentBytes(layer.spec);
+    }
+  }
+  EXPECT_TRUE(PlanCheckpoints({first_, second_}, Options(),
+                              {.max_resident_bytes = bytes})
+                  .ok());
+  absl::StatusOr<std::vector<PlannedCheckpoint>> over_bytes = PlanCheckpoints(
+      {first_, second_}, Options(), {.max_resident_bytes = bytes - 1});
+  EXPECT_EQ(over_bytes.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over_bytes.status().message(),
+              AllOf(HasSubstr(absl::StrCat("need ", bytes, " bytes")),
+                    HasSubstr("--max_weight_bytes")));
+  absl::StatusOr<std::vector<PlannedCheckpoint>> over_count =
+      PlanCheckpoints({first_, second_}, Options(), {.max_weights = 1});
+  EXPECT_EQ(over_count.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over_count.status().message(), HasSubstr("--max_weights"));
+}
+
+TEST_F(CheckpointLoaderTest, AStoreFailureStopsTheImportNamingTheLayer) {
+  absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
+      PlanCheckpoints({first_, second_}, Options(), {});
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  // Room for the first layer only, as a store that --data_dir filled would
+  // leave.
+  WeightStore store({.max_weights = 1});
+  StoreRecorder recorder(&store);
+  absl::StatusOr<CheckpointLoadReport> report =
+      LoadCheckpoints(*checkpoints, recorder.Function());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(report.status().message(),
+              AllOf(HasSubstr(absl::StrCat("--import ", second_)),
+                    HasSubstr("layer \"model.layers.1.up_proj\" as weight "
+                              "\"L1.up_proj\" (1 of 1) was not stored"),
+                    HasSubstr("--max_weights"),
+                    HasSubstr("1 layers stored before it")));
+  EXPECT_EQ(recorder.stored().size(), 1);
+}
+
+TEST(ImportOptionsFromFlagsTest, BadValuesNameTheirFlag) {
+  absl::StatusOr<ImportOptions> options =
+      ImportOptionsFromFlags({"a.b"}, {"x=y"}, "u4:32");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_THAT(options->layers, ElementsAre("a.b"));
+  EXPECT_EQ(options->name_map, (std::vector<NameMapRule>{{"x", "y"}}));
+  EXPECT_EQ(options->quantize,
+            (QuantizeSpec{.format = WeightFormat::kU4, .group_size = 32}));
+
+  absl::StatusOr<ImportOptions> bad_quantize =
+      ImportOptionsFromFlags({}, {}, "u4:96");
+  EXPECT_EQ(bad_quantize.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_quantize.status().message(), HasSubstr("--import_quantize"));
+  absl::StatusOr<ImportOptions> bad_map =
+      ImportOptionsFromFlags({}, {"=L"}, "u4b8:128");
+  EXPECT_EQ(bad_map.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_map.status().message(), HasSubstr("--import_name_map"));
+}
+
+}  // namespace
+}  // namespace nibble::server
