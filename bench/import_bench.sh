@@ -2,7 +2,8 @@
 # The checkpoint import target, measured on this machine: `nibble import` of
 # a 1 GB safetensors file into nibbled on loopback must take under twice the
 # time it takes to read the file from disk. For each layout (GPTQ and AWQ
-# layers, repacked; BF16 float layers, quantized as u4b8:128)
+# layers, repacked; BF16 float layers, quantized as u4b8:128; with
+# IMPORT_LAYOUTS also mxfp4 and nvfp4 layers, copied)
 # nibble-make-checkpoint writes a synthetic Llama-like checkpoint; the read
 # time is the median of IMPORT_RUNS `cat FILE > /dev/null`, the import time
 # the median of IMPORT_RUNS `nibble import`, each into a fresh nibbled, and

@@ -3,7 +3,9 @@
 // (model.layers.L.self_attn.q_proj ... model.layers.L.mlp.down_proj, K and N
 // of 4096 and 11008) as their producers store them: 4-bit GPTQ (AutoGPTQ,
 // symmetric, groups of 128 rows, with g_idx), 4-bit AWQ (AutoAWQ's GEMM
-// layout, groups of 128 rows) or BF16 float weights [N, K]. The data is
+// layout, groups of 128 rows), MXFP4 (gpt-oss' PREFIX_blocks and
+// PREFIX_scales), NVFP4 (ModelOpt's U8 weight, E4M3 weight_scale and fp32
+// weight_scale_2) or BF16 float weights [N, K]. The data is
 // random from --seed, so that every run writes the same bytes. --evict drops
 // a file from the page cache without root, so that the next read of it comes
 // from the disk. Used by bench/import_bench.sh (`make import-bench`).
@@ -40,7 +42,7 @@
 #include "kernels/dtype.h"
 
 ABSL_FLAG(std::string, layout, "gptq",
-          "what the layers hold: gptq, awq or float (BF16)");
+          "what the layers hold: gptq, awq, mxfp4, nvfp4 or float (BF16)");
 ABSL_FLAG(int64_t, bytes, int64_t{1} << 30,
           "most bytes of tensors to write: whole projections are added "
           "while the next one still fits");
@@ -124,6 +126,19 @@ std::string RandomBf16Weight(std::mt19937_64& rng, int64_t n, int64_t k) {
   return bytes;
 }
 
+// `count` 8-bit scale codes, uniform in [lo, hi].
+std::string RandomScaleCodes(std::mt19937_64& rng, int64_t count, int lo,
+                             int hi) {
+  std::uniform_int_distribution<int> code(lo, hi);
+  std::string bytes(count, '\0');
+  for (char& byte : bytes) byte = static_cast<char>(code(rng));
+  return bytes;
+}
+
+std::string FloatBytes(float value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
 std::string WordsBytes(const std::vector<uint32_t>& words) {
   return std::string(reinterpret_cast<const char*>(words.data()),
                      words.size() * sizeof(uint32_t));
@@ -185,6 +200,34 @@ std::vector<OwnedTensor> ProjectionTensors(CheckpointLayout layout,
                SafetensorsDtype::kBF16,
                {n, k},
                RandomBf16Weight(rng, n, k)}};
+    case CheckpointLayout::kMxfp4:
+      return {{absl::StrCat(prefix, "_blocks"),
+               SafetensorsDtype::kU8,
+               {n, k / 32, 16},
+               RandomBytes(rng, k * n / 2)},
+              // Exponents 2^-9 .. 2^-2, never 0xff (NaN).
+              {absl::StrCat(prefix, "_scales"),
+               SafetensorsDtype::kU8,
+               {n, k / 32},
+               RandomScaleCodes(rng, k / 32 * n, 118, 125)}};
+    case CheckpointLayout::kNvfp4:
+      return {{absl::StrCat(prefix, ".weight"),
+               SafetensorsDtype::kU8,
+               {n, k / 2},
+               RandomBytes(rng, k * n / 2)},
+              // E4M3 0.25 .. 240, never 0x7f (NaN).
+              {absl::StrCat(prefix, ".weight_scale"),
+               SafetensorsDtype::kF8E4M3,
+               {n, k / 16},
+               RandomScaleCodes(rng, k / 16 * n, 0x28, 0x77)},
+              {absl::StrCat(prefix, ".weight_scale_2"),
+               SafetensorsDtype::kF32,
+               {},
+               FloatBytes(1e-3f)},
+              {absl::StrCat(prefix, ".input_scale"),
+               SafetensorsDtype::kF32,
+               {},
+               FloatBytes(0.5f)}};
   }
   return {};
 }
@@ -201,6 +244,10 @@ int64_t ProjectionBytes(CheckpointLayout layout, const Projection& projection) {
       return k * n / 2 + groups * n / 2 + groups * n * 2;
     case CheckpointLayout::kFloat:
       return k * n * 2;
+    case CheckpointLayout::kMxfp4:
+      return k * n / 2 + k / 32 * n;
+    case CheckpointLayout::kNvfp4:
+      return k * n / 2 + k / 16 * n + 8;
   }
   return 0;
 }
@@ -208,11 +255,12 @@ int64_t ProjectionBytes(CheckpointLayout layout, const Projection& projection) {
 absl::StatusOr<CheckpointLayout> ParseLayout(absl::string_view name) {
   for (CheckpointLayout layout :
        {CheckpointLayout::kGptq, CheckpointLayout::kAwq,
+        CheckpointLayout::kMxfp4, CheckpointLayout::kNvfp4,
         CheckpointLayout::kFloat}) {
     if (name == checkpoint::CheckpointLayoutName(layout)) return layout;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--layout=", name, ": expected gptq, awq or float"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--layout=", name, ": expected gptq, awq, mxfp4, nvfp4 or float"));
 }
 
 int WriteCheckpoint(CheckpointLayout layout, int64_t max_bytes,

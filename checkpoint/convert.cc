@@ -1,9 +1,12 @@
 #include "checkpoint/convert.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -253,6 +256,255 @@ absl::StatusOr<const TensorInfo*> CheckFloatTensor(const SafetensorsFile& file,
   return weight;
 }
 
+// The tensors of an MXFP4 layer, checked against each other.
+struct Mxfp4Tensors {
+  const TensorInfo* blocks = nullptr;
+  const TensorInfo* scales = nullptr;
+  // The dimensions before [N, K/32, 16]: one weight per index.
+  std::vector<int64_t> expert_dims;
+  int64_t experts = 1;
+  WeightSpec spec;
+};
+
+// PREFIX_blocks (Hugging Face's name) or PREFIX.blocks (gpt-oss' original
+// checkpoint), or nullptr.
+const TensorInfo* FindMxfp4Blocks(const SafetensorsFile& file,
+                                  absl::string_view prefix) {
+  const TensorInfo* blocks = file.Find(absl::StrCat(prefix, "_blocks"));
+  return blocks != nullptr ? blocks
+                           : file.Find(absl::StrCat(prefix, ".blocks"));
+}
+
+absl::StatusOr<Mxfp4Tensors> CheckMxfp4Tensors(const SafetensorsFile& file,
+                                               absl::string_view prefix) {
+  Mxfp4Tensors tensors;
+  tensors.blocks = FindMxfp4Blocks(file, prefix);
+  if (tensors.blocks == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "_blocks is missing from ", file.source_name(),
+                     ": an MXFP4 layer needs its blocks and scales"));
+  }
+  const TensorInfo& blocks = *tensors.blocks;
+  // The scales go by the same separator as the blocks.
+  const std::string scales_name = absl::StrCat(
+      blocks.name.substr(0, blocks.name.size() - std::string("blocks").size()),
+      "scales");
+  tensors.scales = file.Find(scales_name);
+  if (tensors.scales == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        scales_name, " is missing from ", file.source_name(), ": ", blocks.name,
+        " holds MXFP4 codes, which need their E8M0 scales"));
+  }
+  const TensorInfo& scales = *tensors.scales;
+  if (absl::Status s = CheckDtype(blocks, {SafetensorsDtype::kU8}); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckDtype(
+          scales, {SafetensorsDtype::kU8, SafetensorsDtype::kF8E8M0});
+      !s.ok()) {
+    return s;
+  }
+  const size_t rank = blocks.shape.size();
+  if (rank < 3 || blocks.shape[rank - 1] != 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Described(blocks),
+        " should be [..., N, K/32, 16]: 16 bytes of two FP4 codes each for "
+        "every group of 32 values along K"));
+  }
+  const std::vector<int64_t> want_scales(blocks.shape.begin(),
+                                         blocks.shape.end() - 1);
+  if (scales.shape != want_scales) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Described(scales), " should be ", ShapeString(want_scales),
+                     ": one E8M0 scale per group of ", Described(blocks)));
+  }
+  tensors.expert_dims.assign(blocks.shape.begin(), blocks.shape.end() - 3);
+  for (int64_t dim : tensors.expert_dims) tensors.experts *= dim;
+  tensors.spec = {WeightFormat::kMxfp4, blocks.shape[rank - 2] * 32,
+                  blocks.shape[rank - 3], 32};
+  if (absl::Status s = CheckSpec(tensors.spec, Described(blocks)); !s.ok()) {
+    return s;
+  }
+  return tensors;
+}
+
+// The tensors of an NVFP4 layer, checked against each other.
+struct Nvfp4Tensors {
+  const TensorInfo* weight = nullptr;
+  const TensorInfo* scales = nullptr;
+  const TensorInfo* global_scale = nullptr;
+  WeightSpec spec;
+};
+
+// Checks dtypes and shapes; reads only the global scale.
+absl::StatusOr<Nvfp4Tensors> CheckNvfp4Tensors(const SafetensorsFile& file,
+                                               absl::string_view prefix) {
+  Nvfp4Tensors tensors;
+  for (auto [field, suffix] : {std::pair{&tensors.weight, "weight"},
+                               {&tensors.scales, "weight_scale"},
+                               {&tensors.global_scale, "weight_scale_2"}}) {
+    const std::string name = absl::StrCat(prefix, ".", suffix);
+    *field = file.Find(name);
+    if (*field == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " is missing from ", file.source_name(),
+          ": an NVFP4 layer (U8 ", prefix,
+          ".weight) needs weight, weight_scale and weight_scale_2"));
+    }
+  }
+  const TensorInfo& weight = *tensors.weight;
+  const TensorInfo& scales = *tensors.scales;
+  const TensorInfo& global_scale = *tensors.global_scale;
+  if (absl::Status s = CheckDtype(weight, {SafetensorsDtype::kU8}); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckDtype(scales, {SafetensorsDtype::kF8E4M3});
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckDtype(global_scale, {SafetensorsDtype::kF32});
+      !s.ok()) {
+    return s;
+  }
+  for (const TensorInfo* tensor : {&weight, &scales}) {
+    if (absl::Status s = CheckRank(*tensor, 2); !s.ok()) return s;
+  }
+  if (global_scale.num_elements() != 1 || global_scale.shape.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Described(global_scale), " should be a single fp32 value ([] or [1])"));
+  }
+  const int64_t n = weight.shape[0];
+  const int64_t k = weight.shape[1] * 2;
+  if (k % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Described(weight), " holds K=", k,
+                     " codes per row, not a multiple of NVFP4's group of 16"));
+  }
+  if (scales.shape[0] != n || scales.shape[1] != k / 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Described(scales), " should be [", n, ", ", k / 16,
+                     "]: one scale per 16 codes of ", Described(weight)));
+  }
+  float g = 0;
+  std::memcpy(&g, file.Data(global_scale).data(), sizeof(g));
+  if (!std::isfinite(g) || g <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(global_scale.name, " is ", g,
+                     ": the global scale must be finite and positive"));
+  }
+  tensors.spec = {WeightFormat::kNvfp4, k, n, 16, g};
+  if (absl::Status s = CheckSpec(tensors.spec, Described(weight)); !s.ok()) {
+    return s;
+  }
+  return tensors;
+}
+
+// Rows of FP4 codes [N, K/2] bytes, two per byte with the lower nibble first
+// along K, as qweight [K/8, N]: the 4 bytes holding rows 8i..8i+7 of column n
+// are, read as a little-endian word, exactly word [i, n], so this is a
+// transpose of 32-bit words.
+std::vector<uint32_t> TransposeFp4Codes(const uint8_t* codes, int64_t k,
+                                        int64_t n) {
+  const int64_t words_per_row = k / kCodesPerWord;
+  std::vector<uint32_t> qweight(words_per_row * n);
+  // Blocks of 16 columns, so that each word row written is a cache line and
+  // the 16 rows read stream sequentially.
+  constexpr int64_t kBlock = 16;
+  for (int64_t first = 0; first < n; first += kBlock) {
+    const int64_t last = std::min(n, first + kBlock);
+    for (int64_t i = 0; i < words_per_row; ++i) {
+      for (int64_t col = first; col < last; ++col) {
+        std::memcpy(&qweight[i * n + col], codes + col * (k / 2) + 4 * i, 4);
+      }
+    }
+  }
+  return qweight;
+}
+
+// 8-bit scale codes [N, groups] as scale slots [groups, N], refusing the
+// codes for which `is_nan` holds. `index_prefix` starts the index of a code
+// in `tensor` ("3, " for expert 3 of a 3-D tensor).
+template <typename IsNan>
+absl::StatusOr<std::vector<uint16_t>> TransposeScaleCodes(
+    const TensorInfo& tensor, absl::string_view index_prefix,
+    const uint8_t* codes, int64_t groups, int64_t n, IsNan is_nan) {
+  const uint8_t* end = codes + groups * n;
+  // A branch-free scan first (it vectorizes), the search only on failure.
+  bool any_nan = false;
+  for (const uint8_t* code = codes; code < end; ++code)
+    any_nan |= is_nan(*code);
+  if (any_nan) {
+    const int64_t i = std::find_if(codes, end, is_nan) - codes;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s[%s%d, %d] is NaN (code 0x%02x): scales must be finite", tensor.name,
+        index_prefix, i / groups, i % groups, codes[i]));
+  }
+  std::vector<uint16_t> slots(groups * n);
+  // Blocks of 32 columns, so that each row of slots written is a cache line.
+  constexpr int64_t kBlock = 32;
+  for (int64_t first = 0; first < n; first += kBlock) {
+    const int64_t last = std::min(n, first + kBlock);
+    for (int64_t group = 0; group < groups; ++group) {
+      for (int64_t col = first; col < last; ++col) {
+        slots[group * n + col] = codes[col * groups + group];
+      }
+    }
+  }
+  return slots;
+}
+
+// PREFIX.weight's tensor checks, and the spec quantizing it would give
+// (without kNvfp4's global scale, which needs the values).
+absl::StatusOr<WeightSpec> CheckFloatSpec(const SafetensorsFile& file,
+                                          absl::string_view prefix,
+                                          WeightFormat format,
+                                          int64_t group_size) {
+  absl::StatusOr<const TensorInfo*> tensor = CheckFloatTensor(file, prefix);
+  if (!tensor.ok()) return tensor.status();
+  const TensorInfo& info = **tensor;
+  // nn.Linear stores [out_features, in_features] = [N, K].
+  const WeightSpec spec{format, info.shape[1], info.shape[0], group_size};
+  if (absl::Status s = CheckSpec(
+          spec, absl::StrCat(Described(info), " ([N, K]) and group size ",
+                             group_size));
+      !s.ok()) {
+    return s;
+  }
+  return spec;
+}
+
+// The scale slots of expert `expert` of an MXFP4 layer, refusing NaN.
+absl::StatusOr<std::vector<uint16_t>> Mxfp4Scales(const SafetensorsFile& file,
+                                                  const Mxfp4Tensors& tensors,
+                                                  int64_t expert) {
+  const WeightSpec& spec = tensors.spec;
+  if (expert < 0 || expert >= tensors.experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert ", expert, " of ", Described(*tensors.blocks),
+        " does not exist: it holds ", tensors.experts, " weights"));
+  }
+  // The expert's index in the leading dimensions, for messages.
+  std::string index_prefix;
+  for (int64_t rest = expert, i = tensors.expert_dims.size() - 1; i >= 0; --i) {
+    index_prefix =
+        absl::StrCat(rest % tensors.expert_dims[i], ", ", index_prefix);
+    rest /= tensors.expert_dims[i];
+  }
+  return TransposeScaleCodes(
+      *tensors.scales, index_prefix,
+      file.Data(*tensors.scales).data() + expert * spec.groups() * spec.n,
+      spec.groups(), spec.n, [](uint8_t code) { return code == kE8m0Nan; });
+}
+
+// The scale slots of an NVFP4 layer, refusing NaN.
+absl::StatusOr<std::vector<uint16_t>> Nvfp4Scales(const SafetensorsFile& file,
+                                                  const Nvfp4Tensors& tensors) {
+  return TransposeScaleCodes(*tensors.scales, "",
+                             file.Data(*tensors.scales).data(),
+                             tensors.spec.groups(), tensors.spec.n,
+                             [](uint8_t code) { return IsE4m3Nan(code); });
+}
+
 // Copies the fp16 scales, refusing NaN and infinity: a scale that is not
 // finite would spoil every product with its group.
 absl::StatusOr<std::vector<uint16_t>> ReadScales(const SafetensorsFile& file,
@@ -334,9 +586,134 @@ absl::StatusOr<std::vector<int64_t>> GptqRowOrder(const SafetensorsFile& file,
   return order;
 }
 
+DType FloatDType(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kF16:
+      return DType::kF16;
+    case SafetensorsDtype::kBF16:
+      return DType::kBF16;
+    default:
+      return DType::kF32;
+  }
+}
+
+// A GPTQ layer's weight without its codes (qweight left empty): spec,
+// scales, zero points (format kU4b8 when every one is 8) and the row order.
+// Reads everything but qweight, so it also checks the values cheaply.
+absl::StatusOr<GptqWeight> GptqWithoutCodes(
+    const SafetensorsFile& file, const PackedTensors& tensors,
+    GptqZeroConvention zero_convention) {
+  const WeightSpec& spec = tensors.spec;
+  GptqWeight result;
+  QuantizedWeight& weight = result.weight;
+  weight.spec = spec;
+  absl::StatusOr<std::vector<uint16_t>> scales =
+      ReadScales(file, *tensors.scales);
+  if (!scales.ok()) return scales.status();
+  weight.scales = *std::move(scales);
+
+  // v1 stores zero - 1; a stored 15 is zero 16, out of 4 bits.
+  const int zero_offset = zero_convention == GptqZeroConvention::kV1 ? 1 : 0;
+  const absl::Span<const uint8_t> qzeros = file.Data(*tensors.qzeros);
+  weight.zeros.resize(spec.groups() * spec.n);
+  bool all_eight = true;
+  for (int64_t group = 0; group < spec.groups(); ++group) {
+    for (int64_t col = 0; col < spec.n; ++col) {
+      const int stored =
+          UnpackColumn(qzeros, group * (spec.n / 8), col, kIdentityNibbles);
+      const int zero = stored + zero_offset;
+      if (zero > 15) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            tensors.qzeros->name, " stores 15 for column ", col, ", group ",
+            group,
+            ": under the v1 convention (stored = zero point - 1) that is "
+            "zero "
+            "point 16, beyond 4 bits. AutoGPTQ writes this for a true zero "
+            "point of 0, corrupting the rest of the word; if the checkpoint "
+            "is gptq_v2 (stored = zero point), use GptqZeroConvention::kV2"));
+      }
+      weight.zeros[group * spec.n + col] = zero;
+      all_eight = all_eight && zero == 8;
+    }
+  }
+  if (all_eight) {
+    weight.spec.format = WeightFormat::kU4b8;
+    weight.zeros.clear();
+  }
+  if (tensors.g_idx != nullptr) {
+    absl::StatusOr<std::vector<int64_t>> order =
+        GptqRowOrder(file, *tensors.g_idx, spec);
+    if (!order.ok()) return order.status();
+    result.activation_order = *std::move(order);
+  }
+  return result;
+}
+
+// An AWQ layer's weight without its codes: spec, scales and zero points.
+absl::StatusOr<QuantizedWeight> AwqWithoutCodes(const SafetensorsFile& file,
+                                                const PackedTensors& tensors) {
+  const WeightSpec& spec = tensors.spec;
+  QuantizedWeight weight;
+  weight.spec = spec;
+  absl::StatusOr<std::vector<uint16_t>> scales =
+      ReadScales(file, *tensors.scales);
+  if (!scales.ok()) return scales.status();
+  weight.scales = *std::move(scales);
+  const absl::Span<const uint8_t> qzeros = file.Data(*tensors.qzeros);
+  weight.zeros.resize(spec.groups() * spec.n);
+  for (int64_t group = 0; group < spec.groups(); ++group) {
+    for (int64_t col = 0; col < spec.n; ++col) {
+      weight.zeros[group * spec.n + col] =
+          UnpackColumn(qzeros, group * (spec.n / 8), col, kAwqNibbleOfColumn);
+    }
+  }
+  return weight;
+}
+
+// Swaps the nibbles of `a` at positions p with p & s set against those of
+// `b` at p - s (s = 4, 2 or 1 nibbles): one step of a blockwise transpose.
+template <int s>
+void SwapNibbleBlocks(uint32_t& a, uint32_t& b) {
+  constexpr uint32_t kLowBlocks = s == 4   ? 0x0000ffffu
+                                  : s == 2 ? 0x00ff00ffu
+                                           : 0x0f0f0f0fu;
+  const uint32_t t = ((a >> (4 * s)) ^ b) & kLowBlocks;
+  b ^= t;
+  a ^= t << (4 * s);
+}
+
+// AWQ's qweight [K, N/8] as nibble's [K/8, N]. Eight AWQ words of rows
+// 8i..8i+7 and columns 8c..8c+7 are an 8x8 matrix of nibbles (word j = row
+// 8i + j, nibble p = column 8c + kAwqNibbleColumn[p]); transposed in three
+// rounds of block swaps, word p becomes rows 8i..8i+7 of that column.
+void RepackAwqCodes(const uint8_t* awq, int64_t k, int64_t n,
+                    uint32_t* qweight) {
+  const int64_t words_per_row = n / 8;
+  for (int64_t i = 0; i < k / kCodesPerWord; ++i) {
+    const uint8_t* rows = awq + i * kCodesPerWord * words_per_row * 4;
+    uint32_t* out = qweight + i * n;
+    for (int64_t c = 0; c < words_per_row; ++c) {
+      uint32_t m[8];
+      for (int j = 0; j < 8; ++j) {
+        std::memcpy(&m[j], rows + (j * words_per_row + c) * 4, 4);
+      }
+      for (int j : {0, 1, 2, 3}) SwapNibbleBlocks<4>(m[j], m[j + 4]);
+      for (int j : {0, 1, 4, 5}) SwapNibbleBlocks<2>(m[j], m[j + 2]);
+      for (int j : {0, 2, 4, 6}) SwapNibbleBlocks<1>(m[j], m[j + 1]);
+      for (int p = 0; p < 8; ++p) out[8 * c + kAwqNibbleColumn[p]] = m[p];
+    }
+  }
+}
+
 // --- Quantization of float weights.
 
-double RoundHalfEven(double x) { return std::nearbyint(x); }
+// Round to nearest, ties to even, for |x| < 2^51: adding 1.5 * 2^52 leaves
+// no fraction bits, so the addition rounds as the FPU does (to even), and
+// unlike std::nearbyint it is two vectorizable instructions.
+double RoundHalfEven(double x) {
+  constexpr double kShift = 0x1.8p52;
+  return (x + kShift) - kShift;
+}
 
 // The fp16 nearest to x in (0, 65504], ties to even. Going through float
 // rounds twice, which can miss by one step, so the neighbours are compared.
@@ -356,21 +733,17 @@ uint16_t NearestHalf(double x) {
 }
 
 // The E2M1 code whose value is nearest to x, ties to the even code (even
-// mantissa); +0 for values that round to zero.
-uint8_t NearestFp4Code(double x) {
-  const double magnitude = std::abs(x);
-  uint8_t best = 0;
-  for (uint8_t code = 1; code < 8; ++code) {
-    const double error = std::abs(Fp4CodeToFloat(code) - magnitude);
-    const double best_error = std::abs(Fp4CodeToFloat(best) - magnitude);
-    if (error < best_error || (error == best_error && code % 2 == 0)) {
-      best = code;
-    }
-  }
-  return (x < 0 && best != 0) ? (best | 0x8) : best;
+// mantissa); +0 for values that round to zero. The magnitudes 0, 0.5, 1,
+// 1.5, 2, 3, 4, 6 are codes 0..7: the code counts the midpoints below |x|,
+// a midpoint counting when |x| equals it only if the code above it is even.
+uint32_t NearestFp4Code(double x) {
+  const double m = std::abs(x);
+  const uint32_t code = (m > 0.25) + (m >= 0.75) + (m > 1.25) + (m >= 1.75) +
+                        (m > 2.5) + (m >= 3.5) + (m > 5);
+  return code | ((x < 0 && code != 0) ? 0x8u : 0u);
 }
 
-// One group of one column: its values' extremes, and what they quantize to.
+// One group of one column: its values' extremes.
 struct GroupRange {
   double lo = 0;  // min(min w, 0)
   double hi = 0;  // max(max w, 0)
@@ -379,15 +752,9 @@ struct GroupRange {
 
 // The codes quantization may use without clamping, in units of the scale.
 double ScaleDivisor(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kFp4:
-      return 6;
-    case WeightFormat::kU4b8:
-      return 7;
-    case WeightFormat::kU4:
-      return 15;
-  }
-  return 0;
+  return format == WeightFormat::kU4     ? 15
+         : format == WeightFormat::kU4b8 ? 7
+                                         : 6;
 }
 
 double Extent(WeightFormat format, const GroupRange& range) {
@@ -398,81 +765,208 @@ double Extent(WeightFormat format, const GroupRange& range) {
 bool ScaleClamps(WeightFormat format, const GroupRange& range, double s) {
   if (s == 0) return true;
   switch (format) {
-    case WeightFormat::kFp4:
-      return range.absmax() / s > 6;
     case WeightFormat::kU4b8:
       return RoundHalfEven(range.absmax() / s) > 7;
     case WeightFormat::kU4:
       return RoundHalfEven(range.hi / s) + RoundHalfEven(-range.lo / s) > 15;
+    default:  // FP4 codes: 6 is the largest magnitude
+      return range.absmax() > 6 * s;
   }
-  return true;
 }
 
-// Quantizes column `col` of B from `values`, the column's K inputs, group by
-// group (the rules are in the header).
-absl::Status QuantizeColumn(absl::Span<const float> values, int64_t col,
-                            const TensorInfo& tensor, QuantizedWeight& weight) {
-  const WeightSpec& spec = weight.spec;
-  for (int64_t group = 0; group < spec.groups(); ++group) {
-    const absl::Span<const float> inputs =
-        values.subspan(group * spec.group_size, spec.group_size);
-    GroupRange range;
-    for (float w : inputs) {
-      range.lo = std::min<double>(range.lo, w);
-      range.hi = std::max<double>(range.hi, w);
+// The E8M0 code of the smallest power of two s with absmax / s <= 6, at
+// least 2^-127 (code 0). absmax <= FLT_MAX < 6 * 2^127 fits below code 255.
+uint8_t Mxfp4ScaleCode(double absmax) {
+  int exponent = 0;
+  std::frexp(absmax / 6, &exponent);  // absmax / 6 < 2^exponent, about
+  while (exponent > -127 && absmax <= 6 * std::ldexp(1.0, exponent - 1)) {
+    --exponent;
+  }
+  while (absmax > 6 * std::ldexp(1.0, exponent)) ++exponent;
+  return static_cast<uint8_t>(std::max(exponent, -127) + 127);
+}
+
+// The E4M3 code of absmax / 6 / g, stepped up while absmax / (s * g) > 6;
+// the global scale guarantees that 448 (code 0x7e) never clips.
+uint8_t Nvfp4ScaleCode(double absmax, float global_scale) {
+  constexpr uint8_t kLargestE4m3 = 0x7e;
+  uint8_t code = FloatToE4m3(static_cast<float>(absmax / 6 / global_scale));
+  while (code < kLargestE4m3 &&
+         ScaleClamps(WeightFormat::kNvfp4, {-absmax, absmax},
+                     E4m3ToFloat(code) * double{global_scale})) {
+    ++code;
+  }
+  return code;
+}
+
+// kNvfp4's global scale for a tensor whose largest magnitude is `amax`:
+// amax / (6 * 448) in fp32, stepped up while rounding leaves it too small
+// for amax to fit the largest E4M3 scale; 1 for a tensor of zeros.
+float Nvfp4GlobalScale(double amax) {
+  if (amax == 0) return 1.0f;
+  float g = std::max(static_cast<float>(amax / (6 * 448)),
+                     std::numeric_limits<float>::denorm_min());
+  while (amax > 6 * 448 * double{g}) {
+    g = std::nextafter(g, std::numeric_limits<float>::infinity());
+  }
+  return g;
+}
+
+// A group's scale: the slot stored, and what a code is multiplied by (with
+// kNvfp4's global scale); both 0 for a group of zeros.
+struct GroupScale {
+  uint16_t slot = 0;
+  double s = 0;
+};
+
+// The scale of a group of column `col` (the rules are in the header).
+absl::StatusOr<GroupScale> ChooseScale(const WeightSpec& spec,
+                                       const GroupRange& range,
+                                       const TensorInfo& tensor, int64_t col,
+                                       int64_t group) {
+  const double extent = Extent(spec.format, range);
+  // Slot 0 is 0 (fp16, E4M3) or 2^-127 (E8M0); the codes of zeros follow.
+  if (extent == 0) return GroupScale{};
+  if (spec.format == WeightFormat::kMxfp4) {
+    const uint8_t code = Mxfp4ScaleCode(extent);
+    return GroupScale{code, E8m0ToFloat(code)};
+  }
+  if (spec.format == WeightFormat::kNvfp4) {
+    const uint8_t code = Nvfp4ScaleCode(extent, spec.global_scale);
+    return GroupScale{code, E4m3ToFloat(code) * double{spec.global_scale}};
+  }
+  const double ideal_scale = extent / ScaleDivisor(spec.format);
+  uint16_t slot =
+      ideal_scale > kLargestHalf ? kHalfExponentBits : NearestHalf(ideal_scale);
+  if (slot < kHalfExponentBits &&
+      ScaleClamps(spec.format, range, HalfToFloat(slot))) {
+    ++slot;
+  }
+  if (slot >= kHalfExponentBits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the values of row %d, columns %d..%d span [%g, %g], which "
+        "need a scale of %g for %s, beyond fp16's largest, 65504",
+        tensor.name, col, group * spec.group_size,
+        (group + 1) * spec.group_size - 1, range.lo, range.hi, ideal_scale,
+        WeightFormatName(spec.format)));
+  }
+  return GroupScale{slot, HalfToFloat(slot)};
+}
+
+// Eight 4-bit codes, one a byte (code j in byte j), as one word (code j in
+// bits 4j..4j+3): each step folds pairs of neighbours together.
+uint32_t PackNibbles(const uint8_t* codes) {
+  uint64_t x;
+  std::memcpy(&x, codes, sizeof(x));
+  x = (x | x >> 4) & 0x00ff00ff00ff00ffu;
+  x = (x | x >> 8) & 0x0000ffff0000ffffu;
+  return static_cast<uint32_t>(x | x >> 16);
+}
+
+// Writes the codes of `count` values (a multiple of 8) of one column to
+// `words`, 8 rows to a word, `stride` words apart (qweight's N). `codes` is
+// scratch space for `count` codes.
+void WriteGroupCodes(WeightFormat format, const float* values, int64_t count,
+                     const GroupScale& scale, int zero, uint8_t* codes,
+                     uint32_t* words, int64_t stride) {
+  if (scale.s == 0) {
+    std::fill_n(codes, count, format == WeightFormat::kU4b8 ? 8 : 0);
+  } else if (HasFp4Codes(format)) {
+    for (int64_t i = 0; i < count; ++i) {
+      codes[i] = static_cast<uint8_t>(NearestFp4Code(values[i] / scale.s));
     }
-    const double extent = Extent(spec.format, range);
-    const int64_t scale_index = group * spec.n + col;
-    if (extent == 0) {
-      weight.scales[scale_index] = 0;
-      const uint8_t zero_code = spec.format == WeightFormat::kU4b8 ? 8 : 0;
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      codes[i] = static_cast<uint8_t>(
+          static_cast<int>(RoundHalfEven(values[i] / scale.s)) + zero);
+    }
+  }
+  for (int64_t w = 0; w < count / kCodesPerWord; ++w) {
+    words[w * stride] = PackNibbles(codes + w * kCodesPerWord);
+  }
+}
+
+// The groups of every column of a float layer, in order: reads each row of
+// the [N, K] tensor (column n of B, its groups contiguous) and calls
+// visit(col, group, values, range) for every group, after checking that its
+// values are finite. Stops at the first error.
+template <typename Visit>
+absl::Status ForEachFloatGroup(const SafetensorsFile& file,
+                               const TensorInfo& tensor, const WeightSpec& spec,
+                               Visit visit) {
+  const DType dtype = FloatDType(tensor.dtype);
+  const uint8_t* data = file.Data(tensor).data();
+  std::vector<float> column(spec.k);
+  for (int64_t col = 0; col < spec.n; ++col) {
+    const uint8_t* row = data + col * spec.k * DTypeSize(dtype);
+    if (dtype == DType::kBF16) {
+      // ConvertToFloat decides the dtype per element; this loop vectorizes.
+      const auto* bf16 = reinterpret_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < spec.k; ++i) column[i] = Bf16ToFloat(bf16[i]);
+    } else {
+      ConvertToFloat(dtype, row, spec.k, column.data());
+    }
+    for (int64_t group = 0; group < spec.groups(); ++group) {
+      const float* values = column.data() + group * spec.group_size;
+      // On the bits: non-negative floats order as integers, so the largest
+      // positive value and the largest negative magnitude are integer
+      // maxima, and any NaN or infinity is larger than every finite value.
+      // Integer max reductions vectorize; floating-point ones do not.
+      int32_t positive_max = 0, negative_max = 0;
       for (int64_t i = 0; i < spec.group_size; ++i) {
-        weight.SetCode(group * spec.group_size + i, col, zero_code);
+        const int32_t bits = std::bit_cast<int32_t>(values[i]);
+        const int32_t magnitude = bits & 0x7fffffff;
+        const int32_t negative = bits >> 31;  // all ones when negative
+        positive_max = std::max(positive_max, magnitude & ~negative);
+        negative_max = std::max(negative_max, magnitude & negative);
       }
-      continue;
-    }
-    const double ideal_scale = extent / ScaleDivisor(spec.format);
-    uint16_t scale_bits = ideal_scale > kLargestHalf ? kHalfExponentBits
-                                                     : NearestHalf(ideal_scale);
-    if (scale_bits < kHalfExponentBits &&
-        ScaleClamps(spec.format, range, HalfToFloat(scale_bits))) {
-      ++scale_bits;
-    }
-    if (scale_bits >= kHalfExponentBits) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: the values of row %d, columns %d..%d span [%g, %g], which "
-          "need a scale of %g for %s, beyond fp16's largest, 65504",
-          tensor.name, col, group * spec.group_size,
-          (group + 1) * spec.group_size - 1, range.lo, range.hi, ideal_scale,
-          WeightFormatName(spec.format)));
-    }
-    weight.scales[scale_index] = scale_bits;
-    const double s = HalfToFloat(scale_bits);
-    const int zero = spec.format == WeightFormat::kU4
-                         ? static_cast<int>(RoundHalfEven(-range.lo / s))
-                         : 8;
-    if (spec.format == WeightFormat::kU4) weight.zeros[scale_index] = zero;
-    for (int64_t i = 0; i < spec.group_size; ++i) {
-      const double scaled = inputs[i] / s;
-      const uint8_t code =
-          spec.format == WeightFormat::kFp4
-              ? NearestFp4Code(scaled)
-              : static_cast<uint8_t>(RoundHalfEven(scaled) + zero);
-      weight.SetCode(group * spec.group_size + i, col, code);
+      constexpr int32_t kInfinityBits = 0x7f800000;
+      const bool finite = std::max(positive_max, negative_max) < kInfinityBits;
+      const double lo =
+          negative_max == 0 ? 0.0 : -std::bit_cast<float>(negative_max);
+      const double hi = std::bit_cast<float>(positive_max);
+      if (!finite) {
+        const int64_t i =
+            std::find_if(values, values + spec.group_size,
+                         [](float v) { return !std::isfinite(v); }) -
+            column.data();
+        return absl::InvalidArgumentError(
+            absl::StrCat(tensor.name, "[", col, ", ", i, "] is ", column[i],
+                         ": only finite weights can be quantized"));
+      }
+      if (absl::Status s = visit(col, group, values, GroupRange{lo, hi});
+          !s.ok()) {
+        return s;
+      }
     }
   }
   return absl::OkStatus();
 }
 
-DType FloatDType(SafetensorsDtype dtype) {
-  switch (dtype) {
-    case SafetensorsDtype::kF16:
-      return DType::kF16;
-    case SafetensorsDtype::kBF16:
-      return DType::kBF16;
-    default:
-      return DType::kF32;
+// The spec a quantization of the float layer gives, with kNvfp4's global
+// scale, after checking every element and every group's scale.
+absl::StatusOr<WeightSpec> CheckFloatValues(const SafetensorsFile& file,
+                                            const TensorInfo& tensor,
+                                            WeightSpec spec) {
+  double amax = 0;
+  // 8-bit scales cannot overflow; fp16 ones can.
+  const bool half_scales =
+      !HasFp4Codes(spec.format) || spec.format == WeightFormat::kFp4;
+  if (absl::Status s = ForEachFloatGroup(
+          file, tensor, spec,
+          [&](int64_t col, int64_t group, const float*,
+              const GroupRange& range) -> absl::Status {
+            amax = std::max(amax, range.absmax());
+            if (!half_scales) return absl::OkStatus();
+            return ChooseScale(spec, range, tensor, col, group).status();
+          });
+      !s.ok()) {
+    return s;
   }
+  if (spec.format == WeightFormat::kNvfp4) {
+    spec.global_scale = Nvfp4GlobalScale(amax);
+  }
+  return spec;
 }
 
 }  // namespace
@@ -485,6 +979,10 @@ absl::string_view CheckpointLayoutName(CheckpointLayout layout) {
       return "awq";
     case CheckpointLayout::kFloat:
       return "float";
+    case CheckpointLayout::kMxfp4:
+      return "mxfp4";
+    case CheckpointLayout::kNvfp4:
+      return "nvfp4";
   }
   return "unknown";
 }
@@ -493,13 +991,26 @@ absl::StatusOr<CheckpointLayout> DetectLayout(const SafetensorsFile& file,
                                               absl::string_view prefix) {
   const TensorInfo* qweight = file.Find(absl::StrCat(prefix, ".qweight"));
   if (qweight == nullptr) {
-    if (file.Find(absl::StrCat(prefix, ".weight")) == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("neither ", prefix, ".qweight (GPTQ, AWQ) nor ", prefix,
-                       ".weight (floats) is in ", file.source_name()));
+    if (FindMxfp4Blocks(file, prefix) != nullptr) {
+      absl::StatusOr<Mxfp4Tensors> mxfp4 = CheckMxfp4Tensors(file, prefix);
+      if (!mxfp4.ok()) return mxfp4.status();
+      return CheckpointLayout::kMxfp4;
     }
-    absl::StatusOr<const TensorInfo*> weight = CheckFloatTensor(file, prefix);
-    if (!weight.ok()) return weight.status();
+    const TensorInfo* weight = file.Find(absl::StrCat(prefix, ".weight"));
+    if (weight == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("none of ", prefix, ".qweight (GPTQ, AWQ), ", prefix,
+                       "_blocks (MXFP4) and ", prefix,
+                       ".weight (NVFP4, floats) is in ", file.source_name()));
+    }
+    // NVFP4 packs its codes in bytes; floats are F16, BF16 or F32.
+    if (weight->dtype == SafetensorsDtype::kU8) {
+      absl::StatusOr<Nvfp4Tensors> nvfp4 = CheckNvfp4Tensors(file, prefix);
+      if (!nvfp4.ok()) return nvfp4.status();
+      return CheckpointLayout::kNvfp4;
+    }
+    absl::StatusOr<const TensorInfo*> checked = CheckFloatTensor(file, prefix);
+    if (!checked.ok()) return checked.status();
     return CheckpointLayout::kFloat;
   }
   absl::StatusOr<PackedTensors> tensors = FindPackedTensors(file, prefix);
@@ -528,65 +1039,21 @@ absl::StatusOr<GptqWeight> ConvertGptqWeight(
     GptqZeroConvention zero_convention) {
   absl::StatusOr<PackedTensors> tensors = CheckGptqTensors(file, prefix);
   if (!tensors.ok()) return tensors.status();
-  const WeightSpec& spec = tensors->spec;
-
-  QuantizedWeight checkpoint_order;
-  checkpoint_order.spec = spec;
-  absl::StatusOr<std::vector<uint16_t>> scales =
-      ReadScales(file, *tensors->scales);
-  if (!scales.ok()) return scales.status();
-  checkpoint_order.scales = *std::move(scales);
-
-  // v1 stores zero - 1; a stored 15 is zero 16, out of 4 bits.
-  const int zero_offset = zero_convention == GptqZeroConvention::kV1 ? 1 : 0;
-  const absl::Span<const uint8_t> qzeros = file.Data(*tensors->qzeros);
-  checkpoint_order.zeros.resize(spec.groups() * spec.n);
-  bool all_eight = true;
-  for (int64_t group = 0; group < spec.groups(); ++group) {
-    for (int64_t col = 0; col < spec.n; ++col) {
-      const int stored =
-          UnpackColumn(qzeros, group * (spec.n / 8), col, kIdentityNibbles);
-      const int zero = stored + zero_offset;
-      if (zero > 15) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            tensors->qzeros->name, " stores 15 for column ", col, ", group ",
-            group,
-            ": under the v1 convention (stored = zero point - 1) that is zero "
-            "point 16, beyond 4 bits. AutoGPTQ writes this for a true zero "
-            "point of 0, corrupting the rest of the word; if the checkpoint "
-            "is gptq_v2 (stored = zero point), use GptqZeroConvention::kV2"));
-      }
-      checkpoint_order.zeros[group * spec.n + col] = zero;
-      all_eight = all_eight && zero == 8;
-    }
-  }
-  if (all_eight) {
-    checkpoint_order.spec.format = WeightFormat::kU4b8;
-    checkpoint_order.zeros.clear();
-  }
-
+  absl::StatusOr<GptqWeight> result =
+      GptqWithoutCodes(file, *tensors, zero_convention);
+  if (!result.ok()) return result;
+  QuantizedWeight& weight = result->weight;
+  const WeightSpec& spec = weight.spec;
+  // qweight is nibble's own layout already (both little-endian).
   const absl::Span<const uint8_t> qweight = file.Data(*tensors->qweight);
-  checkpoint_order.qweight.resize(spec.k / kCodesPerWord * spec.n);
-  for (size_t i = 0; i < checkpoint_order.qweight.size(); ++i) {
-    checkpoint_order.qweight[i] = LoadWord(qweight, i);
-  }
-
-  GptqWeight result;
-  if (tensors->g_idx != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> order =
-        GptqRowOrder(file, *tensors->g_idx, spec);
-    if (!order.ok()) return order.status();
-    result.activation_order = *std::move(order);
-  }
-  if (result.activation_order.empty()) {
-    result.weight = std::move(checkpoint_order);
-    return result;
-  }
-  result.weight = checkpoint_order;
+  weight.qweight.resize(spec.k / kCodesPerWord * spec.n);
+  std::memcpy(weight.qweight.data(), qweight.data(), qweight.size());
+  if (result->activation_order.empty()) return result;
+  const QuantizedWeight checkpoint_order = weight;
   for (int64_t row = 0; row < spec.k; ++row) {
     for (int64_t col = 0; col < spec.n; ++col) {
-      result.weight.SetCode(
-          row, col, checkpoint_order.Code(result.activation_order[row], col));
+      weight.SetCode(row, col,
+                     checkpoint_order.Code(result->activation_order[row], col));
     }
   }
   return result;
@@ -596,34 +1063,51 @@ absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
                                                  absl::string_view prefix) {
   absl::StatusOr<PackedTensors> tensors = CheckAwqTensors(file, prefix);
   if (!tensors.ok()) return tensors.status();
-  const WeightSpec& spec = tensors->spec;
+  absl::StatusOr<QuantizedWeight> weight = AwqWithoutCodes(file, *tensors);
+  if (!weight.ok()) return weight;
+  const WeightSpec& spec = weight->spec;
+  weight->qweight.resize(spec.k / kCodesPerWord * spec.n);
+  RepackAwqCodes(file.Data(*tensors->qweight).data(), spec.k, spec.n,
+                 weight->qweight.data());
+  return weight;
+}
 
-  QuantizedWeight weight;
-  weight.spec = spec;
+absl::StatusOr<std::vector<int64_t>> Mxfp4ExpertDims(
+    const SafetensorsFile& file, absl::string_view prefix) {
+  absl::StatusOr<Mxfp4Tensors> tensors = CheckMxfp4Tensors(file, prefix);
+  if (!tensors.ok()) return tensors.status();
+  return tensors->expert_dims;
+}
+
+absl::StatusOr<QuantizedWeight> ConvertMxfp4Weight(const SafetensorsFile& file,
+                                                   absl::string_view prefix,
+                                                   int64_t expert) {
+  absl::StatusOr<Mxfp4Tensors> tensors = CheckMxfp4Tensors(file, prefix);
+  if (!tensors.ok()) return tensors.status();
   absl::StatusOr<std::vector<uint16_t>> scales =
-      ReadScales(file, *tensors->scales);
+      Mxfp4Scales(file, *tensors, expert);
   if (!scales.ok()) return scales.status();
+  QuantizedWeight weight;
+  weight.spec = tensors->spec;
   weight.scales = *std::move(scales);
+  const int64_t k = weight.spec.k;
+  const int64_t n = weight.spec.n;
+  weight.qweight = TransposeFp4Codes(
+      file.Data(*tensors->blocks).data() + expert * (k / 2 * n), k, n);
+  return weight;
+}
 
-  const int64_t words_per_row = spec.n / 8;
-  const absl::Span<const uint8_t> qzeros = file.Data(*tensors->qzeros);
-  weight.zeros.resize(spec.groups() * spec.n);
-  for (int64_t group = 0; group < spec.groups(); ++group) {
-    for (int64_t col = 0; col < spec.n; ++col) {
-      weight.zeros[group * spec.n + col] =
-          UnpackColumn(qzeros, group * words_per_row, col, kAwqNibbleOfColumn);
-    }
-  }
-
-  const absl::Span<const uint8_t> qweight = file.Data(*tensors->qweight);
-  weight.qweight.assign(spec.k / kCodesPerWord * spec.n, 0);
-  for (int64_t row = 0; row < spec.k; ++row) {
-    for (int64_t col = 0; col < spec.n; ++col) {
-      weight.SetCode(
-          row, col,
-          UnpackColumn(qweight, row * words_per_row, col, kAwqNibbleOfColumn));
-    }
-  }
+absl::StatusOr<QuantizedWeight> ConvertNvfp4Weight(const SafetensorsFile& file,
+                                                   absl::string_view prefix) {
+  absl::StatusOr<Nvfp4Tensors> tensors = CheckNvfp4Tensors(file, prefix);
+  if (!tensors.ok()) return tensors.status();
+  absl::StatusOr<std::vector<uint16_t>> scales = Nvfp4Scales(file, *tensors);
+  if (!scales.ok()) return scales.status();
+  QuantizedWeight weight;
+  weight.spec = tensors->spec;
+  weight.scales = *std::move(scales);
+  weight.qweight = TransposeFp4Codes(file.Data(*tensors->weight).data(),
+                                     weight.spec.k, weight.spec.n);
   return weight;
 }
 
@@ -631,27 +1115,17 @@ absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,
                                                     absl::string_view prefix,
                                                     WeightFormat format,
                                                     int64_t group_size) {
-  absl::StatusOr<const TensorInfo*> tensor = CheckFloatTensor(file, prefix);
-  if (!tensor.ok()) return tensor.status();
-  const TensorInfo& info = **tensor;
-  // nn.Linear stores [out_features, in_features] = [N, K].
-  const WeightSpec spec{format, info.shape[1], info.shape[0], group_size};
-  if (absl::Status s = CheckSpec(
-          spec, absl::StrCat(Described(info), " ([N, K]) and group size ",
-                             group_size));
-      !s.ok()) {
-    return s;
-  }
-
-  std::vector<float> values(info.num_elements());
-  ConvertToFloat(FloatDType(info.dtype), file.Data(info).data(), values.size(),
-                 values.data());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(info.name, "[", i / spec.k, ", ", i % spec.k, "] is ",
-                       values[i], ": only finite weights can be quantized"));
-    }
+  absl::StatusOr<WeightSpec> checked =
+      CheckFloatSpec(file, prefix, format, group_size);
+  if (!checked.ok()) return checked.status();
+  const TensorInfo& tensor = *file.Find(absl::StrCat(prefix, ".weight"));
+  WeightSpec spec = *checked;
+  // kNvfp4's global scale needs the whole tensor's amax first.
+  if (format == WeightFormat::kNvfp4) {
+    absl::StatusOr<WeightSpec> with_global_scale =
+        CheckFloatValues(file, tensor, spec);
+    if (!with_global_scale.ok()) return with_global_scale.status();
+    spec = *with_global_scale;
   }
 
   QuantizedWeight weight;
@@ -659,15 +1133,87 @@ absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,
   weight.qweight.assign(spec.k / kCodesPerWord * spec.n, 0);
   weight.scales.assign(spec.groups() * spec.n, 0);
   weight.zeros.assign(spec.zeros_bytes(), 0);
-  // Row n of the tensor is column n of B, its groups contiguous.
-  for (int64_t col = 0; col < spec.n; ++col) {
-    const absl::Span<const float> column =
-        absl::MakeConstSpan(values).subspan(col * spec.k, spec.k);
-    if (absl::Status s = QuantizeColumn(column, col, info, weight); !s.ok()) {
-      return s;
-    }
+  const int64_t words_per_group = spec.group_size / kCodesPerWord;
+  std::vector<uint8_t> codes(spec.group_size);
+  if (absl::Status s = ForEachFloatGroup(
+          file, tensor, spec,
+          [&](int64_t col, int64_t group, const float* values,
+              const GroupRange& range) -> absl::Status {
+            absl::StatusOr<GroupScale> scale =
+                ChooseScale(spec, range, tensor, col, group);
+            if (!scale.ok()) return scale.status();
+            const int64_t index = group * spec.n + col;
+            weight.scales[index] = scale->slot;
+            int zero = 8;
+            if (spec.format == WeightFormat::kU4) {
+              zero =
+                  scale->s == 0
+                      ? 0
+                      : static_cast<int>(RoundHalfEven(-range.lo / scale->s));
+              weight.zeros[index] = static_cast<uint8_t>(zero);
+            }
+            WriteGroupCodes(
+                spec.format, values, spec.group_size, *scale, zero,
+                codes.data(),
+                weight.qweight.data() + group * words_per_group * spec.n + col,
+                spec.n);
+            return absl::OkStatus();
+          });
+      !s.ok()) {
+    return s;
   }
   return weight;
+}
+
+absl::StatusOr<LayerCheck> CheckLayer(const SafetensorsFile& file,
+                                      absl::string_view prefix,
+                                      CheckpointLayout layout,
+                                      WeightFormat float_format,
+                                      int64_t float_group_size,
+                                      int64_t expert) {
+  switch (layout) {
+    case CheckpointLayout::kGptq: {
+      absl::StatusOr<PackedTensors> tensors = CheckGptqTensors(file, prefix);
+      if (!tensors.ok()) return tensors.status();
+      absl::StatusOr<GptqWeight> gptq =
+          GptqWithoutCodes(file, *tensors, GptqZeroConvention::kV1);
+      if (!gptq.ok()) return gptq.status();
+      return LayerCheck{gptq->weight.spec, !gptq->activation_order.empty()};
+    }
+    case CheckpointLayout::kAwq: {
+      absl::StatusOr<PackedTensors> tensors = CheckAwqTensors(file, prefix);
+      if (!tensors.ok()) return tensors.status();
+      absl::StatusOr<QuantizedWeight> awq = AwqWithoutCodes(file, *tensors);
+      if (!awq.ok()) return awq.status();
+      return LayerCheck{awq->spec};
+    }
+    case CheckpointLayout::kMxfp4: {
+      absl::StatusOr<Mxfp4Tensors> tensors = CheckMxfp4Tensors(file, prefix);
+      if (!tensors.ok()) return tensors.status();
+      absl::StatusOr<std::vector<uint16_t>> scales =
+          Mxfp4Scales(file, *tensors, expert);
+      if (!scales.ok()) return scales.status();
+      return LayerCheck{tensors->spec};
+    }
+    case CheckpointLayout::kNvfp4: {
+      absl::StatusOr<Nvfp4Tensors> tensors = CheckNvfp4Tensors(file, prefix);
+      if (!tensors.ok()) return tensors.status();
+      absl::StatusOr<std::vector<uint16_t>> scales =
+          Nvfp4Scales(file, *tensors);
+      if (!scales.ok()) return scales.status();
+      return LayerCheck{tensors->spec};
+    }
+    case CheckpointLayout::kFloat: {
+      absl::StatusOr<WeightSpec> spec =
+          CheckFloatSpec(file, prefix, float_format, float_group_size);
+      if (!spec.ok()) return spec.status();
+      absl::StatusOr<WeightSpec> checked = CheckFloatValues(
+          file, *file.Find(absl::StrCat(prefix, ".weight")), *spec);
+      if (!checked.ok()) return checked.status();
+      return LayerCheck{*checked};
+    }
+  }
+  return absl::InternalError("unknown checkpoint layout");
 }
 
 }  // namespace nibble::checkpoint

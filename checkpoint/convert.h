@@ -1,12 +1,16 @@
 // Converts one linear layer of a safetensors checkpoint into a nibble weight
-// (kernels/weight_format.h): 4-bit GPTQ and AWQ tensors are repacked without
-// changing a single dequantized value, and plain float weights are quantized.
+// (kernels/weight_format.h): 4-bit GPTQ, AWQ, MXFP4 and NVFP4 tensors are
+// repacked without changing a single dequantized value, and plain float
+// weights are quantized.
 //
 // Every function takes a layer prefix such as "model.layers.0.self_attn.q_proj"
 // and reads the tensors PREFIX.qweight, PREFIX.qzeros, PREFIX.scales,
-// PREFIX.g_idx (GPTQ, optional) or PREFIX.weight (floats). Other tensors of
-// the layer (PREFIX.bias) are not part of the weight and are left alone.
-// Every dtype and shape is checked before any data is read; a mismatch is
+// PREFIX.g_idx (GPTQ, optional), PREFIX_blocks and PREFIX_scales (MXFP4),
+// PREFIX.weight, PREFIX.weight_scale and PREFIX.weight_scale_2 (NVFP4) or
+// PREFIX.weight (floats). Other tensors of the layer (PREFIX.bias,
+// PREFIX.input_scale) are not part of the weight and are left alone.
+// Every dtype and shape is checked before any data is read (but NVFP4's
+// one-value global scale, which its spec holds); a mismatch is
 // INVALID_ARGUMENT naming the tensor, its shape and the shape it should have,
 // and so is a missing tensor that the layout needs.
 //
@@ -21,6 +25,8 @@
 //     const std::vector<int64_t>& order = gptq->activation_order;
 //   }
 //   absl::StatusOr<QuantizedWeight> awq = ConvertAwqWeight(file, prefix);
+//   absl::StatusOr<QuantizedWeight> expert3 =
+//       ConvertMxfp4Weight(file, "model.layers.0.mlp.experts.down_proj", 3);
 //   absl::StatusOr<QuantizedWeight> quantized =
 //       QuantizeFloatWeight(file, prefix, WeightFormat::kU4b8, 128);
 #ifndef NIBBLE_CHECKPOINT_CONVERT_H_
@@ -36,9 +42,9 @@
 
 namespace nibble::checkpoint {
 
-enum class CheckpointLayout { kGptq, kAwq, kFloat };
+enum class CheckpointLayout { kGptq, kAwq, kFloat, kMxfp4, kNvfp4 };
 
-// "gptq", "awq" or "float".
+// "gptq", "awq", "float", "mxfp4" or "nvfp4".
 absl::string_view CheckpointLayoutName(CheckpointLayout layout);
 
 // Which layout the tensors under `prefix` hold, after checking that their
@@ -46,8 +52,11 @@ absl::string_view CheckpointLayoutName(CheckpointLayout layout);
 //   PREFIX.qweight with PREFIX.g_idx, or whose column count equals that of
 //     PREFIX.scales: kGptq;
 //   PREFIX.qweight with 8 times fewer columns than PREFIX.scales: kAwq;
+//   PREFIX_blocks or PREFIX.blocks: kMxfp4;
+//   a U8 PREFIX.weight: kNvfp4;
 //   otherwise PREFIX.weight: kFloat.
-// NOT_FOUND when neither PREFIX.qweight nor PREFIX.weight exists;
+// NOT_FOUND when none of PREFIX.qweight, PREFIX_blocks, PREFIX.blocks and
+// PREFIX.weight exists;
 // UNIMPLEMENTED for GPTQ with other than 4 bits; INVALID_ARGUMENT, naming
 // the tensor, for every other mismatch.
 absl::StatusOr<CheckpointLayout> DetectLayout(const SafetensorsFile& file,
@@ -114,10 +123,47 @@ inline constexpr int kAwqNibbleColumn[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
                                                  absl::string_view prefix);
 
+// The leading dimensions of an MXFP4 layer's blocks, one weight per index
+// (gpt-oss stores its experts [E, N, K/32, 16]): empty for a single weight
+// [N, K/32, 16]. The same errors as ConvertMxfp4Weight's shape checks.
+absl::StatusOr<std::vector<int64_t>> Mxfp4ExpertDims(
+    const SafetensorsFile& file, absl::string_view prefix);
+
+// An MXFP4 layer as OpenAI's gpt-oss checkpoints store it (the original
+// checkpoint names the tensors PREFIX.blocks and PREFIX.scales, Hugging Face's
+// conversion PREFIX_blocks and PREFIX_scales; both are read):
+//   PREFIX_blocks U8 [..., N, K/32, 16]: row n of the weight [N, K]
+//                 ([out_features, in_features]), two FP4 E2M1 codes per
+//                 byte, the lower nibble first along K;
+//   PREFIX_scales U8 or F8_E8M0 [..., N, K/32]: one E8M0 exponent per 32
+//                 codes, w = fp4(q) * 2^(e - 127).
+// B = W^T [K, N] becomes kMxfp4, group 32: the codes and exponents are copied
+// as they are. `expert` indexes the leading dimensions flattened (row-major),
+// and must be 0 when there are none. INVALID_ARGUMENT, naming the tensor, for
+// a wrong dtype or shape, a missing PREFIX_scales, an expert out of range or
+// an exponent of 0xff (NaN).
+absl::StatusOr<QuantizedWeight> ConvertMxfp4Weight(const SafetensorsFile& file,
+                                                   absl::string_view prefix,
+                                                   int64_t expert = 0);
+
+// An NVFP4 layer as NVIDIA's TensorRT Model Optimizer (ModelOpt) exports it:
+//   PREFIX.weight         U8 [N, K/2]: two FP4 E2M1 codes per byte, the lower
+//                         nibble first along K;
+//   PREFIX.weight_scale   F8_E4M3 [N, K/16]: one scale per 16 codes;
+//   PREFIX.weight_scale_2 F32 [] or [1]: the global scale g;
+// w = fp4(q) * e4m3(s) * g. (PREFIX.input_scale, the activations' scale, is
+// not part of the weight.) B = W^T [K, N] becomes kNvfp4, group 16, with
+// global_scale g, codes and scales copied as they are. INVALID_ARGUMENT,
+// naming the tensor, for a wrong dtype or shape, a missing scale tensor, K
+// not a multiple of 16, a NaN scale or a global scale that is not finite and
+// positive.
+absl::StatusOr<QuantizedWeight> ConvertNvfp4Weight(const SafetensorsFile& file,
+                                                   absl::string_view prefix);
+
 // Quantizes PREFIX.weight, F16, BF16 or F32 [N, K] as PyTorch's nn.Linear
 // stores it (out_features, in_features), into B = weight^T [K, N] of
-// `format` with `group_size` (32, 64, 128 or K). For each group of
-// `group_size` rows of one column:
+// `format` with `group_size` (32, 64, 128 or K; 32 for kMxfp4, 16 for
+// kNvfp4). For each group of `group_size` rows of one column:
 //   kU4b8: s = absmax / 7,  q = round(w / s) + 8;
 //   kU4:   lo = min(min w, 0), hi = max(max w, 0) (the range always holds 0,
 //          so that zero dequantizes exactly), s = (hi - lo) / 15,
@@ -131,12 +177,47 @@ absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
 // its input, every fp4 element within half the gap between its neighbouring
 // E2M1 values times s. A group of zeros gets s = 0 and the codes of zero
 // (8 for kU4b8; q = z = 0 for kU4; +0 for kFp4): exact zeros either way.
+// The FP4 formats with 8-bit scales round to the nearest E2M1 code as kFp4,
+// with scales chosen so that nothing clips:
+//   kMxfp4: s = the smallest power of two with absmax / s <= 6 (E8M0, from
+//           2^-127 up); a group of zeros gets 2^-127 and +0 codes.
+//   kNvfp4: one global scale g = amax / (6 * 448) over the whole tensor
+//           (fp32, stepped up when rounding would leave amax / g above
+//           6 * 448; 1 for a tensor of zeros), then per group
+//           s = E4M3(absmax / 6 / g), stepped up to the next E4M3 value when
+//           rounding would leave absmax / (s * g) above 6; a group of zeros
+//           gets s = 0 and +0 codes.
 // INVALID_ARGUMENT, naming the tensor, for another dtype or rank, a NaN or
-// infinite element, or a group whose scale exceeds fp16's largest, 65504.
+// infinite element, or a group whose scale exceeds fp16's largest, 65504
+// (the formats with fp16 scales).
 absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,
                                                     absl::string_view prefix,
                                                     WeightFormat format,
                                                     int64_t group_size);
+
+// What converting a layer of `layout` gives, without its codes.
+struct LayerCheck {
+  WeightSpec spec;
+  // GPTQ act-order: ConvertGptqWeight would regroup the rows and return a
+  // non-empty activation_order.
+  bool reorders_rows = false;
+};
+
+// Checks the layer under `prefix` as converting it would, and says what the
+// conversion gives, without producing the weight: every dtype and shape, and
+// every value a conversion refuses (scales, zero points, g_idx; for float
+// layers NaN or infinite elements and fp16 scales that overflow). It reads
+// only the small tensors, except for float layers, whose elements it scans
+// once. A layer it accepts converts without error (GPTQ as
+// GptqZeroConvention::kV1; MXFP4's `expert`; float layers as
+// QuantizeFloatWeight with `float_format` and `float_group_size`); it
+// refuses with the converter's own errors.
+absl::StatusOr<LayerCheck> CheckLayer(const SafetensorsFile& file,
+                                      absl::string_view prefix,
+                                      CheckpointLayout layout,
+                                      WeightFormat float_format,
+                                      int64_t float_group_size,
+                                      int64_t expert = 0);
 
 }  // namespace nibble::checkpoint
 

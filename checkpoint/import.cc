@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <future>
+#include <iterator>
 #include <map>
+#include <numeric>
 #include <ostream>
 #include <set>
 #include <string>
@@ -40,29 +44,38 @@ constexpr size_t kMaxSuggestions = 5;
 
 constexpr absl::string_view kQuantizeSyntax =
     "expected FORMAT:GROUP with FORMAT fp4, u4b8 or u4 and GROUP 32, 64, 128, "
-    "or k for one scale per column, e.g. u4b8:128";
+    "or k for one scale per column, or mxfp4:32 or nvfp4:16 (their groups "
+    "are fixed), e.g. u4b8:128";
+
+constexpr absl::string_view kNoLayers =
+    "no tensor P.qweight, P_blocks or P.blocks (U8), U8 P.weight, or 2-D "
+    "F16, BF16 or F32 P.weight";
 
 bool IsFloatDtype(SafetensorsDtype dtype) {
   return dtype == SafetensorsDtype::kF16 || dtype == SafetensorsDtype::kBF16 ||
          dtype == SafetensorsDtype::kF32;
 }
 
-// Every prefix P with a tensor P.qweight, or a 2-D float tensor P.weight;
-// sorted.
+// Every prefix P with a tensor P.qweight, a U8 P_blocks or P.blocks
+// (MXFP4), a 2-D U8 P.weight (NVFP4) or a 2-D float P.weight; sorted.
 std::vector<std::string> DiscoverLayers(const SafetensorsFile& file) {
   std::set<std::string> prefixes;
   for (const TensorInfo& tensor : file.tensors()) {
     absl::string_view prefix = tensor.name;
+    const bool is_u8 = tensor.dtype == SafetensorsDtype::kU8;
     if (absl::ConsumeSuffix(&prefix, ".qweight") ||
+        (is_u8 && (absl::ConsumeSuffix(&prefix, "_blocks") ||
+                   absl::ConsumeSuffix(&prefix, ".blocks"))) ||
         (absl::ConsumeSuffix(&prefix, ".weight") && tensor.shape.size() == 2 &&
-         IsFloatDtype(tensor.dtype))) {
+         (is_u8 || IsFloatDtype(tensor.dtype)))) {
       prefixes.emplace(prefix);
     }
   }
   return std::vector<std::string>(prefixes.begin(), prefixes.end());
 }
 
-// The tensors a conversion of the layer reads; some may be absent (g_idx).
+// The tensors of the layer, read by a conversion or (input_scale) part of it;
+// some may be absent (g_idx, the MXFP4 names of the other convention).
 std::vector<std::string> LayerTensorNames(absl::string_view prefix,
                                           CheckpointLayout layout) {
   switch (layout) {
@@ -74,8 +87,33 @@ std::vector<std::string> LayerTensorNames(absl::string_view prefix,
               absl::StrCat(prefix, ".scales")};
     case CheckpointLayout::kFloat:
       return {absl::StrCat(prefix, ".weight")};
+    case CheckpointLayout::kMxfp4:
+      return {absl::StrCat(prefix, "_blocks"), absl::StrCat(prefix, "_scales"),
+              absl::StrCat(prefix, ".blocks"), absl::StrCat(prefix, ".scales")};
+    case CheckpointLayout::kNvfp4:
+      return {absl::StrCat(prefix, ".weight"),
+              absl::StrCat(prefix, ".weight_scale"),
+              absl::StrCat(prefix, ".weight_scale_2"),
+              absl::StrCat(prefix, ".input_scale")};
   }
   return {};
+}
+
+// The tensors CheckLayer reads scattered over the file: the scales, zero
+// points and g_idx of a packed layer, but not its codes; none of a float
+// layer, whose weight it reads in order (which the kernel reads ahead).
+std::vector<std::string> ScatteredCheckedTensors(absl::string_view prefix,
+                                                 CheckpointLayout layout) {
+  if (layout == CheckpointLayout::kFloat) return {};
+  std::vector<std::string> names = LayerTensorNames(prefix, layout);
+  const std::string codes[] = {
+      absl::StrCat(prefix, ".qweight"), absl::StrCat(prefix, "_blocks"),
+      absl::StrCat(prefix, ".blocks"), absl::StrCat(prefix, ".weight")};
+  std::erase_if(names, [&](const std::string& name) {
+    return std::find(std::begin(codes), std::end(codes), name) !=
+           std::end(codes);
+  });
+  return names;
 }
 
 std::string DescribeTensor(const TensorInfo& tensor) {
@@ -88,14 +126,12 @@ std::string DescribeTensor(const TensorInfo& tensor) {
 // the layers that share the longest start with it.
 absl::Status UnknownLayer(const SafetensorsFile& file, absl::string_view prefix,
                           absl::Span<const std::string> layers) {
-  const std::string missing =
-      absl::StrCat("no layer \"", prefix, "\" in ", file.source_name(), " (no ",
-                   prefix, ".qweight or ", prefix, ".weight)");
+  const std::string missing = absl::StrCat(
+      "no layer \"", prefix, "\" in ", file.source_name(), " (no ", prefix,
+      ".qweight, ", prefix, "_blocks or ", prefix, ".weight)");
   if (layers.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        missing,
-        ", which has no layers at all: no tensor P.qweight, and no "
-        "2-D F16, BF16 or F32 tensor P.weight"));
+    return absl::NotFoundError(
+        absl::StrCat(missing, ", which has no layers at all: ", kNoLayers));
   }
   const auto common_start = [&](const std::string& layer) {
     const auto mismatch =
@@ -119,48 +155,88 @@ absl::Status UnknownLayer(const SafetensorsFile& file, absl::string_view prefix,
       more > 0 ? absl::StrCat(" and ", more, " more like them") : ""));
 }
 
+absl::Status ActOrderError(absl::string_view prefix) {
+  return absl::UnimplementedError(absl::StrCat(
+      "GPTQ layer \"", prefix,
+      "\" was quantized with act-order (desc_act, a g_idx that is not "
+      "row / group size): nibble can serve it only with its "
+      "activations' columns permuted before every matmul, and nibble's "
+      "Matmul takes activations as given; quantize the model again "
+      "without desc_act, or leave the layer out with --layer"));
+}
+
+// The group size QuantizeFloatWeight gets for the float layer: K for "k".
+int64_t FloatGroupSize(const SafetensorsFile& file, absl::string_view prefix,
+                       const QuantizeSpec& quantize) {
+  if (quantize.group_size != 0) return quantize.group_size;
+  // DetectLayout has checked that PREFIX.weight is [N, K].
+  return file.Find(absl::StrCat(prefix, ".weight"))->shape[1];
+}
+
+// A float layer's error, with how it was quantized and how to change it.
+absl::Status WithQuantizeHint(const absl::Status& status,
+                              const QuantizeSpec& quantize) {
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), " (quantizing as ",
+                   QuantizeSpecName(quantize),
+                   "; --quantize picks another format or group)"));
+}
+
+// Checks the layer as converting it would, without converting (PlanImport).
+absl::StatusOr<WeightSpec> CheckLayer(const SafetensorsFile& file,
+                                      const ImportLayer& layer,
+                                      const QuantizeSpec& quantize) {
+  const bool is_float = layer.layout == CheckpointLayout::kFloat;
+  absl::StatusOr<checkpoint::LayerCheck> check = checkpoint::CheckLayer(
+      file, layer.prefix, layer.layout, quantize.format,
+      is_float ? FloatGroupSize(file, layer.prefix, quantize) : 0,
+      std::max<int64_t>(layer.expert, 0));
+  if (!check.ok()) {
+    return is_float ? WithQuantizeHint(check.status(), quantize)
+                    : check.status();
+  }
+  if (check->reorders_rows) return ActOrderError(layer.prefix);
+  return check->spec;
+}
+
 // The weight ExecuteImport uploads for the layer.
 absl::StatusOr<QuantizedWeight> ConvertLayer(const SafetensorsFile& file,
-                                             absl::string_view prefix,
-                                             CheckpointLayout layout,
+                                             const ImportLayer& layer,
                                              const QuantizeSpec& quantize) {
-  switch (layout) {
+  const absl::string_view prefix = layer.prefix;
+  switch (layer.layout) {
     case CheckpointLayout::kGptq: {
       absl::StatusOr<checkpoint::GptqWeight> gptq =
           checkpoint::ConvertGptqWeight(file, prefix);
       if (!gptq.ok()) return gptq.status();
-      if (!gptq->activation_order.empty()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "GPTQ layer \"", prefix,
-            "\" was quantized with act-order (desc_act, a g_idx that is not "
-            "row / group size): nibble can serve it only with its "
-            "activations' columns permuted before every matmul, and nibble's "
-            "Matmul takes activations as given; quantize the model again "
-            "without desc_act, or leave the layer out with --layer"));
-      }
+      if (!gptq->activation_order.empty()) return ActOrderError(prefix);
       return std::move(gptq->weight);
     }
     case CheckpointLayout::kAwq:
       return checkpoint::ConvertAwqWeight(file, prefix);
+    case CheckpointLayout::kMxfp4:
+      return checkpoint::ConvertMxfp4Weight(file, prefix,
+                                            std::max<int64_t>(layer.expert, 0));
+    case CheckpointLayout::kNvfp4:
+      return checkpoint::ConvertNvfp4Weight(file, prefix);
     case CheckpointLayout::kFloat: {
-      // DetectLayout has checked that PREFIX.weight is [N, K].
-      const TensorInfo* weight = file.Find(absl::StrCat(prefix, ".weight"));
-      const int64_t group_size =
-          quantize.group_size == 0 ? weight->shape[1] : quantize.group_size;
       absl::StatusOr<QuantizedWeight> quantized =
-          checkpoint::QuantizeFloatWeight(file, prefix, quantize.format,
-                                          group_size);
-      if (!quantized.ok()) {
-        return absl::Status(
-            quantized.status().code(),
-            absl::StrCat(quantized.status().message(), " (quantizing as ",
-                         QuantizeSpecName(quantize),
-                         "; --quantize picks another format or group)"));
-      }
+          checkpoint::QuantizeFloatWeight(
+              file, prefix, quantize.format,
+              FloatGroupSize(file, prefix, quantize));
+      if (!quantized.ok())
+        return WithQuantizeHint(quantized.status(), quantize);
       return quantized;
     }
   }
   return absl::InternalError("unknown checkpoint layout");
+}
+
+// "PREFIX", or "PREFIX[3]" for expert 3 of an MXFP4 layer.
+std::string LayerSource(const ImportLayer& layer) {
+  return layer.expert < 0 ? layer.prefix
+                          : absl::StrCat(layer.prefix, "[", layer.expert, "]");
 }
 
 std::string FormatMegabytes(int64_t bytes) {
@@ -184,7 +260,15 @@ absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text) {
                                                    "\": ", kQuantizeSyntax));
   }
   QuantizeSpec spec{.format = *format};
-  if (group == "k" || group == "K") {
+  if (const int64_t fixed = FixedGroupSize(*format); fixed != 0) {
+    if (group != absl::StrCat(fixed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--quantize \"", text, "\": ", format_name, " groups ",
+                       fixed, " values per scale, so its GROUP must be ", fixed,
+                       ": ", kQuantizeSyntax));
+    }
+    spec.group_size = fixed;
+  } else if (group == "k" || group == "K") {
     spec.group_size = 0;
   } else if (!absl::SimpleAtoi(group, &spec.group_size) ||
              (spec.group_size != 32 && spec.group_size != 64 &&
@@ -235,57 +319,83 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
   const std::vector<std::string>& prefixes =
       every_layer ? discovered : options.layers;
   if (prefixes.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat(file.source_name(),
-                     " has no layers to import: no tensor P.qweight, and no "
-                     "2-D F16, BF16 or F32 tensor P.weight"));
+    return absl::NotFoundError(absl::StrCat(
+        file.source_name(), " has no layers to import: ", kNoLayers));
   }
 
-  // Names first: they are cheap to check, conversions are not.
+  // Layouts and names first: they are cheap to check, values are not.
   ImportPlan plan;
   plan.quantize = options.quantize;
-  std::map<std::string, std::string> prefix_of_name;
+  std::map<std::string, std::string> source_of_name;
+  std::set<std::string> read_tensors;
   for (const std::string& prefix : prefixes) {
-    ImportLayer& layer = plan.layers.emplace_back();
-    layer.prefix = prefix;
-    layer.name = MapLayerName(prefix, options.name_map);
-    if (absl::Status status = ValidateWeightName(layer.name); !status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer \"", prefix, "\" cannot be uploaded under its name (",
-          status.message(), "; weight names are ", kWeightNameRule,
-          "): rename it with --name_map FROM=TO"));
+    absl::StatusOr<CheckpointLayout> layout =
+        checkpoint::DetectLayout(file, prefix);
+    if (absl::IsNotFound(layout.status())) {
+      return UnknownLayer(file, prefix, discovered);
     }
-    const auto [existing, inserted] =
-        prefix_of_name.emplace(layer.name, prefix);
-    if (!inserted) {
-      return absl::InvalidArgumentError(
-          existing->second == prefix
-              ? absl::StrCat("layer \"", prefix, "\" is listed twice")
-              : absl::StrCat("layers \"", existing->second, "\" and \"", prefix,
-                             "\" would both be uploaded as \"", layer.name,
-                             "\": tell them apart with --name_map FROM=TO"));
+    if (!layout.ok()) return layout.status();
+    // An MXFP4 tensor of experts [E, N, K/32, 16] is E weights.
+    int64_t experts = 0;
+    if (*layout == CheckpointLayout::kMxfp4) {
+      absl::StatusOr<std::vector<int64_t>> dims =
+          checkpoint::Mxfp4ExpertDims(file, prefix);
+      if (!dims.ok()) return dims.status();
+      if (!dims->empty()) {
+        experts = std::accumulate(dims->begin(), dims->end(), int64_t{1},
+                                  std::multiplies<int64_t>());
+      }
+    }
+    int64_t file_bytes = 0;
+    for (std::string& tensor_name : LayerTensorNames(prefix, *layout)) {
+      if (const TensorInfo* tensor = file.Find(tensor_name)) {
+        file_bytes += tensor->num_bytes();
+        read_tensors.insert(std::move(tensor_name));
+      }
+    }
+    const std::string name = MapLayerName(prefix, options.name_map);
+    for (int64_t expert = experts == 0 ? -1 : 0; expert < experts; ++expert) {
+      ImportLayer& layer = plan.layers.emplace_back();
+      layer.prefix = prefix;
+      layer.layout = *layout;
+      layer.expert = expert;
+      // Experts share their tensors evenly.
+      layer.file_bytes = file_bytes / std::max<int64_t>(experts, 1);
+      layer.name = expert < 0 ? name : absl::StrCat(name, ".", expert);
+      if (absl::Status status = ValidateWeightName(layer.name); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer \"", LayerSource(layer),
+            "\" cannot be uploaded under its name (", status.message(),
+            "; weight names are ", kWeightNameRule,
+            "): rename it with --name_map FROM=TO"));
+      }
+      const auto [existing, inserted] =
+          source_of_name.emplace(layer.name, LayerSource(layer));
+      if (!inserted) {
+        return absl::InvalidArgumentError(
+            existing->second == LayerSource(layer)
+                ? absl::StrCat("layer \"", prefix, "\" is listed twice")
+                : absl::StrCat("layers \"", existing->second, "\" and \"",
+                               LayerSource(layer),
+                               "\" would both be uploaded as \"", layer.name,
+                               "\": tell them apart with --name_map FROM=TO"));
+      }
     }
   }
 
-  std::set<std::string> read_tensors;
+  // Reads what the checks need from the disk at once, instead of one page
+  // fault at a time.
+  for (const ImportLayer& layer : plan.layers) {
+    if (layer.expert > 0) continue;  // the same tensors as expert 0
+    for (const std::string& name :
+         ScatteredCheckedTensors(layer.prefix, layer.layout)) {
+      if (const TensorInfo* tensor = file.Find(name)) file.Prefetch(*tensor);
+    }
+  }
   for (ImportLayer& layer : plan.layers) {
-    absl::StatusOr<CheckpointLayout> layout =
-        checkpoint::DetectLayout(file, layer.prefix);
-    if (absl::IsNotFound(layout.status())) {
-      return UnknownLayer(file, layer.prefix, discovered);
-    }
-    if (!layout.ok()) return layout.status();
-    layer.layout = *layout;
-    absl::StatusOr<QuantizedWeight> weight =
-        ConvertLayer(file, layer.prefix, layer.layout, options.quantize);
-    if (!weight.ok()) return weight.status();
-    layer.spec = weight->spec;
-    for (std::string& name : LayerTensorNames(layer.prefix, layer.layout)) {
-      if (const TensorInfo* tensor = file.Find(name)) {
-        layer.file_bytes += tensor->num_bytes();
-        read_tensors.insert(std::move(name));
-      }
-    }
+    absl::StatusOr<WeightSpec> spec = CheckLayer(file, layer, options.quantize);
+    if (!spec.ok()) return spec.status();
+    layer.spec = *spec;
   }
 
   if (every_layer) {
@@ -302,11 +412,19 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
                            UploadFunction upload, std::ostream& progress) {
   ImportReport report;
   const absl::Time start = absl::Now();
+  const auto convert = [&](size_t i) {
+    return std::async(std::launch::async, [&file, &plan, i] {
+      return ConvertLayer(file, plan.layers[i], plan.quantize);
+    });
+  };
+  // Layer i + 1 converts on a second thread while layer i uploads.
+  std::future<absl::StatusOr<QuantizedWeight>> next;
+  if (!plan.layers.empty()) next = convert(0);
+  absl::Time layer_start = start;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const ImportLayer& layer = plan.layers[i];
-    const absl::Time layer_start = absl::Now();
-    absl::StatusOr<QuantizedWeight> weight =
-        ConvertLayer(file, layer.prefix, layer.layout, plan.quantize);
+    const absl::StatusOr<QuantizedWeight> weight = next.get();
+    if (weight.ok() && i + 1 < plan.layers.size()) next = convert(i + 1);
     absl::Status status =
         weight.ok() ? upload(*weight, layer.name) : weight.status();
     if (!status.ok()) {
@@ -317,14 +435,18 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
     report.uploaded.push_back(layer.name);
     report.uploaded_bytes += layer.spec.canonical_bytes();
     report.file_bytes += layer.file_bytes;
+    const absl::Time now = absl::Now();
     progress << absl::StrFormat(
         "[%d/%d] %s → %s (%s → %s, k=%d n=%d group=%d, %s) %.2f s\n", i + 1,
-        plan.layers.size(), layer.prefix, layer.name,
+        plan.layers.size(), LayerSource(layer), layer.name,
         checkpoint::CheckpointLayoutName(layer.layout),
         WeightFormatName(layer.spec.format), layer.spec.k, layer.spec.n,
         layer.spec.group_size, FormatMegabytes(layer.spec.canonical_bytes()),
-        absl::ToDoubleSeconds(absl::Now() - layer_start));
+        absl::ToDoubleSeconds(now - layer_start));
+    layer_start = now;
   }
+  // After a failure, the conversion in flight finishes before `next` is
+  // destroyed; its result is dropped.
   report.elapsed = absl::Now() - start;
   return report;
 }

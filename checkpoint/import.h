@@ -1,10 +1,12 @@
 // Imports the linear layers of a safetensors checkpoint into nibble weights
-// (`nibble import`): GPTQ and AWQ layers are repacked as they are, float
-// layers quantized. Import runs in two steps. PlanImport finds the layers,
-// names them and converts every one once, so that a checkpoint with a single
-// bad layer is refused before anything is uploaded; ExecuteImport then
-// converts and uploads them one at a time, so that only one layer is ever
-// held in memory.
+// (`nibble import`): GPTQ, AWQ, MXFP4 and NVFP4 layers are repacked as they
+// are, float layers quantized. Import runs in two steps. PlanImport finds the
+// layers, names them and checks every one without converting it (dtypes,
+// shapes and every value a conversion would refuse), so that a checkpoint
+// with a single bad layer is refused before anything is uploaded;
+// ExecuteImport then converts and uploads them in order, converting the next
+// layer on a second thread while one uploads, so that at most two converted
+// layers are held in memory.
 //
 // Example:
 //   absl::StatusOr<checkpoint::SafetensorsFile> file =
@@ -50,7 +52,8 @@ struct QuantizeSpec {
 };
 
 // "FORMAT:GROUP": FORMAT fp4, u4b8 or u4; GROUP 32, 64, 128, or k for one
-// scale per column. INVALID_ARGUMENT saying what is expected otherwise.
+// scale per column; or mxfp4:32, nvfp4:16, whose groups are fixed.
+// INVALID_ARGUMENT saying what is expected otherwise.
 absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text);
 // The text ParseQuantizeSpec reads back: "u4b8:128", "fp4:k".
 std::string QuantizeSpecName(const QuantizeSpec& spec);
@@ -86,6 +89,10 @@ struct ImportLayer {
   // e.g. "model.layers.0.self_attn.q_proj".
   std::string prefix;
   checkpoint::CheckpointLayout layout = checkpoint::CheckpointLayout::kFloat;
+  // For an MXFP4 layer that holds several weights (experts [E, N, K/32, 16]):
+  // which one, its index in the leading dimensions flattened; the weight is
+  // named NAME.<expert>. -1 for a layer of one weight.
+  int64_t expert = -1;
   // The weight name it is uploaded as.
   std::string name;
   // The weight it converts to.
@@ -104,11 +111,14 @@ struct ImportPlan {
   QuantizeSpec quantize;
 };
 
-// The layers of `file` that `options` selects, each converted once and
-// discarded to check it. Without options.layers, a layer is every prefix P
-// with a tensor P.qweight, or with a 2-D F16, BF16 or F32 tensor P.weight.
-// Errors, naming the layer: NOT_FOUND for an options.layers prefix that is
-// no layer (suggesting the layers with the longest common start);
+// The layers of `file` that `options` selects, each checked as converting it
+// would (checkpoint::CheckLayer) without converting it: only float layers'
+// elements are read, once, for NaN, infinity and scales that overflow. Without
+// options.layers, a layer is every prefix P with a tensor P.qweight (GPTQ,
+// AWQ), a U8 P_blocks or P.blocks (MXFP4; one layer per expert when it has
+// leading dimensions), a 2-D U8 P.weight (NVFP4) or a 2-D F16, BF16 or F32
+// P.weight. Errors, naming the layer: NOT_FOUND for an options.layers prefix
+// that is no layer (suggesting the layers with the longest common start);
 // INVALID_ARGUMENT for a weight name that is not a valid weight name or that
 // two layers share; UNIMPLEMENTED for a GPTQ act-order layer, which needs
 // its activations permuted before every matmul; the converters' errors
@@ -134,8 +144,10 @@ struct ImportReport {
   int64_t failed_layer = -1;
 };
 
-// Converts and uploads the layers of `plan`, one at a time, stopping at the
-// first failure. Writes a line per layer to `progress`:
+// Converts and uploads the layers of `plan` in order, stopping at the first
+// failure. `upload` is called on the calling thread, one layer at a time;
+// each layer converts on a second thread while the one before it uploads.
+// Writes a line per layer to `progress`, with the time since the line before:
 //   [3/84] model.layers.0.mlp.up_proj → L0.up (gptq → u4b8, k=4096 n=11008
 //   group=128, 23.2 MB) 0.41 s
 ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,

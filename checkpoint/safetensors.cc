@@ -337,6 +337,18 @@ absl::Span<const uint8_t> SafetensorsFile::Data(
   return bytes().subspan(data_start_ + tensor.begin, tensor.num_bytes());
 }
 
+void SafetensorsFile::Prefetch(const TensorInfo& tensor) const {
+  if (mapped_ == nullptr || tensor.num_bytes() == 0) return;
+  // madvise wants a page-aligned start; the advice is only a hint, so its
+  // errors do not matter.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin =
+      reinterpret_cast<uintptr_t>(mapped_ + data_start_ + tensor.begin);
+  const uintptr_t aligned = begin & ~(page - 1);
+  (void)madvise(reinterpret_cast<void*>(aligned),
+                begin - aligned + tensor.num_bytes(), MADV_WILLNEED);
+}
+
 absl::Status SafetensorsFile::ParseHeader() {
   const absl::Span<const uint8_t> file = bytes();
   const std::string prefix = absl::StrCat(source_name_, ": ");

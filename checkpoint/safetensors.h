@@ -133,6 +133,11 @@ class SafetensorsFile {
   const TensorInfo* Find(absl::string_view name) const;
   // The bytes of `tensor`, which must be one of tensors().
   absl::Span<const uint8_t> Data(const TensorInfo& tensor) const;
+  // Asks the kernel to start reading `tensor` from disk in the background
+  // (madvise MADV_WILLNEED; nothing for FromBytes), so that small tensors
+  // scattered over a large file are read concurrently, not one page fault at
+  // a time.
+  void Prefetch(const TensorInfo& tensor) const;
   // "__metadata__", empty when the header has none.
   const std::map<std::string, std::string>& metadata() const {
     return metadata_;

@@ -38,18 +38,22 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
 ABSL_FLAG(std::optional<std::string>, name, std::nullopt,
           "weight name: 1 to 128 of [A-Za-z0-9._-], not starting with '.'");
 ABSL_FLAG(std::optional<std::string>, format, std::nullopt,
-          "weight format: fp4, u4b8 or u4");
+          "weight format: fp4, u4b8, u4, mxfp4 or nvfp4");
 ABSL_FLAG(
     std::optional<int64_t>, k, std::nullopt,
     "rows of B (the reduction dimension), a multiple of 8 and of --group");
 ABSL_FLAG(std::optional<int64_t>, n, std::nullopt,
           "columns of B (output features)");
 ABSL_FLAG(std::optional<int64_t>, group, std::nullopt,
-          "rows sharing a scale: 32, 64, 128, or K for one scale per column");
+          "rows sharing a scale: 32, 64, 128, or K for one scale per column; "
+          "mxfp4 and nvfp4 fix it (32, 16), so it may be left out");
+ABSL_FLAG(std::optional<float>, global_scale, std::nullopt,
+          "nvfp4 only: the weight's fp32 global scale (default 1)");
 ABSL_FLAG(std::optional<std::string>, qweight, std::nullopt,
           "file of the packed codes, [K/8, N] uint32 little-endian");
 ABSL_FLAG(std::optional<std::string>, scales, std::nullopt,
-          "file of the scales, [K/group, N] fp16 little-endian");
+          "file of the scales, [K/group, N] 16-bit little-endian: fp16, or "
+          "for mxfp4/nvfp4 the E8M0/E4M3 code in the low byte");
 ABSL_FLAG(std::optional<std::string>, zeros, std::nullopt,
           "file of the zero points, [K/group, N] uint8 (u4 only)");
 ABSL_FLAG(std::optional<uint64_t>, random, std::nullopt,
@@ -76,7 +80,8 @@ ABSL_FLAG(std::vector<std::string>, name_map, {},
           "with the first FROM that starts it replaced by TO");
 ABSL_FLAG(std::string, quantize, "u4b8:128",
           "FORMAT:GROUP that float layers are quantized to: FORMAT fp4, u4b8 "
-          "or u4, GROUP 32, 64, 128 or k (one scale per column)");
+          "or u4, GROUP 32, 64, 128 or k (one scale per column); or mxfp4:32 "
+          "or nvfp4:16, whose groups are fixed");
 ABSL_FLAG(std::optional<double>, tolerance, std::nullopt,
           "largest max relative error --check accepts; 1e-4 for f32 and "
           "1e-2 for f16 and bf16 when not given");
@@ -140,8 +145,11 @@ void PrintWeightInfo(const v1::WeightInfo& info) {
             << "format: " << FormatName(info.format()) << "\n"
             << "k:      " << info.k() << "\n"
             << "n:      " << info.n() << "\n"
-            << "group:  " << info.group_size() << "\n"
-            << "bytes:  " << info.canonical_bytes() << " canonical, "
+            << "group:  " << info.group_size() << "\n";
+  if (info.format() == v1::WEIGHT_FORMAT_NVFP4) {
+    std::cout << "global: " << info.global_scale() << "\n";
+  }
+  std::cout << "bytes:  " << info.canonical_bytes() << " canonical, "
             << info.resident_bytes() << " resident\n";
 }
 
@@ -154,9 +162,17 @@ absl::StatusOr<WeightSpec> WeightSpecFromFlags() {
   if (!k.ok()) return k.status();
   absl::StatusOr<int64_t> n = Required(FLAGS_n);
   if (!n.ok()) return n.status();
-  absl::StatusOr<int64_t> group = Required(FLAGS_group);
+  const int64_t fixed_group = FixedGroupSize(*format);
+  absl::StatusOr<int64_t> group =
+      fixed_group != 0 ? absl::GetFlag(FLAGS_group).value_or(fixed_group)
+                       : Required(FLAGS_group);
   if (!group.ok()) return group.status();
-  const WeightSpec spec{*format, *k, *n, *group};
+  const std::optional<float> global_scale = absl::GetFlag(FLAGS_global_scale);
+  if (global_scale && *format != WeightFormat::kNvfp4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global_scale is only for --format nvfp4, not ", *format_name));
+  }
+  const WeightSpec spec{*format, *k, *n, *group, global_scale.value_or(1.0f)};
   if (absl::Status status = spec.Validate(); !status.ok()) return status;
   return spec;
 }
@@ -460,8 +476,9 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"upload", "Upload a weight from its canonical files, or a random one.",
-     "--name NAME --format fp4|u4b8|u4 --k K --n N --group G\n"
-     "(--qweight FILE --scales FILE [--zeros FILE] | --random SEED)",
+     "--name NAME --format fp4|u4b8|u4|mxfp4|nvfp4 --k K --n N --group G\n"
+     "[--global_scale S] (--qweight FILE --scales FILE [--zeros FILE] |\n"
+     "--random SEED)",
      RunUpload},
     {"matmul",
      "Compute C = A * dequant(B) on a resident weight; --check compares C\n"
@@ -472,11 +489,13 @@ constexpr Subcommand kSubcommands[] = {
      " (--qweight FILE --scales FILE [--zeros FILE] | --random SEED)]",
      RunMatmul},
     {"import",
-     "Upload the linear layers of a safetensors checkpoint: GPTQ and AWQ\n"
-     "layers as they are, float [N, K] layers quantized with --quantize.\n"
-     "Every layer is checked before the first upload; GPTQ act-order\n"
-     "(desc_act) layers are refused. A layer is a prefix P with a tensor\n"
-     "P.qweight, or a 2-D float P.weight, and is named P after --name_map.",
+     "Upload the linear layers of a safetensors checkpoint: GPTQ, AWQ,\n"
+     "MXFP4 (gpt-oss) and NVFP4 (ModelOpt) layers as they are, float [N, K]\n"
+     "layers quantized with --quantize. Every layer is checked before the\n"
+     "first upload; GPTQ act-order (desc_act) layers are refused. A layer is\n"
+     "a prefix P with a tensor P.qweight, P_blocks or P.blocks (MXFP4; one\n"
+     "weight P.<e> per expert e), a U8 P.weight (NVFP4) or a 2-D float\n"
+     "P.weight, and is named P after --name_map.",
      "--file FILE [--layer PREFIX[,PREFIX...]]\n"
      "[--name_map FROM=TO[,FROM=TO...]] [--quantize FORMAT:GROUP]",
      RunImport},

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/safetensors.h"
@@ -36,11 +37,16 @@ namespace {
 
 using ::nibble::checkpoint::testing::AwqTensors;
 using ::nibble::checkpoint::testing::Bytes;
+using ::nibble::checkpoint::testing::E4m3Value;
 using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::Fp4ProducerWeight;
 using ::nibble::checkpoint::testing::GIdxTensor;
 using ::nibble::checkpoint::testing::GptqTensors;
 using ::nibble::checkpoint::testing::MakeFile;
+using ::nibble::checkpoint::testing::Mxfp4Tensors;
+using ::nibble::checkpoint::testing::Nvfp4Tensors;
 using ::nibble::checkpoint::testing::ProducerWeight;
+using ::nibble::checkpoint::testing::RandomFp4ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
 using ::nibble::checkpoint::testing::Tensor;
 using ::testing::AllOf;
@@ -239,6 +245,110 @@ TEST(ConvertAwqTest, NibbleOrderOfOneWord) {
   }
 }
 
+// --- MXFP4 and NVFP4.
+
+// Checks that `weight` dequantizes exactly to the producer's B = W^T.
+void ExpectExact(const QuantizedWeight& weight, const Fp4ProducerWeight& want) {
+  ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
+  ASSERT_EQ(weight.spec.k, want.k);
+  ASSERT_EQ(weight.spec.n, want.n);
+  const std::vector<double> b = ReferenceDequantize(weight);
+  for (int64_t row = 0; row < want.k; ++row) {
+    for (int64_t col = 0; col < want.n; ++col) {
+      ASSERT_EQ(b[row * want.n + col], want.Dequantized(row, col))
+          << "row " << row << " column " << col;
+    }
+  }
+}
+
+struct Fp4Shape {
+  int64_t n, k;
+};
+constexpr Fp4Shape kFp4Shapes[] = {{8, 64}, {24, 128}, {3, 96}};
+
+TEST(ConvertMxfp4Test, CopiesCodesAndExponentsOfEveryExpert) {
+  for (uint64_t seed = 30; seed <= 32; ++seed) {
+    for (const Fp4Shape& shape : kFp4Shapes) {
+      SCOPED_TRACE(absl::StrCat("seed=", seed, " n=", shape.n, " k=", shape.k));
+      std::vector<Fp4ProducerWeight> experts;
+      for (int e = 0; e < 3; ++e) {
+        experts.push_back(
+            RandomFp4ProducerWeight(seed * 10 + e, shape.n, shape.k, 32));
+      }
+      const SafetensorsFile file = MakeFile(Mxfp4Tensors(kPrefix, experts));
+      EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kMxfp4);
+      EXPECT_THAT(Mxfp4ExpertDims(file, kPrefix).value(),
+                  ::testing::ElementsAre(3));
+      for (int e = 0; e < 3; ++e) {
+        absl::StatusOr<QuantizedWeight> got =
+            ConvertMxfp4Weight(file, kPrefix, e);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(got->spec,
+                  (WeightSpec{WeightFormat::kMxfp4, shape.k, shape.n, 32}));
+        ExpectExact(*got, experts[e]);
+      }
+    }
+  }
+}
+
+TEST(ConvertMxfp4Test, ReadsTheOriginalCheckpointsDottedNames) {
+  constexpr uint64_t kSeed = 33;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const Fp4ProducerWeight w = RandomFp4ProducerWeight(kSeed, 16, 64, 32);
+  const SafetensorsFile file =
+      MakeFile(Mxfp4Tensors(kPrefix, {w}, ".", /*stacked=*/false));
+  EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kMxfp4);
+  EXPECT_TRUE(Mxfp4ExpertDims(file, kPrefix).value().empty());
+  absl::StatusOr<QuantizedWeight> got = ConvertMxfp4Weight(file, kPrefix);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectExact(*got, w);
+}
+
+TEST(ConvertMxfp4Test, ExtremeExponents) {
+  // E8M0 codes 0 (2^-127) and 250 (2^123; 6 * 2^127 would overflow the
+  // fp32 that the reference dequantizes in), and every FP4 code.
+  Fp4ProducerWeight w{1, 64, 32, {}, {0, 250}, 1.0f};
+  for (int i = 0; i < 64; ++i) w.codes.push_back(i % 16);
+  const SafetensorsFile file =
+      MakeFile(Mxfp4Tensors(kPrefix, {w}, "_", /*stacked=*/false));
+  absl::StatusOr<QuantizedWeight> got = ConvertMxfp4Weight(file, kPrefix);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectExact(*got, w);
+  EXPECT_EQ(ReferenceDequantize(*got)[7], 6 * std::ldexp(1.0, -127));
+  EXPECT_EQ(ReferenceDequantize(*got)[32 + 15], -6 * std::ldexp(1.0, 123));
+}
+
+TEST(ConvertNvfp4Test, CopiesCodesScalesAndTheGlobalScale) {
+  for (uint64_t seed = 40; seed <= 42; ++seed) {
+    for (const Fp4Shape& shape : kFp4Shapes) {
+      SCOPED_TRACE(absl::StrCat("seed=", seed, " n=", shape.n, " k=", shape.k));
+      const Fp4ProducerWeight w =
+          RandomFp4ProducerWeight(seed, shape.n, shape.k, 16);
+      const SafetensorsFile file = MakeFile(Nvfp4Tensors(kPrefix, w));
+      EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kNvfp4);
+      absl::StatusOr<QuantizedWeight> got = ConvertNvfp4Weight(file, kPrefix);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->spec, (WeightSpec{WeightFormat::kNvfp4, shape.k, shape.n,
+                                       16, w.global_scale}));
+      ExpectExact(*got, w);
+    }
+  }
+}
+
+TEST(ConvertNvfp4Test, SubnormalAndLargestScales) {
+  // E4M3 0x01 (2^-9), 0x07 (7 * 2^-9), 0x08 (2^-6) and 0x7e (448).
+  Fp4ProducerWeight w{1, 64, 16, {}, {0x01, 0x07, 0x08, 0x7e}, 0.25f};
+  for (int i = 0; i < 64; ++i) w.codes.push_back((i * 7) % 16);
+  std::vector<Tensor> tensors = Nvfp4Tensors(kPrefix, w);
+  Find(tensors, "weight_scale_2").shape = {1};  // some exports write [1]
+  absl::StatusOr<QuantizedWeight> got =
+      ConvertNvfp4Weight(MakeFile(tensors), kPrefix);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectExact(*got, w);
+  EXPECT_EQ(E4m3Value(0x7e), 448);
+  EXPECT_EQ(E4m3Value(0x07), 7 * std::ldexp(1.0, -9));
+}
+
 // --- Float weights.
 
 // A [N, K] PREFIX.weight of `dtype` holding `values` (rounded to the dtype).
@@ -313,11 +423,14 @@ TEST(QuantizeFloatTest, RandomWeightsRoundToTheNearestCode) {
   }
 }
 
-// Quantizes one column of K = 32 values into one group.
+// Quantizes one column of K = 32 values into groups of 32 (16 for nvfp4).
 QuantizedWeight QuantizeColumn(WeightFormat format, std::vector<float> values) {
   values.resize(32, 0.0f);
-  absl::StatusOr<QuantizedWeight> got = QuantizeFloatWeight(
-      FloatFile(SafetensorsDtype::kF32, 1, 32, values), kPrefix, format, 32);
+  const int64_t group_size =
+      FixedGroupSize(format) != 0 ? FixedGroupSize(format) : 32;
+  absl::StatusOr<QuantizedWeight> got =
+      QuantizeFloatWeight(FloatFile(SafetensorsDtype::kF32, 1, 32, values),
+                          kPrefix, format, group_size);
   EXPECT_TRUE(got.ok()) << got.status();
   return *std::move(got);
 }
@@ -326,6 +439,101 @@ std::vector<int> Codes(const QuantizedWeight& weight, int count) {
   std::vector<int> codes;
   for (int row = 0; row < count; ++row) codes.push_back(weight.Code(row, 0));
   return codes;
+}
+
+// The E2M1 code nearest to x in units of the scale, by brute force: no
+// other code may be nearer.
+void ExpectNearestFp4(double dequantized, double w, double s) {
+  for (uint8_t code = 0; code < 16; ++code) {
+    ASSERT_LE(std::abs(dequantized - w),
+              std::abs(Fp4CodeToFloat(code) * s - w));
+  }
+}
+
+TEST(QuantizeFloatTest, Mxfp4AndNvfp4ScalesNeverClip) {
+  constexpr int64_t kN = 8;
+  constexpr int64_t kK = 256;
+  for (WeightFormat format : {WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    for (SafetensorsDtype dtype :
+         {SafetensorsDtype::kF32, SafetensorsDtype::kBF16}) {
+      const uint64_t seed = 200 + static_cast<int>(format);
+      SCOPED_TRACE(absl::StrCat("seed=", seed, " ", SafetensorsDtypeName(dtype),
+                                " ", WeightFormatName(format)));
+      const int64_t group_size = FixedGroupSize(format);
+      std::mt19937_64 rng(seed);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> values(kN * kK);
+      for (int64_t i = 0; i < kN * kK; ++i) {
+        // Magnitudes vary by row over 2^-30 .. 2^5.
+        values[i] = normal(rng) * std::ldexp(1.0f, (i / kK) * 5 - 30);
+      }
+      std::fill_n(values.begin() + 3 * kK, group_size, 0.0f);  // a zero group
+      values = Stored(dtype, values);
+      double amax = 0;
+      for (float v : values) amax = std::max<double>(amax, std::abs(v));
+
+      absl::StatusOr<QuantizedWeight> got = QuantizeFloatWeight(
+          FloatFile(dtype, kN, kK, values), kPrefix, format, group_size);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_TRUE(got->Validate().ok()) << got->Validate();
+      const double g = got->spec.global_scale;
+      if (format == WeightFormat::kNvfp4) {
+        EXPECT_LE(amax, 6 * 448 * g);
+        EXPECT_NEAR(g, amax / (6 * 448), g * 1e-6);
+      } else {
+        EXPECT_EQ(g, 1.0);
+      }
+      const std::vector<double> b = ReferenceDequantize(*got);
+      for (int64_t col = 0; col < kN; ++col) {
+        for (int64_t group = 0; group < kK / group_size; ++group) {
+          const int64_t first_row = group * group_size;
+          const uint8_t code = got->Scale(first_row, col);
+          double absmax = 0;
+          for (int64_t row = first_row; row < first_row + group_size; ++row) {
+            absmax = std::max<double>(absmax, std::abs(values[col * kK + row]));
+          }
+          const double s = ScaleToFloat(format, code) * g;
+          if (absmax == 0) {
+            EXPECT_EQ(code, 0);
+          } else if (format == WeightFormat::kMxfp4) {
+            // The smallest power of two that holds absmax.
+            EXPECT_LE(absmax, 6 * s);
+            if (code > 0) {
+              EXPECT_GT(absmax, 3 * s);
+            }
+          } else {
+            // E4M3(absmax / 6 / g), or one step up where that would clip.
+            const uint8_t rounded = FloatToE4m3(absmax / 6 / g);
+            EXPECT_LE(absmax, 6 * s);
+            EXPECT_TRUE(
+                code == rounded ||
+                (code == rounded + 1 && absmax > 6 * E4m3ToFloat(rounded) * g))
+                << "column " << col << " group " << group;
+          }
+          for (int64_t row = first_row; row < first_row + group_size; ++row) {
+            ExpectNearestFp4(b[row * kN + col], values[col * kK + row], s);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizeFloatTest, Mxfp4PicksTheSmallestPowerOfTwo) {
+  // absmax 6 fits 2^0; 6.5 needs 2^1; 3 fits 2^-1 (3 / 0.5 = 6).
+  EXPECT_EQ(QuantizeColumn(WeightFormat::kMxfp4, {6, -1}).Scale(0, 0), 127);
+  EXPECT_EQ(QuantizeColumn(WeightFormat::kMxfp4, {-6.5f}).Scale(0, 0), 128);
+  const QuantizedWeight got =
+      QuantizeColumn(WeightFormat::kMxfp4, {3, 1, -0.3f});
+  EXPECT_EQ(got.Scale(0, 0), 126);
+  EXPECT_THAT(Codes(got, 3), ::testing::ElementsAre(7, 4, 9));
+}
+
+TEST(QuantizeFloatTest, Nvfp4TensorOfZeros) {
+  const QuantizedWeight got = QuantizeColumn(WeightFormat::kNvfp4, {});
+  EXPECT_EQ(got.spec.global_scale, 1.0f);
+  EXPECT_EQ(got.Scale(0, 0), 0);
+  EXPECT_EQ(got.Code(3, 0), 0);
 }
 
 TEST(QuantizeFloatTest, U4b8RoundsHalfToEven) {
@@ -432,6 +640,11 @@ absl::Status GptqError(const std::vector<Tensor>& tensors) {
   if (!detected.ok()) {
     EXPECT_EQ(detected, converted);
   }
+  // Checking refuses exactly what converting refuses.
+  EXPECT_EQ(CheckLayer(file, kPrefix, CheckpointLayout::kGptq,
+                       WeightFormat::kU4b8, 128)
+                .status(),
+            converted);
   return converted;
 }
 
@@ -600,6 +813,194 @@ TEST(ConvertErrorTest, FloatWeightMismatches) {
   }
 }
 
+std::vector<Tensor> ValidMxfp4() {
+  return Mxfp4Tensors(kPrefix, {RandomFp4ProducerWeight(50, 4, 64, 32),
+                                RandomFp4ProducerWeight(51, 4, 64, 32)});
+}
+
+// The tensor named PREFIX_SUFFIX (the MXFP4 convention).
+Tensor& FindUnderscored(std::vector<Tensor>& tensors,
+                        absl::string_view suffix) {
+  for (Tensor& tensor : tensors) {
+    if (tensor.name == absl::StrCat(kPrefix, "_", suffix)) return tensor;
+  }
+  ADD_FAILURE() << "no tensor _" << suffix;
+  return tensors.front();
+}
+
+// ConvertMxfp4Weight refuses, naming `tensor`, and so does DetectLayout
+// when the mismatch is in the shapes (it reads no data).
+void ExpectMxfp4Error(const std::vector<Tensor>& tensors,
+                      absl::string_view tensor, absl::string_view detail,
+                      bool detected_too = true) {
+  const SafetensorsFile file = MakeFile(tensors);
+  std::vector<absl::Status> statuses = {
+      ConvertMxfp4Weight(file, kPrefix, 1).status()};
+  if (detected_too) statuses.push_back(DetectLayout(file, kPrefix).status());
+  for (const absl::Status& status : statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(
+        status.message(),
+        AllOf(HasSubstr(absl::StrCat(kPrefix, tensor)), HasSubstr(detail)));
+  }
+}
+
+TEST(ConvertErrorTest, Mxfp4Mismatches) {
+  {
+    std::vector<Tensor> tensors = ValidMxfp4();
+    tensors.pop_back();
+    ExpectMxfp4Error(tensors, "_scales", "is missing");
+  }
+  {
+    std::vector<Tensor> tensors = ValidMxfp4();
+    FindUnderscored(tensors, "blocks").dtype = SafetensorsDtype::kI8;
+    ExpectMxfp4Error(tensors, "_blocks", "has dtype I8, expected U8");
+  }
+  {
+    std::vector<Tensor> tensors = ValidMxfp4();
+    Reshape(FindUnderscored(tensors, "blocks"), {2, 4, 4, 8});
+    ExpectMxfp4Error(tensors, "_blocks", "should be [..., N, K/32, 16]");
+  }
+  {
+    std::vector<Tensor> tensors = ValidMxfp4();
+    Reshape(FindUnderscored(tensors, "scales"), {2, 4, 3});
+    ExpectMxfp4Error(tensors, "_scales", "should be [2, 4, 2]");
+  }
+  {
+    // Expert 1, row 3, group 1 is 0xff, which E8M0 reserves for NaN.
+    std::vector<Tensor> tensors = ValidMxfp4();
+    FindUnderscored(tensors, "scales").bytes[8 + 3 * 2 + 1] = '\xff';
+    ExpectMxfp4Error(tensors, "_scales[1, 3, 1]", "is NaN",
+                     /*detected_too=*/false);
+  }
+  {
+    const SafetensorsFile file = MakeFile(ValidMxfp4());
+    const absl::Status status = ConvertMxfp4Weight(file, kPrefix, 2).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("holds 2 weights"));
+  }
+}
+
+std::vector<Tensor> ValidNvfp4() {
+  return Nvfp4Tensors(kPrefix, RandomFp4ProducerWeight(52, 4, 64, 16));
+}
+
+void ExpectNvfp4Error(const std::vector<Tensor>& tensors,
+                      absl::string_view tensor, absl::string_view detail) {
+  const SafetensorsFile file = MakeFile(tensors);
+  ExpectError(ConvertNvfp4Weight(file, kPrefix).status(),
+              absl::StatusCode::kInvalidArgument, tensor, detail);
+  // Detection reads the global scale but not the scales.
+  if (!absl::StrContains(tensor, "[")) {
+    ExpectError(DetectLayout(file, kPrefix).status(),
+                absl::StatusCode::kInvalidArgument, tensor, detail);
+  }
+}
+
+TEST(ConvertErrorTest, Nvfp4Mismatches) {
+  for (absl::string_view missing : {"weight_scale", "weight_scale_2"}) {
+    std::vector<Tensor> tensors = ValidNvfp4();
+    std::erase_if(tensors,
+                  [&](const Tensor& t) { return t.name == Name(missing); });
+    ExpectNvfp4Error(tensors, missing, "is missing");
+  }
+  {
+    std::vector<Tensor> tensors = ValidNvfp4();
+    Tensor& scale = Find(tensors, "weight_scale");
+    scale.dtype = SafetensorsDtype::kF16;
+    Reshape(scale, scale.shape);
+    ExpectNvfp4Error(tensors, "weight_scale",
+                     "has dtype F16, expected F8_E4M3");
+  }
+  {
+    std::vector<Tensor> tensors = ValidNvfp4();
+    Reshape(Find(tensors, "weight_scale"), {4, 2});
+    ExpectNvfp4Error(tensors, "weight_scale", "should be [4, 4]");
+  }
+  {
+    // 12 bytes a row: K = 24 codes, not a multiple of 16.
+    std::vector<Tensor> tensors = ValidNvfp4();
+    Reshape(Find(tensors, "weight"), {4, 12});
+    ExpectNvfp4Error(tensors, "weight", "K=24 codes per row, not a multiple");
+  }
+  {
+    std::vector<Tensor> tensors = ValidNvfp4();
+    Find(tensors, "weight_scale").bytes[2 * 4 + 3] = '\x7f';
+    ExpectNvfp4Error(tensors, "weight_scale[2, 3]", "is NaN");
+  }
+  for (float global_scale : {0.0f, -1.0f, std::nanf("")}) {
+    std::vector<Tensor> tensors = ValidNvfp4();
+    Find(tensors, "weight_scale_2").bytes = Bytes(std::vector{global_scale});
+    ExpectNvfp4Error(tensors, "weight_scale_2", "must be finite and positive");
+  }
+  {
+    std::vector<Tensor> tensors = ValidNvfp4();
+    Reshape(Find(tensors, "weight_scale_2"), {2});
+    ExpectNvfp4Error(tensors, "weight_scale_2", "single fp32 value");
+  }
+}
+
+// CheckLayer gives the spec that converting gives, and refuses what it
+// refuses, for every layout.
+TEST(CheckLayerTest, AgreesWithTheConverters) {
+  constexpr uint64_t kSeed = 60;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const auto check = [](const SafetensorsFile& file, CheckpointLayout layout,
+                        WeightFormat format = WeightFormat::kU4b8,
+                        int64_t group_size = 32, int64_t expert = 0) {
+    return CheckLayer(file, kPrefix, layout, format, group_size, expert);
+  };
+  {
+    const SafetensorsFile file = MakeFile(
+        AwqTensors(kPrefix, RandomProducerWeight(kSeed, 128, 16, 32, 0, 15)));
+    EXPECT_EQ(check(file, CheckpointLayout::kAwq)->spec,
+              ConvertAwqWeight(file, kPrefix)->spec);
+  }
+  {
+    const SafetensorsFile file = MakeFile(ValidMxfp4());
+    EXPECT_EQ(
+        check(file, CheckpointLayout::kMxfp4, WeightFormat::kU4b8, 32, 1)->spec,
+        ConvertMxfp4Weight(file, kPrefix, 1)->spec);
+    std::vector<Tensor> tensors = ValidMxfp4();
+    FindUnderscored(tensors, "scales").bytes[8] = '\xff';
+    const SafetensorsFile bad = MakeFile(tensors);
+    EXPECT_EQ(check(bad, CheckpointLayout::kMxfp4, WeightFormat::kU4b8, 32, 1)
+                  .status(),
+              ConvertMxfp4Weight(bad, kPrefix, 1).status());
+    EXPECT_TRUE(check(bad, CheckpointLayout::kMxfp4).ok());  // expert 0 is fine
+  }
+  {
+    const SafetensorsFile file = MakeFile(ValidNvfp4());
+    EXPECT_EQ(check(file, CheckpointLayout::kNvfp4)->spec,
+              ConvertNvfp4Weight(file, kPrefix)->spec);
+  }
+  std::vector<float> values(4 * 64);
+  std::mt19937_64 rng(kSeed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : values) v = normal(rng);
+  for (WeightFormat format : kAllWeightFormats) {
+    SCOPED_TRACE(WeightFormatName(format));
+    const int64_t group_size =
+        FixedGroupSize(format) != 0 ? FixedGroupSize(format) : 32;
+    const SafetensorsFile file =
+        FloatFile(SafetensorsDtype::kBF16, 4, 64, values);
+    EXPECT_EQ(check(file, CheckpointLayout::kFloat, format, group_size)->spec,
+              QuantizeFloatWeight(file, kPrefix, format, group_size)->spec);
+  }
+  for (float bad : {std::nanf(""), 1e6f}) {
+    std::vector<float> with_bad = values;
+    with_bad[100] = bad;
+    const SafetensorsFile file =
+        FloatFile(SafetensorsDtype::kF32, 4, 64, with_bad);
+    const absl::Status status =
+        check(file, CheckpointLayout::kFloat, WeightFormat::kU4b8, 32).status();
+    EXPECT_FALSE(status.ok());
+    EXPECT_EQ(
+        status,
+        QuantizeFloatWeight(file, kPrefix, WeightFormat::kU4b8, 32).status());
+  }
+}
+
 TEST(ConvertErrorTest, NoLayerUnderThePrefix) {
   const SafetensorsFile file =
       FloatFile(SafetensorsDtype::kF32, 1, 32, std::vector<float>(32, 1));
@@ -608,6 +1009,7 @@ TEST(ConvertErrorTest, NoLayerUnderThePrefix) {
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("model.layers.1.mlp.down_proj.qweight"),
+                    HasSubstr("model.layers.1.mlp.down_proj_blocks"),
                     HasSubstr("model.layers.1.mlp.down_proj.weight"),
                     HasSubstr("test.safetensors")));
   EXPECT_EQ(DetectLayout(file, kPrefix).value(), CheckpointLayout::kFloat);

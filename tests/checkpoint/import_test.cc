@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/reference.h"
 #include "kernels/weight_format.h"
 #include "proto/weight_name.h"
 #include "tests/checkpoint/producer_layers.h"
@@ -30,10 +32,14 @@ using ::nibble::checkpoint::SafetensorsFile;
 using ::nibble::checkpoint::testing::AwqTensors;
 using ::nibble::checkpoint::testing::Bytes;
 using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::Fp4ProducerWeight;
 using ::nibble::checkpoint::testing::GIdxTensor;
 using ::nibble::checkpoint::testing::GptqTensors;
 using ::nibble::checkpoint::testing::MakeFile;
+using ::nibble::checkpoint::testing::Mxfp4Tensors;
+using ::nibble::checkpoint::testing::Nvfp4Tensors;
 using ::nibble::checkpoint::testing::ProducerWeight;
+using ::nibble::checkpoint::testing::RandomFp4ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
 using ::nibble::checkpoint::testing::Tensor;
 using ::testing::AllOf;
@@ -123,7 +129,12 @@ TEST(ParseQuantizeSpecTest, ReadsFormatAndGroup) {
             (QuantizeSpec{WeightFormat::kU4b8, 0}));
   EXPECT_EQ(ParseQuantizeSpec("fp4:K").value(),
             (QuantizeSpec{WeightFormat::kFp4, 0}));
-  for (absl::string_view text : {"u4b8:128", "u4:32", "fp4:k"}) {
+  EXPECT_EQ(ParseQuantizeSpec("mxfp4:32").value(),
+            (QuantizeSpec{WeightFormat::kMxfp4, 32}));
+  EXPECT_EQ(ParseQuantizeSpec("nvfp4:16").value(),
+            (QuantizeSpec{WeightFormat::kNvfp4, 16}));
+  for (absl::string_view text :
+       {"u4b8:128", "u4:32", "fp4:k", "mxfp4:32", "nvfp4:16"}) {
     EXPECT_EQ(QuantizeSpecName(ParseQuantizeSpec(text).value()), text);
   }
 }
@@ -138,6 +149,21 @@ TEST(ParseQuantizeSpecTest, RefusesWhatIsNotFormatColonGroup) {
     EXPECT_THAT(status.message(),
                 AllOf(HasSubstr(text), HasSubstr("FORMAT:GROUP"),
                       HasSubstr("e.g. u4b8:128")));
+  }
+}
+
+TEST(ParseQuantizeSpecTest, Mxfp4AndNvfp4KeepTheirGroups) {
+  for (const auto& [text, group] : {std::pair{"mxfp4:16", "32"},
+                                    {"mxfp4:128", "32"},
+                                    {"mxfp4:k", "32"},
+                                    {"nvfp4:32", "16"},
+                                    {"nvfp4:k", "16"}}) {
+    SCOPED_TRACE(text);
+    const absl::Status status = ParseQuantizeSpec(text).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr(text),
+                      HasSubstr(absl::StrCat("GROUP must be ", group))));
   }
 }
 
@@ -430,6 +456,154 @@ TEST(ExecuteImportTest, QuantizesFloatLayersAsPlanned) {
   EXPECT_EQ(uploaded.scales, want.scales);
   EXPECT_EQ(uploaded.zeros, want.zeros);
   EXPECT_THAT(progress.str(), HasSubstr("(float → u4, k=128 n=16 group=128,"));
+}
+
+// A file with MXFP4 experts (Hugging Face's names), a single MXFP4 weight
+// (gpt-oss' original names) and an NVFP4 layer, besides ModelTensors.
+struct Fp4Model {
+  static constexpr absl::string_view kExperts =
+      "model.layers.1.mlp.experts.gate_up_proj";
+  static constexpr absl::string_view kOriginal = "block.0.mlp.mlp1_weight";
+  static constexpr absl::string_view kNvfp4 = "model.layers.1.self_attn.q_proj";
+
+  explicit Fp4Model(uint64_t seed) {
+    for (uint64_t e = 0; e < 3; ++e) {
+      experts.push_back(RandomFp4ProducerWeight(seed + e, kN, 64, 32));
+    }
+    original = RandomFp4ProducerWeight(seed + 3, 8, kK, 32);
+    nvfp4 = RandomFp4ProducerWeight(seed + 4, kN, kK, 16);
+    tensors = ModelTensors(seed);
+    Append(tensors, Mxfp4Tensors(kExperts, experts));
+    Append(tensors, Mxfp4Tensors(kOriginal, {original}, ".", false));
+    Append(tensors, Nvfp4Tensors(kNvfp4, nvfp4));
+  }
+
+  std::vector<Fp4ProducerWeight> experts;
+  Fp4ProducerWeight original;
+  Fp4ProducerWeight nvfp4;
+  std::vector<Tensor> tensors;
+};
+
+void ExpectDequantizesTo(const QuantizedWeight& weight,
+                         const Fp4ProducerWeight& want) {
+  ASSERT_EQ(weight.spec.k, want.k);
+  ASSERT_EQ(weight.spec.n, want.n);
+  const std::vector<double> b = ReferenceDequantize(weight);
+  for (int64_t row = 0; row < want.k; ++row) {
+    for (int64_t col = 0; col < want.n; ++col) {
+      ASSERT_EQ(b[row * want.n + col], want.Dequantized(row, col))
+          << "row " << row << " column " << col;
+    }
+  }
+}
+
+TEST(PlanImportTest, ImportsMxfp4ExpertsAndNvfp4LayersExactly) {
+  constexpr uint64_t kSeed = 10;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const Fp4Model model(kSeed);
+  const SafetensorsFile file = MakeFile(model.tensors);
+  ImportOptions options;
+  options.name_map = {{"model.layers.1.", "L1."}};
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // The scale tensors and input_scale belong to their layers.
+  EXPECT_THAT(plan->skipped,
+              ElementsAre("model.layers.0.mlp.up_proj.bias (F32 [16])",
+                          "model.norm.weight (F32 [128])",
+                          "model.position_ids.weight (I32 [1, 4])",
+                          "model.rotary_emb.inv_freq (F32 [8])"));
+  std::vector<std::string> names;
+  for (const ImportLayer& layer : plan->layers) names.push_back(layer.name);
+  EXPECT_THAT(names, ::testing::IsSupersetOf(
+                         {"block.0.mlp.mlp1_weight", "L1.self_attn.q_proj",
+                          "L1.mlp.experts.gate_up_proj.0",
+                          "L1.mlp.experts.gate_up_proj.1",
+                          "L1.mlp.experts.gate_up_proj.2"}));
+  EXPECT_EQ(plan->layers.size(), 6u + 5u);
+  const ImportLayer& nvfp4 = FindLayer(*plan, Fp4Model::kNvfp4);
+  EXPECT_EQ(nvfp4.layout, CheckpointLayout::kNvfp4);
+  EXPECT_EQ(nvfp4.spec, (WeightSpec{WeightFormat::kNvfp4, kK, kN, 16,
+                                    model.nvfp4.global_scale}));
+  EXPECT_EQ(nvfp4.file_bytes, kN * kK / 2 + kN * kK / 16 + 4 + 4);
+  const ImportLayer& original = FindLayer(*plan, Fp4Model::kOriginal);
+  EXPECT_EQ(original.layout, CheckpointLayout::kMxfp4);
+  EXPECT_EQ(original.expert, -1);
+  EXPECT_EQ(original.spec, (WeightSpec{WeightFormat::kMxfp4, kK, 8, 32}));
+
+  std::map<std::string, QuantizedWeight> uploads;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view name) {
+        uploads.emplace(name, weight);
+        return absl::OkStatus();
+      },
+      progress);
+  ASSERT_TRUE(report.status.ok()) << report.status;
+  ASSERT_EQ(uploads.size(), plan->layers.size());
+  for (int e = 0; e < 3; ++e) {
+    SCOPED_TRACE(absl::StrCat("expert ", e));
+    const QuantizedWeight& got =
+        uploads.at(absl::StrCat("L1.mlp.experts.gate_up_proj.", e));
+    EXPECT_EQ(got.spec, (WeightSpec{WeightFormat::kMxfp4, 64, kN, 32}));
+    ExpectDequantizesTo(got, model.experts[e]);
+  }
+  ExpectDequantizesTo(uploads.at("block.0.mlp.mlp1_weight"), model.original);
+  ExpectDequantizesTo(uploads.at("L1.self_attn.q_proj"), model.nvfp4);
+  EXPECT_THAT(progress.str(),
+              AllOf(HasSubstr("model.layers.1.mlp.experts.gate_up_proj[2] → "
+                              "L1.mlp.experts.gate_up_proj.2 (mxfp4 → mxfp4, "
+                              "k=64 n=16 group=32,"),
+                    HasSubstr("model.layers.1.self_attn.q_proj → "
+                              "L1.self_attn.q_proj (nvfp4 → nvfp4, k=128 n=16 "
+                              "group=16,")));
+}
+
+TEST(PlanImportTest, RefusesABadNvfp4LayerBeforeUploading) {
+  constexpr uint64_t kSeed = 11;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  Fp4Model model(kSeed);
+  for (Tensor& tensor : model.tensors) {
+    if (tensor.name == absl::StrCat(Fp4Model::kNvfp4, ".weight_scale")) {
+      tensor.bytes[5] = '\xff';  // E4M3 NaN
+    }
+  }
+  const absl::Status status = PlanImport(MakeFile(model.tensors), {}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("model.layers.1.self_attn.q_proj.weight_scale[0, "
+                              "5] is NaN")));
+}
+
+TEST(ExecuteImportTest, QuantizesFloatLayersToNvfp4) {
+  constexpr uint64_t kSeed = 12;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  ImportOptions options;
+  options.layers = {"lm_head"};
+  options.quantize = ParseQuantizeSpec("nvfp4:16").value();
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  QuantizedWeight uploaded;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view) {
+        uploaded = weight;
+        return absl::OkStatus();
+      },
+      progress);
+  ASSERT_TRUE(report.status.ok()) << report.status;
+  const QuantizedWeight want =
+      checkpoint::QuantizeFloatWeight(file, "lm_head", WeightFormat::kNvfp4, 16)
+          .value();
+  EXPECT_EQ(uploaded.spec, want.spec);
+  EXPECT_EQ(plan->layers[0].spec, want.spec);
+  EXPECT_NE(want.spec.global_scale, 1.0f);
+  EXPECT_EQ(uploaded.qweight, want.qweight);
+  EXPECT_EQ(uploaded.scales, want.scales);
+  EXPECT_THAT(progress.str(),
+              HasSubstr("(float → nvfp4, k=128 n=16 group=16,"));
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Checkpoint layers written the way their producers write them, for tests of
 // the code that reads them: GPTQ tensors packed as AutoGPTQ packs them, AWQ
-// tensors as AutoAWQ does, and float weights [N, K] as PyTorch's nn.Linear
-// stores them. The packing is written here from the producers' code,
-// independently of checkpoint/convert.cc, so that a test of the converter
-// does not check it against itself.
+// tensors as AutoAWQ does, MXFP4 tensors as OpenAI's gpt-oss checkpoints
+// hold them, NVFP4 tensors as NVIDIA's ModelOpt exports them, and float
+// weights [N, K] as PyTorch's nn.Linear stores them. The packing is written
+// here from the producers' code, independently of checkpoint/convert.cc, so
+// that a test of the converter does not check it against itself.
 //
 // Example:
 //   const ProducerWeight w = RandomProducerWeight(/*seed=*/7, 256, 64, 32,
@@ -17,6 +18,7 @@
 #ifndef NIBBLE_TESTS_CHECKPOINT_PRODUCER_LAYERS_H_
 #define NIBBLE_TESTS_CHECKPOINT_PRODUCER_LAYERS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -195,6 +197,118 @@ inline std::vector<Tensor> AwqTensors(absl::string_view prefix,
        {w.groups, w.n},
        Bytes(w.scales)},
   };
+}
+
+// --- FP4 layers (MXFP4, NVFP4): codes of the weight W [N, K] = B^T.
+
+// The E2M1 values of codes 0..15, as gpt-oss' FP4_VALUES lists them.
+inline constexpr double kFp4Values[16] = {+0.0, +0.5, +1.0, +1.5, +2.0, +3.0,
+                                          +4.0, +6.0, -0.0, -0.5, -1.0, -1.5,
+                                          -2.0, -3.0, -4.0, -6.0};
+
+// FP8 E4M3 (bias 7, no infinities) from its definition.
+inline double E4m3Value(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  const double magnitude = exponent == 0
+                               ? std::ldexp(mantissa, -9)
+                               : std::ldexp(8 + mantissa, exponent - 10);
+  return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+// An MXFP4 or NVFP4 weight as its producer holds it before packing.
+struct Fp4ProducerWeight {
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t group_size = 0;       // 32 (MXFP4: E8M0 scales) or 16 (NVFP4)
+  std::vector<uint8_t> codes;   // [N, K]
+  std::vector<uint8_t> scales;  // [N, K / group_size], 8-bit codes
+  float global_scale = 1.0f;    // NVFP4's weight_scale_2
+
+  // Element [row, col] of B = W^T, in float64.
+  double Dequantized(int64_t row, int64_t col) const {
+    const uint8_t scale = scales[col * (k / group_size) + row / group_size];
+    const double s = group_size == 32 ? std::ldexp(1.0, scale - 127)
+                                      : E4m3Value(scale) * global_scale;
+    return kFp4Values[codes[col * k + row]] * s;
+  }
+};
+
+// Random codes; MXFP4 exponents in [100, 150], NVFP4 scales among the
+// positive finite E4M3 codes with a random global scale.
+inline Fp4ProducerWeight RandomFp4ProducerWeight(uint64_t seed, int64_t n,
+                                                 int64_t k,
+                                                 int64_t group_size) {
+  std::mt19937_64 rng(seed);
+  Fp4ProducerWeight w{n, k, group_size, {}, {}, 1.0f};
+  w.codes.resize(n * k);
+  for (uint8_t& code : w.codes) code = rng() & 0xf;
+  w.scales.resize(n * k / group_size);
+  std::uniform_int_distribution<int> scale(group_size == 32 ? 100 : 0x01,
+                                           group_size == 32 ? 150 : 0x7e);
+  for (uint8_t& s : w.scales) s = scale(rng);
+  if (group_size == 16) {
+    w.global_scale = std::uniform_real_distribution<float>(1e-4f, 1e-2f)(rng);
+  }
+  return w;
+}
+
+// Two codes per byte, the even index of K in the lower nibble: gpt-oss reads
+// `blocks & 0x0F` into the even positions, and ModelOpt packs
+// (q[..., 1::2] << 4) | q[..., 0::2].
+inline std::string PackFp4Codes(const std::vector<uint8_t>& codes) {
+  std::string bytes(codes.size() / 2, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<char>(codes[2 * i] | codes[2 * i + 1] << 4);
+  }
+  return bytes;
+}
+
+// gpt-oss' PREFIX<separator>blocks U8 [E, N, K/32, 16] and
+// PREFIX<separator>scales U8 [E, N, K/32], one entry of E per expert; without
+// the E dimension when `stacked` is false (one expert).
+inline std::vector<Tensor> Mxfp4Tensors(
+    absl::string_view prefix, const std::vector<Fp4ProducerWeight>& experts,
+    absl::string_view separator = "_", bool stacked = true) {
+  const Fp4ProducerWeight& first = experts.front();
+  std::vector<int64_t> blocks_shape = {first.n, first.k / 32, 16};
+  std::vector<int64_t> scales_shape = {first.n, first.k / 32};
+  if (stacked) {
+    const int64_t e = static_cast<int64_t>(experts.size());
+    blocks_shape.insert(blocks_shape.begin(), e);
+    scales_shape.insert(scales_shape.begin(), e);
+  }
+  std::string blocks, scales;
+  for (const Fp4ProducerWeight& w : experts) {
+    blocks += PackFp4Codes(w.codes);
+    scales += Bytes(w.scales);
+  }
+  return {{absl::StrCat(prefix, separator, "blocks"), SafetensorsDtype::kU8,
+           blocks_shape, std::move(blocks)},
+          {absl::StrCat(prefix, separator, "scales"), SafetensorsDtype::kU8,
+           scales_shape, std::move(scales)}};
+}
+
+// ModelOpt's PREFIX.weight U8 [N, K/2], .weight_scale F8_E4M3 [N, K/16],
+// .weight_scale_2 F32 [] and .input_scale F32 [].
+inline std::vector<Tensor> Nvfp4Tensors(absl::string_view prefix,
+                                        const Fp4ProducerWeight& w) {
+  return {{absl::StrCat(prefix, ".weight"),
+           SafetensorsDtype::kU8,
+           {w.n, w.k / 2},
+           PackFp4Codes(w.codes)},
+          {absl::StrCat(prefix, ".weight_scale"),
+           SafetensorsDtype::kF8E4M3,
+           {w.n, w.k / 16},
+           Bytes(w.scales)},
+          {absl::StrCat(prefix, ".weight_scale_2"),
+           SafetensorsDtype::kF32,
+           {},
+           Bytes(std::vector<float>{w.global_scale})},
+          {absl::StrCat(prefix, ".input_scale"),
+           SafetensorsDtype::kF32,
+           {},
+           Bytes(std::vector<float>{0.5f})}};
 }
 
 // PREFIX.weight [N, K] of `dtype` (F16, BF16 or F32) holding `values`,
