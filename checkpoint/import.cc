@@ -162,7 +162,8 @@ absl::Status ActOrderError(absl::string_view prefix) {
       "row / group size): nibble can serve it only with its "
       "activations' columns permuted before every matmul, and nibble's "
       "Matmul takes activations as given; quantize the model again "
-      "without desc_act, or leave the layer out with --layer"));
+      "without desc_act, or leave the layer out (nibble import --layer, "
+      "nibbled --import_layer)"));
 }
 
 // The group size QuantizeFloatWeight gets for the float layer: K for "k".
@@ -178,9 +179,10 @@ absl::Status WithQuantizeHint(const absl::Status& status,
                               const QuantizeSpec& quantize) {
   return absl::Status(
       status.code(),
-      absl::StrCat(status.message(), " (quantizing as ",
-                   QuantizeSpecName(quantize),
-                   "; --quantize picks another format or group)"));
+      absl::StrCat(
+          status.message(), " (quantizing as ", QuantizeSpecName(quantize),
+          "; nibble import --quantize or nibbled --import_quantize picks "
+          "another format or group)"));
 }
 
 // Checks the layer as converting it would, without converting (PlanImport).
@@ -249,23 +251,22 @@ absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text) {
   const size_t colon = text.find(':');
   if (colon == absl::string_view::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--quantize \"", text, "\": ", kQuantizeSyntax));
+        absl::StrCat("\"", text, "\": ", kQuantizeSyntax));
   }
   const absl::string_view format_name = text.substr(0, colon);
   const absl::string_view group = text.substr(colon + 1);
   absl::StatusOr<WeightFormat> format = ParseWeightFormat(format_name);
   if (!format.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--quantize \"", text,
-                                                   "\": format \"", format_name,
-                                                   "\": ", kQuantizeSyntax));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", text, "\": format \"", format_name, "\": ", kQuantizeSyntax));
   }
   QuantizeSpec spec{.format = *format};
   if (const int64_t fixed = FixedGroupSize(*format); fixed != 0) {
     if (group != absl::StrCat(fixed)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--quantize \"", text, "\": ", format_name, " groups ",
-                       fixed, " values per scale, so its GROUP must be ", fixed,
-                       ": ", kQuantizeSyntax));
+          absl::StrCat("\"", text, "\": ", format_name, " groups ", fixed,
+                       " values per scale, so its GROUP must be ", fixed, ": ",
+                       kQuantizeSyntax));
     }
     spec.group_size = fixed;
   } else if (group == "k" || group == "K") {
@@ -274,7 +275,7 @@ absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text) {
              (spec.group_size != 32 && spec.group_size != 64 &&
               spec.group_size != 128)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--quantize \"", text, "\": group \"", group, "\": ", kQuantizeSyntax));
+        "\"", text, "\": group \"", group, "\": ", kQuantizeSyntax));
   }
   return spec;
 }
@@ -292,7 +293,7 @@ absl::StatusOr<std::vector<NameMapRule>> ParseNameMap(
     const size_t equals = text.find('=');
     if (equals == std::string::npos || equals == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--name_map rule \"", text,
+          absl::StrCat("rule \"", text,
                        "\": expected FROM=TO with a non-empty FROM, e.g. "
                        "model.layers.=L, which uploads "
                        "model.layers.0.mlp.up_proj as L0.mlp.up_proj"));
@@ -367,7 +368,8 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
             "layer \"", LayerSource(layer),
             "\" cannot be uploaded under its name (", status.message(),
             "; weight names are ", kWeightNameRule,
-            "): rename it with --name_map FROM=TO"));
+            "): rename it with FROM=TO in nibble import --name_map or "
+            "nibbled --import_name_map"));
       }
       const auto [existing, inserted] =
           source_of_name.emplace(layer.name, LayerSource(layer));
@@ -375,10 +377,12 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
         return absl::InvalidArgumentError(
             existing->second == LayerSource(layer)
                 ? absl::StrCat("layer \"", prefix, "\" is listed twice")
-                : absl::StrCat("layers \"", existing->second, "\" and \"",
-                               LayerSource(layer),
-                               "\" would both be uploaded as \"", layer.name,
-                               "\": tell them apart with --name_map FROM=TO"));
+                : absl::StrCat(
+                      "layers \"", existing->second, "\" and \"",
+                      LayerSource(layer), "\" would both be uploaded as \"",
+                      layer.name,
+                      "\": tell them apart with FROM=TO in nibble import "
+                      "--name_map or nibbled --import_name_map"));
       }
     }
   }

@@ -53,7 +53,8 @@ struct QuantizeSpec {
 
 // "FORMAT:GROUP": FORMAT fp4, u4b8 or u4; GROUP 32, 64, 128, or k for one
 // scale per column; or mxfp4:32, nvfp4:16, whose groups are fixed.
-// INVALID_ARGUMENT saying what is expected otherwise.
+// INVALID_ARGUMENT saying what is expected otherwise, starting with the text
+// quoted, so that the caller puts its flag's name in front.
 absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text);
 // The text ParseQuantizeSpec reads back: "u4b8:128", "fp4:k".
 std::string QuantizeSpecName(const QuantizeSpec& spec);
@@ -68,7 +69,8 @@ struct NameMapRule {
 };
 
 // Rules from "FROM=TO" texts, in order. INVALID_ARGUMENT for a text without
-// '=' or with an empty FROM.
+// '=' or with an empty FROM, starting `rule "TEXT"` for the caller to put its
+// flag's name in front.
 absl::StatusOr<std::vector<NameMapRule>> ParseNameMap(
     absl::Span<const std::string> texts);
 // `prefix` with the first rule whose `from` starts it applied; `prefix` as it

@@ -398,11 +398,15 @@ int RunImport(NibbleClient& client) {
   options.layers = absl::GetFlag(FLAGS_layer);
   absl::StatusOr<std::vector<NameMapRule>> name_map =
       ParseNameMap(absl::GetFlag(FLAGS_name_map));
-  if (!name_map.ok()) return UsageError(name_map.status().message());
+  if (!name_map.ok()) {
+    return UsageError(absl::StrCat("--name_map ", name_map.status().message()));
+  }
   options.name_map = *std::move(name_map);
   absl::StatusOr<QuantizeSpec> quantize =
       ParseQuantizeSpec(absl::GetFlag(FLAGS_quantize));
-  if (!quantize.ok()) return UsageError(quantize.status().message());
+  if (!quantize.ok()) {
+    return UsageError(absl::StrCat("--quantize ", quantize.status().message()));
+  }
   options.quantize = *quantize;
 
   absl::StatusOr<checkpoint::SafetensorsFile> file =

@@ -102,13 +102,13 @@ absl::StatusOr<ImportOptions> ImportOptionsFromFlags(
   absl::StatusOr<std::vector<NameMapRule>> rules = ParseNameMap(name_map);
   if (!rules.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--import_name_map: ", rules.status().message()));
+        absl::StrCat("--import_name_map ", rules.status().message()));
   }
   options.name_map = *std::move(rules);
   absl::StatusOr<QuantizeSpec> spec = ParseQuantizeSpec(quantize);
   if (!spec.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--import_quantize: ", spec.status().message()));
+        absl::StrCat("--import_quantize ", spec.status().message()));
   }
   options.quantize = *spec;
   return options;

@@ -428,34 +428,59 @@ TEST(ExecuteImportTest, UploadsLayerByLayerAndStopsAtTheFirstFailure) {
 }
 
 TEST(ExecuteImportTest, QuantizesFloatLayersAsPlanned) {
-  constexpr uint64_t kSeed = 9;
-  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
-  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
-  ImportOptions options;
-  options.layers = {"model.layers.0.mlp.gate_proj"};
-  options.quantize = {WeightFormat::kU4, 0};
-  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  QuantizedWeight uploaded;
-  std::ostringstream progress;
-  const ImportReport report = ExecuteImport(
-      file, *plan,
-      [&](const QuantizedWeight& weight, absl::string_view) {
-        uploaded = weight;
-        return absl::OkStatus();
-      },
-      progress);
-  ASSERT_TRUE(report.status.ok()) << report.status;
-  EXPECT_EQ(report.failed_layer, -1);
-  const QuantizedWeight want =
-      checkpoint::QuantizeFloatWeight(file, "model.layers.0.mlp.gate_proj",
-                                      WeightFormat::kU4, kK)
-          .value();
-  EXPECT_EQ(uploaded.spec, want.spec);
-  EXPECT_EQ(uploaded.qweight, want.qweight);
-  EXPECT_EQ(uploaded.scales, want.scales);
-  EXPECT_EQ(uploaded.zeros, want.zeros);
-  EXPECT_THAT(progress.str(), HasSubstr("(float → u4, k=128 n=16 group=128,"));
+  struct Case {
+    uint64_t seed;
+    std::string layer;
+    QuantizeSpec quantize;
+    int64_t group_size;
+    std::string progress;
+  };
+  const Case cases[] = {
+      {9,
+       "model.layers.0.mlp.gate_proj",
+       {WeightFormat::kU4, 0},
+       kK,
+       "(float → u4, k=128 n=16 group=128,"},
+      {12,
+       "lm_head",
+       {WeightFormat::kNvfp4, 16},
+       16,
+       "(float → nvfp4, k=128 n=16 group=16,"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.layer, " as ", QuantizeSpecName(c.quantize),
+                              " seed=", c.seed));
+    const SafetensorsFile file = MakeFile(ModelTensors(c.seed));
+    ImportOptions options;
+    options.layers = {c.layer};
+    options.quantize = c.quantize;
+    absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    QuantizedWeight uploaded;
+    std::ostringstream progress;
+    const ImportReport report = ExecuteImport(
+        file, *plan,
+        [&](const QuantizedWeight& weight, absl::string_view) {
+          uploaded = weight;
+          return absl::OkStatus();
+        },
+        progress);
+    ASSERT_TRUE(report.status.ok()) << report.status;
+    EXPECT_EQ(report.failed_layer, -1);
+    const QuantizedWeight want =
+        checkpoint::QuantizeFloatWeight(file, c.layer, c.quantize.format,
+                                        c.group_size)
+            .value();
+    EXPECT_EQ(plan->layers[0].spec, want.spec);
+    // nvfp4's global scale is the layer's own, not the default.
+    EXPECT_EQ(want.spec.global_scale == 1.0f,
+              c.quantize.format != WeightFormat::kNvfp4);
+    EXPECT_EQ(uploaded.spec, want.spec);
+    EXPECT_EQ(uploaded.qweight, want.qweight);
+    EXPECT_EQ(uploaded.scales, want.scales);
+    EXPECT_EQ(uploaded.zeros, want.zeros);
+    EXPECT_THAT(progress.str(), HasSubstr(c.progress));
+  }
 }
 
 // A file with MXFP4 experts (Hugging Face's names), a single MXFP4 weight
@@ -573,37 +598,6 @@ TEST(PlanImportTest, RefusesABadNvfp4LayerBeforeUploading) {
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("model.layers.1.self_attn.q_proj.weight_scale[0, "
                               "5] is NaN")));
-}
-
-TEST(ExecuteImportTest, QuantizesFloatLayersToNvfp4) {
-  constexpr uint64_t kSeed = 12;
-  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
-  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
-  ImportOptions options;
-  options.layers = {"lm_head"};
-  options.quantize = ParseQuantizeSpec("nvfp4:16").value();
-  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  QuantizedWeight uploaded;
-  std::ostringstream progress;
-  const ImportReport report = ExecuteImport(
-      file, *plan,
-      [&](const QuantizedWeight& weight, absl::string_view) {
-        uploaded = weight;
-        return absl::OkStatus();
-      },
-      progress);
-  ASSERT_TRUE(report.status.ok()) << report.status;
-  const QuantizedWeight want =
-      checkpoint::QuantizeFloatWeight(file, "lm_head", WeightFormat::kNvfp4, 16)
-          .value();
-  EXPECT_EQ(uploaded.spec, want.spec);
-  EXPECT_EQ(plan->layers[0].spec, want.spec);
-  EXPECT_NE(want.spec.global_scale, 1.0f);
-  EXPECT_EQ(uploaded.qweight, want.qweight);
-  EXPECT_EQ(uploaded.scales, want.scales);
-  EXPECT_THAT(progress.str(),
-              HasSubstr("(float → nvfp4, k=128 n=16 group=16,"));
 }
 
 }  // namespace

@@ -293,9 +293,9 @@ TEST_F(ImportAtStartTest, BadImportFlagsAreUsageErrors) {
   };
   const Case cases[] = {
       {absl::StrCat("--import=", checkpoint_, " --import_quantize=u4:96"),
-       "--import_quantize: "},
+       "--import_quantize \"u4:96\": group \"96\""},
       {absl::StrCat("--import=", checkpoint_, " --import_name_map=L"),
-       "--import_name_map: "},
+       "--import_name_map rule \"L\": expected FROM=TO"},
       {"--import_layer=model.layers.0.mlp.down_proj",
        "--import_layer applies to --import"},
   };

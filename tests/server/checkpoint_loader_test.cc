@@ -1,6 +1,7 @@
 #include "server/checkpoint_loader.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -21,6 +22,7 @@
 #include "kernels/weight_format.h"
 #include "server/weight_store.h"
 #include "tests/checkpoint/producer_layers.h"
+#include "tests/integration/test_files.h"
 
 namespace nibble::server {
 namespace {
@@ -32,6 +34,7 @@ using ::nibble::checkpoint::testing::ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
 using ::nibble::checkpoint::testing::SerializeTensors;
 using ::nibble::checkpoint::testing::Tensor;
+using ::nibble::testing::FreshDirectory;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -39,10 +42,21 @@ using ::testing::HasSubstr;
 constexpr int64_t kK = 256;
 constexpr uint64_t kSeed = 73;
 
-// Writes `tensors` as a safetensors file in the test's directory; its path.
+// The path of `name` in a directory of this test process's own: ctest runs
+// the tests of this file side by side.
+std::string TestPath(absl::string_view name) {
+  static const std::string* const directory = [] {
+    auto* path = new std::string(FreshDirectory("checkpoint_loader"));
+    std::filesystem::create_directories(*path);
+    return path;
+  }();
+  return absl::StrCat(*directory, "/", name);
+}
+
+// Writes `tensors` as the safetensors file `name` (see TestPath); its path.
 std::string WriteCheckpoint(absl::string_view name,
                             const std::vector<Tensor>& tensors) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  const std::string path = TestPath(name);
   std::ofstream(path, std::ios::binary) << SerializeTensors(tensors);
   return path;
 }
@@ -191,14 +205,14 @@ TEST_F(CheckpointLoaderTest, AWeightNameTwoFilesShareIsRefused) {
 }
 
 TEST_F(CheckpointLoaderTest, AMissingOrForeignFileIsNamed) {
-  const std::string absent = absl::StrCat(::testing::TempDir(), "/absent");
+  const std::string absent = TestPath("absent");
   absl::StatusOr<std::vector<PlannedCheckpoint>> missing =
       PlanCheckpoints({first_, absent}, Options(), {});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(),
               AllOf(HasSubstr("--import: "), HasSubstr(absent)));
 
-  const std::string text = absl::StrCat(::testing::TempDir(), "/notes.txt");
+  const std::string text = TestPath("notes.txt");
   std::ofstream(text) << "these are not tensors, just a few words of text";
   absl::StatusOr<std::vector<PlannedCheckpoint>> foreign =
       PlanCheckpoints({text}, Options(), {});
