@@ -31,6 +31,7 @@ using ::nibble::checkpoint::SafetensorsDtype;
 using ::nibble::checkpoint::SafetensorsFile;
 using ::nibble::checkpoint::testing::AwqTensors;
 using ::nibble::checkpoint::testing::Bytes;
+using ::nibble::checkpoint::testing::ExpectDequantizesTo;
 using ::nibble::checkpoint::testing::FloatWeightTensor;
 using ::nibble::checkpoint::testing::Fp4ProducerWeight;
 using ::nibble::checkpoint::testing::GIdxTensor;
@@ -508,19 +509,6 @@ struct Fp4Model {
   Fp4ProducerWeight nvfp4;
   std::vector<Tensor> tensors;
 };
-
-void ExpectDequantizesTo(const QuantizedWeight& weight,
-                         const Fp4ProducerWeight& want) {
-  ASSERT_EQ(weight.spec.k, want.k);
-  ASSERT_EQ(weight.spec.n, want.n);
-  const std::vector<double> b = ReferenceDequantize(weight);
-  for (int64_t row = 0; row < want.k; ++row) {
-    for (int64_t col = 0; col < want.n; ++col) {
-      ASSERT_EQ(b[row * want.n + col], want.Dequantized(row, col))
-          << "row " << row << " column " << col;
-    }
-  }
-}
 
 TEST(PlanImportTest, ImportsMxfp4ExpertsAndNvfp4LayersExactly) {
   constexpr uint64_t kSeed = 10;

@@ -34,6 +34,7 @@
 #include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "kernels/dtype.h"
+#include "kernels/reference.h"
 
 namespace nibble::checkpoint::testing {
 
@@ -233,6 +234,22 @@ struct Fp4ProducerWeight {
     return kFp4Values[codes[col * k + row]] * s;
   }
 };
+
+// Checks that `weight` is valid and dequantizes exactly to the producer's
+// B = W^T.
+inline void ExpectDequantizesTo(const QuantizedWeight& weight,
+                                const Fp4ProducerWeight& want) {
+  ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
+  ASSERT_EQ(weight.spec.k, want.k);
+  ASSERT_EQ(weight.spec.n, want.n);
+  const std::vector<double> b = ReferenceDequantize(weight);
+  for (int64_t row = 0; row < want.k; ++row) {
+    for (int64_t col = 0; col < want.n; ++col) {
+      ASSERT_EQ(b[row * want.n + col], want.Dequantized(row, col))
+          << "row " << row << " column " << col;
+    }
+  }
+}
 
 // Random codes; MXFP4 exponents in [100, 150], NVFP4 scales among the
 // positive finite E4M3 codes with a random global scale.
