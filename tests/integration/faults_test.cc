@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -406,12 +407,13 @@ TEST_F(FaultTest, ReadOnlyDataDirFailsTheUploadClearlyAndLeavesNothing) {
   EXPECT_EQ(server->Stop(), 0);
 }
 
-// One storm: `calls` Matmul calls, one every 5 ms so that each arrives
-// whole and waits in nibbled's queue behind the others; even ones with a
-// deadline of 1 to 400 ms, odd ones cancelled by the client 1 to 400 ms
+// One storm: `calls` Matmul calls, one every `spacing`, faster than nibbled
+// answers them, so that they wait in its queue behind each other; even ones
+// with a deadline of 1 to 400 ms, odd ones cancelled by the client 1 to 400 ms
 // after they were sent. Counts the answers by status code into `codes`.
 void MatmulStorm(v1::NibbleService::Stub& stub,
                  const v1::MatmulRequest& request, int calls,
+                 absl::Duration spacing,
                  std::map<grpc::StatusCode, int>* codes) {
   struct Call {
     grpc::ClientContext context;
@@ -455,7 +457,7 @@ void MatmulStorm(v1::NibbleService::Stub& stub,
     call->rpc->Finish(&call->response, &call->status, call.get());
     storm.push_back(std::move(call));
     cancel_due();
-    absl::SleepFor(absl::Milliseconds(5));
+    absl::SleepFor(spacing);
   }
   while (cancel_due()) absl::SleepFor(absl::Milliseconds(1));
   drain.join();
@@ -489,12 +491,28 @@ TEST_F(FaultTest, DeadlinesAndCancelsUnderLoadLeakNothing) {
   request.set_a(Bytes(std::vector<float>(64 * spec.k, 0.25f)));
   auto stub = v1::NibbleService::NewStub(grpc::CreateChannel(
       (*server)->target(), grpc::InsecureChannelCredentials()));
+  // Calls must arrive faster than nibbled answers them, or none waits in the
+  // queue long enough to be dropped there; on a fast machine (AMX) one call
+  // takes about a millisecond.
+  absl::Duration fastest_call = absl::InfiniteDuration();
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext context;
+    v1::MatmulResponse response;
+    const absl::Time start = absl::Now();
+    ASSERT_TRUE(stub->Matmul(&context, request, &response).ok());
+    fastest_call = std::min(fastest_call, absl::Now() - start);
+  }
+  const absl::Duration spacing = std::clamp(
+      fastest_call / 4, absl::Microseconds(200), absl::Milliseconds(5));
+  SCOPED_TRACE(absl::StrCat("one call ", absl::FormatDuration(fastest_call),
+                            ", one sent every ",
+                            absl::FormatDuration(spacing)));
 
   int64_t resident[2] = {};
   for (int storm = 0; storm < 2; ++storm) {
     SCOPED_TRACE(absl::StrCat("storm ", storm));
     std::map<grpc::StatusCode, int> codes;
-    MatmulStorm(*stub, request, 120, &codes);
+    MatmulStorm(*stub, request, 120, spacing, &codes);
     std::string summary;
     for (const auto& [code, count] : codes) {
       absl::StrAppend(&summary, " code ", code, ": ", count);
