@@ -20,7 +20,7 @@
 // a lane-wise permute maps codes to values. Group scales multiply a whole
 // group's partial sums at once (fused) or the buffered panel (double-buffered);
 // LoadGroupScale reads them as the packed weight stores them (fp16, or bf16
-// for kMxfp4) and folds in kNvfp4's global scale.
+// for kMxfp4); kNvfp4's global scale is folded into the value table.
 //
 // Example (in kernels/cpu/avx512.cc):
 //   #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
@@ -72,14 +72,16 @@ inline void ForEachCode(Fn&& fn) {
 
 // What each code stands for before the group scale: the FP4 value for the
 // FP4 formats, q - 8 for kU4b8, and q for kU4 (whose zero point the loops
-// apply per group).
+// apply per group); times `global_scale` (kNvfp4's), so that the loops never
+// apply it.
 template <class V>
-typename V::Table FormatTable(WeightFormat format) {
+typename V::Table FormatTable(WeightFormat format, float global_scale) {
   float values[16];
   for (uint8_t code = 0; code < 16; ++code) {
-    values[code] = HasFp4Codes(format)
-                       ? Fp4CodeToFloat(code)
-                       : Int4CodeMinusZero(code, EffectiveZero(format, 0));
+    values[code] = global_scale *
+                   (HasFp4Codes(format)
+                        ? Fp4CodeToFloat(code)
+                        : Int4CodeMinusZero(code, EffectiveZero(format, 0)));
   }
   return V::MakeTable(values);
 }
@@ -108,14 +110,11 @@ struct Context {
 };
 
 // The scales of V::kLanes columns of one group, read from the packed layout:
-// bf16 for kMxfp4, fp16 otherwise, times the global scale for kNvfp4.
+// bf16 for kMxfp4, fp16 otherwise.
 template <class V, WeightFormat kFormat>
-inline typename V::F LoadGroupScale(const Context<V>& ctx,
-                                    const uint16_t* scales) {
+inline typename V::F LoadGroupScale(const uint16_t* scales) {
   if constexpr (kFormat == WeightFormat::kMxfp4) {
     return V::LoadBf16(scales);
-  } else if constexpr (kFormat == WeightFormat::kNvfp4) {
-    return V::Mul(V::LoadHalves(scales), V::Set1(ctx.b.spec().global_scale));
   } else {
     return V::LoadHalves(scales);
   }
@@ -197,7 +196,7 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
       const int64_t panel = first_panel + vec / kVecsPerPanel<V>;
       const int64_t at = group * kWidth + vec % kVecsPerPanel<V> * V::kLanes;
       const F scale =
-          LoadGroupScale<V, kFormat>(ctx, ctx.b.panel_scales(panel) + at);
+          LoadGroupScale<V, kFormat>(ctx.b.panel_scales(panel) + at);
       for (int r = 0; r < kRows; ++r) {
         acc[r][vec] = V::Fma(sum[r][vec], scale, acc[r][vec]);
       }
@@ -382,7 +381,7 @@ void DequantizeChunk(const Context<V>& ctx, int64_t first_panel, int64_t panels,
       for (int64_t word = first_word; word < end_word; ++word) {
         const int64_t group = word * kCodesPerWord / group_size;
         const F scale =
-            LoadGroupScale<V, kFormat>(ctx, scales + group * kWidth + lane);
+            LoadGroupScale<V, kFormat>(scales + group * kWidth + lane);
         // (q - zero) * scale = q * scale - zero * scale.
         F zero_times_scale = V::Zero();
         if constexpr (kFormat == WeightFormat::kU4) {
@@ -535,13 +534,18 @@ template <class V>
 class SimdKernel final : public FormatKernel {
  public:
   SimdKernel(KernelVariant variant, WeightFormat format, absl::string_view isa)
-      : FormatKernel(variant, format, isa), table_(FormatTable<V>(format)) {}
+      : FormatKernel(variant, format, isa) {}
 
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
                    ThreadPool& pool) const override {
     WithFloatOperands(problem, operands, [&](const float* a, float* c) {
-      const Context<V> ctx{*operands.b, table_,    a,
-                           problem.m,   problem.k, problem.n};
+      const Context<V> ctx{
+          *operands.b,
+          FormatTable<V>(format(), operands.b->spec().global_scale),
+          a,
+          problem.m,
+          problem.k,
+          problem.n};
       WithFormatConstant(format(), [&](auto format_tag) {
         RunVariant<V, decltype(format_tag)::value>(variant(), ctx, c, pool,
                                                    problem.threads);
@@ -549,9 +553,6 @@ class SimdKernel final : public FormatKernel {
     });
     return absl::OkStatus();
   }
-
- private:
-  typename V::Table table_;
 };
 
 // Every variant for every format, named with `isa`.
