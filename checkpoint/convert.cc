@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "kernels/bulk_allocator.h"
 #include "kernels/dequant.h"
 #include "kernels/dtype.h"
 
@@ -406,7 +407,9 @@ absl::StatusOr<Nvfp4Tensors> CheckNvfp4Tensors(const SafetensorsFile& file,
 std::vector<uint32_t> TransposeFp4Codes(const uint8_t* codes, int64_t k,
                                         int64_t n) {
   const int64_t words_per_row = k / kCodesPerWord;
-  std::vector<uint32_t> qweight(words_per_row * n);
+  std::vector<uint32_t> qweight;
+  ReserveBulk(qweight, words_per_row * n);
+  qweight.resize(words_per_row * n);
   // Blocks of 16 columns, so that each word row written is a cache line and
   // the 16 rows read stream sequentially.
   constexpr int64_t kBlock = 16;
@@ -1046,6 +1049,7 @@ absl::StatusOr<GptqWeight> ConvertGptqWeight(
   const WeightSpec& spec = weight.spec;
   // qweight is nibble's own layout already (both little-endian).
   const absl::Span<const uint8_t> qweight = file.Data(*tensors->qweight);
+  ReserveBulk(weight.qweight, spec.k / kCodesPerWord * spec.n);
   weight.qweight.resize(spec.k / kCodesPerWord * spec.n);
   std::memcpy(weight.qweight.data(), qweight.data(), qweight.size());
   if (result->activation_order.empty()) return result;
@@ -1066,6 +1070,7 @@ absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
   absl::StatusOr<QuantizedWeight> weight = AwqWithoutCodes(file, *tensors);
   if (!weight.ok()) return weight;
   const WeightSpec& spec = weight->spec;
+  ReserveBulk(weight->qweight, spec.k / kCodesPerWord * spec.n);
   weight->qweight.resize(spec.k / kCodesPerWord * spec.n);
   RepackAwqCodes(file.Data(*tensors->qweight).data(), spec.k, spec.n,
                  weight->qweight.data());
@@ -1130,6 +1135,7 @@ absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,
 
   QuantizedWeight weight;
   weight.spec = spec;
+  ReserveBulk(weight.qweight, spec.k / kCodesPerWord * spec.n);
   weight.qweight.assign(spec.k / kCodesPerWord * spec.n, 0);
   weight.scales.assign(spec.groups() * spec.n, 0);
   weight.zeros.assign(spec.zeros_bytes(), 0);

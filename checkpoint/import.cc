@@ -416,7 +416,16 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
                            UploadFunction upload, std::ostream& progress) {
   ImportReport report;
   const absl::Time start = absl::Now();
+  // Starts reading layer i + 1 from the disk as layer i converts, so that
+  // the disk is never idle while the CPUs work.
   const auto convert = [&](size_t i) {
+    if (i + 1 < plan.layers.size()) {
+      const ImportLayer& ahead = plan.layers[i + 1];
+      for (const std::string& name :
+           LayerTensorNames(ahead.prefix, ahead.layout)) {
+        if (const TensorInfo* tensor = file.Find(name)) file.Prefetch(*tensor);
+      }
+    }
     return std::async(std::launch::async, [&file, &plan, i] {
       return ConvertLayer(file, plan.layers[i], plan.quantize);
     });

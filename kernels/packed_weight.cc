@@ -1,37 +1,52 @@
 #include "kernels/packed_weight.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/dequant.h"
 #include "kernels/dtype.h"
 
 namespace nibble {
 namespace {
 
-// Copies a [rows, n] row-major array into [panels][rows][kPanelWidth],
-// leaving the padding columns of the last panel value-initialized (zero).
-template <typename T>
-std::vector<T> ToPanels(const std::vector<T>& src, int64_t rows, int64_t n,
-                        int64_t panels) {
+// Writes a [rows, n] row-major array as [panels][rows][kPanelWidth], each
+// value through `convert`, in one pass; the padding columns of the last
+// panel are 0 (not convert(0): E8M0 code 0 would become 2^-127). Goes
+// through the rows a few at a time, every panel for each few, so that both
+// arrays are walked in long runs.
+template <typename T, typename Convert>
+void ToPanels(const T* __restrict src, int64_t rows, int64_t n, Convert convert,
+              T* __restrict dst) {
   constexpr int64_t kWidth = PackedWeight::kPanelWidth;
-  std::vector<T> dst(panels * rows * kWidth);
-  for (int64_t panel = 0; panel < panels; ++panel) {
-    const int64_t first_col = panel * kWidth;
-    const int64_t width = std::min(kWidth, n - first_col);
-    for (int64_t row = 0; row < rows; ++row) {
-      const T* from = &src[row * n + first_col];
-      T* to = &dst[(panel * rows + row) * kWidth];
-      std::copy(from, from + width, to);
+  constexpr int64_t kRowsAtOnce = 16;
+  for (int64_t first_row = 0; first_row < rows; first_row += kRowsAtOnce) {
+    const int64_t end_row = std::min(rows, first_row + kRowsAtOnce);
+    for (int64_t first_col = 0; first_col < n; first_col += kWidth) {
+      const int64_t width = std::min(kWidth, n - first_col);
+      T* to = dst + (first_col / kWidth * rows + first_row) * kWidth;
+      for (int64_t row = first_row; row < end_row; ++row, to += kWidth) {
+        const T* from = src + row * n + first_col;
+        if (width == kWidth) {
+          for (int64_t col = 0; col < kWidth; ++col)
+            to[col] = convert(from[col]);
+        } else {
+          for (int64_t col = 0; col < width; ++col)
+            to[col] = convert(from[col]);
+          std::fill(to + width, to + kWidth, T{0});
+        }
+      }
     }
   }
-  return dst;
 }
 
-// Moves code j of a canonical word (bits 4j..4j+3) to CodeShift(j).
+// Moves code j of a canonical word (bits 4j..4j+3) to CodeShift(j): even
+// codes to the low half, odd ones to the high half, by two swaps (nibbles
+// 1 and 2 of each half, then bytes 1 and 2).
 uint32_t ReorderCodes(uint32_t word) {
-  uint32_t packed = 0;
-  for (int j = 0; j < kCodesPerWord; ++j) {
-    packed |= ((word >> (4 * j)) & 0xfu) << PackedWeight::CodeShift(j);
-  }
-  return packed;
+  uint32_t swap = (word ^ (word >> 4)) & 0x00f000f0u;
+  word ^= swap ^ (swap << 4);
+  swap = (word ^ (word >> 8)) & 0x0000ff00u;
+  return word ^ swap ^ (swap << 8);
 }
 
 // The scale slot as the kernels read it (see the header).
@@ -55,18 +70,24 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
   PackedWeight packed;
   packed.spec_ = spec;
   packed.panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
-  packed.codes_ = ToPanels(canonical.qweight, spec.k / kCodesPerWord, spec.n,
-                           packed.panels_);
-  for (uint32_t& word : packed.codes_) word = ReorderCodes(word);
-  // Converted before padding, so that the padding stays scale 0 (E8M0 code 0
-  // would become 2^-127).
-  std::vector<uint16_t> kernel_scales = canonical.scales;
-  for (uint16_t& scale : kernel_scales) scale = KernelScale(spec.format, scale);
-  packed.scales_ =
-      ToPanels(kernel_scales, spec.groups(), spec.n, packed.panels_);
+  const int64_t words = spec.k / kCodesPerWord;
+  const int64_t panel_columns = packed.panels_ * kPanelWidth;
+  packed.codes_.resize(words * panel_columns);
+  ToPanels(
+      canonical.qweight.data(), words, spec.n,
+      [](uint32_t word) { return ReorderCodes(word); }, packed.codes_.data());
+  packed.scales_.resize(spec.groups() * panel_columns);
+  ToPanels(
+      canonical.scales.data(), spec.groups(), spec.n,
+      [format = spec.format](uint16_t slot) {
+        return KernelScale(format, slot);
+      },
+      packed.scales_.data());
   if (HasZeros(spec.format)) {
-    packed.zeros_ =
-        ToPanels(canonical.zeros, spec.groups(), spec.n, packed.panels_);
+    packed.zeros_.resize(spec.groups() * panel_columns);
+    ToPanels(
+        canonical.zeros.data(), spec.groups(), spec.n,
+        [](uint8_t zero) { return zero; }, packed.zeros_.data());
   }
   return packed;
 }

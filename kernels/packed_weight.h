@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/bulk_allocator.h"
 #include "kernels/dtype.h"
 #include "kernels/weight_format.h"
 
@@ -68,9 +69,9 @@ class PackedWeight {
 
   WeightSpec spec_;
   int64_t panels_ = 0;
-  std::vector<uint32_t> codes_;
-  std::vector<uint16_t> scales_;
-  std::vector<uint8_t> zeros_;
+  std::vector<uint32_t, BulkAllocator<uint32_t>> codes_;
+  std::vector<uint16_t, BulkAllocator<uint16_t>> scales_;
+  std::vector<uint8_t, BulkAllocator<uint8_t>> zeros_;
 };
 
 }  // namespace nibble

@@ -85,6 +85,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PackCase{{WeightFormat::kU4, 256, 40, 256}},
                       PackCase{{WeightFormat::kU4, 96, 8, 32}},
                       PackCase{{WeightFormat::kU4b8, 384, 72, 128}},
+                      // 25 word rows: the last block of rows is short.
+                      PackCase{{WeightFormat::kFp4, 200, 33, 200}},
+                      // Codes past 2 MiB: huge-page memory.
+                      PackCase{{WeightFormat::kU4b8, 8192, 520, 128}},
                       PackCase{{WeightFormat::kMxfp4, 128, 40, 32}},
                       PackCase{{WeightFormat::kNvfp4, 64, 24, 16, 0.25f}}),
     [](const ::testing::TestParamInfo<PackCase>& info) {
