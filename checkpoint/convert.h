@@ -21,8 +21,9 @@
 //     absl::StatusOr<GptqWeight> gptq = ConvertGptqWeight(file, prefix);
 //     if (!gptq.ok()) return gptq.status();
 //     // Non-empty when act-order rows were regrouped: gather the
-//     // activations' columns in this order before every matmul.
-//     const std::vector<int64_t>& order = gptq->activation_order;
+//     // activations' columns in this order before every matmul (what
+//     // QuantizedWeight::activation_order does once it is moved there).
+//     const std::vector<int32_t>& order = gptq->activation_order;
 //   }
 //   absl::StatusOr<QuantizedWeight> awq = ConvertAwqWeight(file, prefix);
 //   absl::StatusOr<QuantizedWeight> expert3 =
@@ -83,8 +84,9 @@ struct GptqWeight {
   // that for every A [M, K]
   //   A · B == A' · weight,  where A'[:, r] = A[:, activation_order[r]];
   // the caller must gather the activations' columns this way before every
-  // matmul with `weight` (or permute the producing layer's outputs).
-  std::vector<int64_t> activation_order;
+  // matmul with `weight`: ExecuteImport moves it into
+  // weight.activation_order, which nibbled applies.
+  std::vector<int32_t> activation_order;
 };
 
 // A 4-bit GPTQ layer as AutoGPTQ and GPTQModel write it:

@@ -155,17 +155,6 @@ absl::Status UnknownLayer(const SafetensorsFile& file, absl::string_view prefix,
       more > 0 ? absl::StrCat(" and ", more, " more like them") : ""));
 }
 
-absl::Status ActOrderError(absl::string_view prefix) {
-  return absl::UnimplementedError(absl::StrCat(
-      "GPTQ layer \"", prefix,
-      "\" was quantized with act-order (desc_act, a g_idx that is not "
-      "row / group size): nibble can serve it only with its "
-      "activations' columns permuted before every matmul, and nibble's "
-      "Matmul takes activations as given; quantize the model again "
-      "without desc_act, or leave the layer out (nibble import --layer, "
-      "nibbled --import_layer)"));
-}
-
 // The group size QuantizeFloatWeight gets for the float layer: K for "k".
 int64_t FloatGroupSize(const SafetensorsFile& file, absl::string_view prefix,
                        const QuantizeSpec& quantize) {
@@ -186,20 +175,18 @@ absl::Status WithQuantizeHint(const absl::Status& status,
 }
 
 // Checks the layer as converting it would, without converting (PlanImport).
-absl::StatusOr<WeightSpec> CheckLayer(const SafetensorsFile& file,
-                                      const ImportLayer& layer,
-                                      const QuantizeSpec& quantize) {
+absl::StatusOr<checkpoint::LayerCheck> CheckLayer(
+    const SafetensorsFile& file, const ImportLayer& layer,
+    const QuantizeSpec& quantize) {
   const bool is_float = layer.layout == CheckpointLayout::kFloat;
   absl::StatusOr<checkpoint::LayerCheck> check = checkpoint::CheckLayer(
       file, layer.prefix, layer.layout, quantize.format,
       is_float ? FloatGroupSize(file, layer.prefix, quantize) : 0,
       std::max<int64_t>(layer.expert, 0));
-  if (!check.ok()) {
-    return is_float ? WithQuantizeHint(check.status(), quantize)
-                    : check.status();
+  if (!check.ok() && is_float) {
+    return WithQuantizeHint(check.status(), quantize);
   }
-  if (check->reorders_rows) return ActOrderError(layer.prefix);
-  return check->spec;
+  return check;
 }
 
 // The weight ExecuteImport uploads for the layer.
@@ -212,7 +199,7 @@ absl::StatusOr<QuantizedWeight> ConvertLayer(const SafetensorsFile& file,
       absl::StatusOr<checkpoint::GptqWeight> gptq =
           checkpoint::ConvertGptqWeight(file, prefix);
       if (!gptq.ok()) return gptq.status();
-      if (!gptq->activation_order.empty()) return ActOrderError(prefix);
+      gptq->weight.activation_order = std::move(gptq->activation_order);
       return std::move(gptq->weight);
     }
     case CheckpointLayout::kAwq:
@@ -397,9 +384,11 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
     }
   }
   for (ImportLayer& layer : plan.layers) {
-    absl::StatusOr<WeightSpec> spec = CheckLayer(file, layer, options.quantize);
-    if (!spec.ok()) return spec.status();
-    layer.spec = *spec;
+    absl::StatusOr<checkpoint::LayerCheck> check =
+        CheckLayer(file, layer, options.quantize);
+    if (!check.ok()) return check.status();
+    layer.spec = check->spec;
+    layer.has_activation_order = check->reorders_rows;
   }
 
   if (every_layer) {
@@ -450,11 +439,13 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
     report.file_bytes += layer.file_bytes;
     const absl::Time now = absl::Now();
     progress << absl::StrFormat(
-        "[%d/%d] %s → %s (%s → %s, k=%d n=%d group=%d, %s) %.2f s\n", i + 1,
+        "[%d/%d] %s → %s (%s → %s%s, k=%d n=%d group=%d, %s) %.2f s\n", i + 1,
         plan.layers.size(), LayerSource(layer), layer.name,
         checkpoint::CheckpointLayoutName(layer.layout),
-        WeightFormatName(layer.spec.format), layer.spec.k, layer.spec.n,
-        layer.spec.group_size, FormatMegabytes(layer.spec.canonical_bytes()),
+        WeightFormatName(layer.spec.format),
+        layer.has_activation_order ? " act-order" : "", layer.spec.k,
+        layer.spec.n, layer.spec.group_size,
+        FormatMegabytes(layer.spec.canonical_bytes()),
         absl::ToDoubleSeconds(now - layer_start));
     layer_start = now;
   }

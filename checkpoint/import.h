@@ -1,6 +1,9 @@
 // Imports the linear layers of a safetensors checkpoint into nibble weights
 // (`nibble import`): GPTQ, AWQ, MXFP4 and NVFP4 layers are repacked as they
-// are, float layers quantized. Import runs in two steps. PlanImport finds the
+// are, float layers quantized; GPTQ act-order layers have their rows regrouped
+// by group and carry the permutation as the weight's activation order, which
+// the server applies to A's columns before every matmul. Import runs in two
+// steps. PlanImport finds the
 // layers, names them and checks every one without converting it (dtypes,
 // shapes and every value a conversion would refuse), so that a checkpoint
 // with a single bad layer is refused before anything is uploaded;
@@ -99,6 +102,9 @@ struct ImportLayer {
   std::string name;
   // The weight it converts to.
   WeightSpec spec;
+  // GPTQ act-order: the weight carries an activation order (K int32 entries,
+  // which the server holds beside it).
+  bool has_activation_order = false;
   // Bytes of the layer's tensors in the file, read by each conversion.
   int64_t file_bytes = 0;
 };
@@ -122,9 +128,8 @@ struct ImportPlan {
 // P.weight. Errors, naming the layer: NOT_FOUND for an options.layers prefix
 // that is no layer (suggesting the layers with the longest common start);
 // INVALID_ARGUMENT for a weight name that is not a valid weight name or that
-// two layers share; UNIMPLEMENTED for a GPTQ act-order layer, which needs
-// its activations permuted before every matmul; the converters' errors
-// otherwise.
+// two layers share; the converters' errors otherwise. A GPTQ act-order layer
+// is accepted: its weight comes with an activation order.
 absl::StatusOr<ImportPlan> PlanImport(const checkpoint::SafetensorsFile& file,
                                       const ImportOptions& options);
 
@@ -147,11 +152,13 @@ struct ImportReport {
 };
 
 // Converts and uploads the layers of `plan` in order, stopping at the first
-// failure. `upload` is called on the calling thread, one layer at a time;
-// each layer converts on a second thread while the one before it uploads.
-// Writes a line per layer to `progress`, with the time since the line before:
+// failure; a GPTQ act-order layer's weight has its activation_order set.
+// `upload` is called on the calling thread, one layer at a time; each layer
+// converts on a second thread while the one before it uploads. Writes a line
+// per layer to `progress`, with the time since the line before:
 //   [3/84] model.layers.0.mlp.up_proj → L0.up (gptq → u4b8, k=4096 n=11008
 //   group=128, 23.2 MB) 0.41 s
+// with "u4b8 act-order" for a layer with an activation order.
 ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
                            const ImportPlan& plan, UploadFunction upload,
                            std::ostream& progress);

@@ -123,15 +123,8 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
       nibble_stub_->UploadWeight(&context, &info);
 
   v1::UploadWeightRequest request;
-  v1::WeightHeader& header = *request.mutable_header();
-  header.set_name(std::string(name));
-  header.set_format(ToProto(weight.spec.format));
-  header.set_k(weight.spec.k);
-  header.set_n(weight.spec.n);
-  header.set_group_size(weight.spec.group_size);
-  if (weight.spec.format == WeightFormat::kNvfp4) {
-    header.set_global_scale(weight.spec.global_scale);
-  }
+  FillWeightHeader(name, weight.spec, weight.activation_order,
+                   request.mutable_header());
   // A failed write means the stream is broken; Finish() reports why.
   bool stream_open = writer->Write(request);
 

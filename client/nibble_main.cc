@@ -149,6 +149,10 @@ void PrintWeightInfo(const v1::WeightInfo& info) {
   if (info.format() == v1::WEIGHT_FORMAT_NVFP4) {
     std::cout << "global: " << info.global_scale() << "\n";
   }
+  if (info.activation_order()) {
+    std::cout << "order:  activation order (GPTQ act-order; A's columns are "
+                 "gathered by it before every matmul)\n";
+  }
   std::cout << "bytes:  " << info.canonical_bytes() << " canonical, "
             << info.resident_bytes() << " resident\n";
 }
@@ -252,6 +256,12 @@ int RunMatmul(NibbleClient& client) {
   }
 
   QuantizedWeight reference_weight;
+  if (check && info->activation_order()) {
+    return UsageError(absl::StrCat(
+        "--check cannot recompute weight \"", *name,
+        "\": it gathers A's columns in a GPTQ act-order before every matmul, "
+        "and the files --check reads carry no such order; drop --check"));
+  }
   if (check) {
     absl::StatusOr<std::optional<WeightSource>> source =
         WeightSourceFromFlags(spec->format);
@@ -333,13 +343,14 @@ int RunList(NibbleClient& client) {
   absl::StatusOr<std::vector<v1::WeightInfo>> weights = client.ListWeights();
   if (!weights.ok()) return RpcFailure("listing weights", weights.status());
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "FORMAT", "K", "N", "GROUP", "BYTES", "RESIDENT"}};
+      {"NAME", "FORMAT", "K", "N", "GROUP", "BYTES", "RESIDENT", "ACT_ORDER"}};
   for (const v1::WeightInfo& info : *weights) {
     rows.push_back({info.name(), FormatName(info.format()),
                     absl::StrCat(info.k()), absl::StrCat(info.n()),
                     absl::StrCat(info.group_size()),
                     absl::StrCat(info.canonical_bytes()),
-                    absl::StrCat(info.resident_bytes())});
+                    absl::StrCat(info.resident_bytes()),
+                    info.activation_order() ? "yes" : "no"});
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const std::vector<std::string>& row : rows) {
@@ -496,7 +507,8 @@ constexpr Subcommand kSubcommands[] = {
      "Upload the linear layers of a safetensors checkpoint: GPTQ, AWQ,\n"
      "MXFP4 (gpt-oss) and NVFP4 (ModelOpt) layers as they are, float [N, K]\n"
      "layers quantized with --quantize. Every layer is checked before the\n"
-     "first upload; GPTQ act-order (desc_act) layers are refused. A layer is\n"
+     "first upload; GPTQ act-order (desc_act) layers keep their activation\n"
+     "order, which the server applies to A before every matmul. A layer is\n"
      "a prefix P with a tensor P.qweight, P_blocks or P.blocks (MXFP4; one\n"
      "weight P.<e> per expert e), a U8 P.weight (NVFP4) or a 2-D float\n"
      "P.weight, and is named P after --name_map.",

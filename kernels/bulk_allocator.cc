@@ -12,13 +12,11 @@ void* AllocateBulk(size_t bytes) {
   if (bytes < kHugePageBytes) {
     return ::operator new(bytes);
   }
-  const size_t rounded =
-      (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  void* p = std::aligned_alloc(kHugePageBytes, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  // Only a hint: where the kernel has no transparent huge pages, the memory
-  // works the same with small ones.
-  (void)madvise(p, rounded, MADV_HUGEPAGE);
+  // Not rounded up to whole huge pages: the tail past the last whole one
+  // stays in small pages, and untouched pages cost no memory.
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePageBytes, bytes) != 0) throw std::bad_alloc();
+  AdviseHugePages(p, bytes);
   return p;
 }
 

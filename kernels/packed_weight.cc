@@ -89,6 +89,7 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
         canonical.zeros.data(), spec.groups(), spec.n,
         [](uint8_t zero) { return zero; }, packed.zeros_.data());
   }
+  packed.activation_order_ = canonical.activation_order;
   return packed;
 }
 

@@ -8,6 +8,8 @@
 //          exactly, and its global scale is left for the kernels to apply
 //   zeros  [panels][K/group][kPanelWidth] uint8 (kU4 only)
 // Columns past N in the last panel have code 0 and scale 0, so they add 0.
+// A weight with an activation order keeps it beside the panels: the kernels
+// read A already gathered by it (GatherActivationColumns).
 //
 // Example:
 //   absl::StatusOr<nibble::PackedWeight> packed =
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/bulk_allocator.h"
 #include "kernels/dtype.h"
 #include "kernels/weight_format.h"
@@ -59,9 +62,15 @@ class PackedWeight {
                ? nullptr
                : zeros_.data() + panel * spec_.groups() * kPanelWidth;
   }
+  // Empty for none; otherwise the permutation of K that A's columns are
+  // gathered by before every matmul (QuantizedWeight::activation_order).
+  absl::Span<const int32_t> activation_order() const {
+    return activation_order_;
+  }
   int64_t resident_bytes() const {
     return codes_.size() * sizeof(uint32_t) +
-           scales_.size() * sizeof(uint16_t) + zeros_.size();
+           scales_.size() * sizeof(uint16_t) + zeros_.size() +
+           activation_order_.size() * sizeof(int32_t);
   }
 
  private:
@@ -72,6 +81,7 @@ class PackedWeight {
   std::vector<uint32_t, BulkAllocator<uint32_t>> codes_;
   std::vector<uint16_t, BulkAllocator<uint16_t>> scales_;
   std::vector<uint8_t, BulkAllocator<uint8_t>> zeros_;
+  std::vector<int32_t> activation_order_;
 };
 
 }  // namespace nibble

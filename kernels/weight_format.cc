@@ -1,6 +1,8 @@
 #include "kernels/weight_format.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -207,7 +209,43 @@ absl::Status QuantizedWeight::Validate() const {
                        i, " is out of range 0..15"));
     }
   }
+  return ValidateActivationOrder(activation_order, spec.k);
+}
+
+absl::Status ValidateActivationOrder(absl::Span<const int32_t> order,
+                                     int64_t k) {
+  if (order.empty()) return absl::OkStatus();
+  if (static_cast<int64_t>(order.size()) != k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "activation_order has ", order.size(), " entries for K=", k,
+        ": give one per row of the weight, or none for the identity"));
+  }
+  // Where each column of A was first seen, -1 for not yet.
+  std::vector<int64_t> seen_at(k, -1);
+  for (int64_t r = 0; r < k; ++r) {
+    const int32_t column = order[r];
+    if (column < 0 || column >= k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "activation_order[", r, "] = ", column, " is outside 0..", k - 1,
+          ": it must be a permutation of 0..K-1 (K=", k, ")"));
+    }
+    if (seen_at[column] >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("activation_order[", r, "] = ", column,
+                       " appears twice (also at ", seen_at[column],
+                       "): it must be a permutation of 0..K-1 (K=", k, ")"));
+    }
+    seen_at[column] = r;
+  }
   return absl::OkStatus();
+}
+
+std::vector<int32_t> RandomActivationOrder(int64_t k, uint64_t seed) {
+  std::vector<int32_t> order(k);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
 }
 
 QuantizedWeight RandomQuantizedWeight(const WeightSpec& spec, uint64_t seed) {

@@ -7,7 +7,11 @@
 //                        kMxfp4 (E8M0) and kNvfp4 (FP8 E4M3), which sit in
 //                        the low byte with the high byte zero;
 //   zeros   [K/group, N] uint8, 0..15, only for kU4.
-// and each element dequantizes to
+// and optionally an activation order [K] (GPTQ act-order checkpoints, whose
+// rows were regrouped at import): row r of B multiplies column
+// activation_order[r] of A, so C = A' · dequant(B) with
+// A'[:, r] = A[:, activation_order[r]].
+// Each element dequantizes to
 //   kFp4:   w = fp4(q) * s          (FP4 E2M1)
 //   kU4b8:  w = (q - 8) * s         (symmetric INT4, GPTQ style)
 //   kU4:    w = (q - z) * s         (asymmetric INT4, AWQ style)
@@ -20,6 +24,7 @@
 //   if (absl::Status s = spec.Validate(); !s.ok()) return s;
 //   nibble::QuantizedWeight w = nibble::RandomQuantizedWeight(spec, 42);
 //   uint8_t q = w.Code(/*row=*/17, /*col=*/3);
+//   w.activation_order = nibble::RandomActivationOrder(spec.k, 7);
 #ifndef NIBBLE_KERNELS_WEIGHT_FORMAT_H_
 #define NIBBLE_KERNELS_WEIGHT_FORMAT_H_
 
@@ -30,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace nibble {
 
@@ -88,6 +94,9 @@ struct QuantizedWeight {
   std::vector<uint32_t> qweight;  // [K/8, N]
   std::vector<uint16_t> scales;   // [K/group, N] fp16 bits
   std::vector<uint8_t> zeros;     // [K/group, N]; empty unless kU4
+  // Empty for none (the identity); otherwise a permutation of 0..K-1: row r
+  // of the weight multiplies column activation_order[r] of the activations.
+  std::vector<int32_t> activation_order;
 
   uint8_t Code(int64_t row, int64_t col) const {
     const uint32_t word = qweight[(row / kCodesPerWord) * spec.n + col];
@@ -103,10 +112,20 @@ struct QuantizedWeight {
   }
 
   // OK when the arrays have the sizes the spec implies, every scale is finite
-  // (neither NaN nor infinite; an 8-bit scale's high byte is zero) and every
-  // zero point is at most 15.
+  // (neither NaN nor infinite; an 8-bit scale's high byte is zero), every
+  // zero point is at most 15, and the activation order passes
+  // ValidateActivationOrder.
   absl::Status Validate() const;
 };
+
+// OK when `order` is empty or a permutation of 0..k-1; INVALID_ARGUMENT
+// saying which entry is wrong otherwise, e.g. "activation_order[5] = 7
+// appears twice (also at 2): it must be a permutation of 0..K-1".
+absl::Status ValidateActivationOrder(absl::Span<const int32_t> order,
+                                     int64_t k);
+
+// A random permutation of 0..k-1 (for tests and benchmarks).
+std::vector<int32_t> RandomActivationOrder(int64_t k, uint64_t seed);
 
 // Random codes, zero points and positive scales in [2^-8, 2^-4) (for kNvfp4,
 // the product of the E4M3 scale and spec.global_scale), so that products of

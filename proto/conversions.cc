@@ -1,6 +1,9 @@
 #include "proto/conversions.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -87,6 +90,37 @@ absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header) {
       .n = header.n(),
       .group_size = header.group_size(),
       .global_scale = GlobalScaleFromProto(header.global_scale())};
+}
+
+absl::StatusOr<std::vector<int32_t>> ActivationOrderFromProto(
+    const v1::WeightHeader& header) {
+  std::vector<int32_t> order;
+  order.reserve(header.activation_order_size());
+  for (const uint32_t column : header.activation_order()) {
+    if (column > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "activation_order[", order.size(), "] = ", column,
+          " is outside 0..K-1: it must be a permutation of 0..K-1 (K=",
+          header.k(), ")"));
+    }
+    order.push_back(static_cast<int32_t>(column));
+  }
+  return order;
+}
+
+void FillWeightHeader(absl::string_view name, const WeightSpec& spec,
+                      absl::Span<const int32_t> activation_order,
+                      v1::WeightHeader* header) {
+  header->set_name(std::string(name));
+  header->set_format(ToProto(spec.format));
+  header->set_k(spec.k);
+  header->set_n(spec.n);
+  header->set_group_size(spec.group_size);
+  if (spec.format == WeightFormat::kNvfp4) {
+    header->set_global_scale(spec.global_scale);
+  }
+  header->mutable_activation_order()->Assign(activation_order.begin(),
+                                             activation_order.end());
 }
 
 absl::StatusOr<WeightSpec> WeightSpecFromInfo(const v1::WeightInfo& info) {

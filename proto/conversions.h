@@ -8,7 +8,12 @@
 #ifndef NIBBLE_PROTO_CONVERSIONS_H_
 #define NIBBLE_PROTO_CONVERSIONS_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kernels/dtype.h"
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.pb.h"
@@ -28,6 +33,17 @@ float GlobalScaleFromProto(float global_scale);
 
 // The spec a header describes; not yet validated (see WeightSpec::Validate).
 absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header);
+
+// The header's activation order, not yet validated (see
+// ValidateActivationOrder); INVALID_ARGUMENT for an entry past int32.
+absl::StatusOr<std::vector<int32_t>> ActivationOrderFromProto(
+    const v1::WeightHeader& header);
+
+// The header that uploads a weight of `spec` with `activation_order` (empty
+// for none) as `name`.
+void FillWeightHeader(absl::string_view name, const WeightSpec& spec,
+                      absl::Span<const int32_t> activation_order,
+                      v1::WeightHeader* header);
 
 // The spec a server reports for a resident weight, validated.
 absl::StatusOr<WeightSpec> WeightSpecFromInfo(const v1::WeightInfo& info);

@@ -71,7 +71,7 @@ absl::Status CheckFitsLimits(absl::Span<const PlannedCheckpoint> checkpoints,
   for (const PlannedCheckpoint& checkpoint : checkpoints) {
     for (const ImportLayer& layer : checkpoint.plan.layers) {
       ++layers;
-      bytes += PackedResidentBytes(layer.spec);
+      bytes += PackedResidentBytes(layer.spec, layer.has_activation_order);
     }
   }
   if (limits.max_resident_bytes > 0 && bytes > limits.max_resident_bytes) {
@@ -199,7 +199,8 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
           if (absl::Status status = store(weight, name); !status.ok()) {
             return status;
           }
-          const int64_t bytes = PackedResidentBytes(weight.spec);
+          const int64_t bytes = PackedResidentBytes(
+              weight.spec, !weight.activation_order.empty());
           report.resident_bytes += bytes;
           const absl::Time now = absl::Now();
           LogInfo("layer imported",

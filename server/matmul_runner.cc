@@ -1,9 +1,11 @@
 #include "server/matmul_runner.h"
 
 #include <chrono>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/activation_order.h"
 
 namespace nibble::server {
 
@@ -55,9 +57,23 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(
   result.c.resize(m * spec.n * element_bytes);
   result.kernel = std::string((*kernel)->name());
   const auto start = std::chrono::steady_clock::now();
+  // An act-order weight's rows were regrouped at import: every kernel, CPU
+  // or CUDA, reads A with its columns gathered the same way.
+  std::unique_ptr<char[]> gathered;
+  const char* kernel_a = a.data();
+  if (!weight.activation_order().empty()) {
+    gathered = std::make_unique_for_overwrite<char[]>(a.size());
+    const int64_t row_bytes = spec.k * element_bytes;
+    pool_->ParallelFor(m, [&](int64_t begin, int64_t end) {
+      GatherActivationColumns(dtype, end - begin, weight.activation_order(),
+                              a.data() + begin * row_bytes,
+                              gathered.get() + begin * row_bytes);
+    });
+    kernel_a = gathered.get();
+  }
   if (absl::Status status = (*kernel)->Run(problem,
                                            GemmOperands{.b = &weight,
-                                                        .a = a.data(),
+                                                        .a = kernel_a,
                                                         .c = result.c.data(),
                                                         .device = device},
                                            *pool_);

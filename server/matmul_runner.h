@@ -1,5 +1,6 @@
 // Runs one Matmul on a resident weight: validates the request's shape against
-// the weight, asks the scheduler for a kernel and times it.
+// the weight, gathers A by the weight's activation order when it has one
+// (GPTQ act-order), asks the scheduler for a kernel and times it.
 //
 // Example:
 //   nibble::server::MatmulRunner runner(&scheduler, &pool);

@@ -68,7 +68,9 @@ absl::Status NibbleServer::LoadWeights() {
         // Before packing, so that a weight past the budget costs no memory;
         // LoadAll reports it and leaves its file alone.
         if (absl::Status status = store_.CheckFits(
-                file.name, PackedResidentBytes(file.weight.spec));
+                file.name,
+                PackedResidentBytes(file.weight.spec,
+                                    !file.weight.activation_order.empty()));
             !status.ok()) {
           return status;
         }

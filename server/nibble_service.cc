@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -28,21 +29,26 @@ class RefusedStream final
 };
 
 // What an upload of `spec` is reserved in --max_weight_bytes: the larger of
-// what it buffers (the canonical tensors, which UploadAssembler holds
-// without slack) and what it will hold resident once packed. Both layouts
-// coexist only at the commit, while the weight is packed and written, so
-// memory stays below twice the budget however many uploads run; reserving
-// their sum instead would refuse a weight that fits the budget once packed.
-int64_t UploadReservationBytes(const WeightSpec& spec) {
-  return std::max(spec.canonical_bytes(), PackedResidentBytes(spec));
+// what it buffers (the canonical tensors and activation order, which
+// UploadAssembler holds without slack) and what it will hold resident once
+// packed. Both layouts coexist only at the commit, while the weight is packed
+// and written, so memory stays below twice the budget however many uploads
+// run; reserving their sum instead would refuse a weight that fits the budget
+// once packed.
+int64_t UploadReservationBytes(const WeightSpec& spec,
+                               bool has_activation_order) {
+  const int64_t order_bytes =
+      has_activation_order ? spec.k * int64_t{sizeof(int32_t)} : 0;
+  return std::max(spec.canonical_bytes() + order_bytes,
+                  PackedResidentBytes(spec, has_activation_order));
 }
 
 // The store's reservation for weight `name` of `spec`; refusals are logged
 // for the operator.
-absl::StatusOr<WeightStore::Reservation> ReserveBudget(WeightStore& store,
-                                                       absl::string_view name,
-                                                       const WeightSpec& spec) {
-  const int64_t bytes = UploadReservationBytes(spec);
+absl::StatusOr<WeightStore::Reservation> ReserveBudget(
+    WeightStore& store, absl::string_view name, const WeightSpec& spec,
+    bool has_activation_order) {
+  const int64_t bytes = UploadReservationBytes(spec, has_activation_order);
   absl::StatusOr<WeightStore::Reservation> reservation =
       store.Reserve(name, bytes);
   if (!reservation.ok()) {
@@ -86,7 +92,12 @@ absl::Status NibbleServiceImpl::Upload(
     if (request.has_header()) {
       absl::StatusOr<WeightSpec> spec = FromProto(request.header());
       if (!spec.ok()) return spec.status();
-      if (absl::Status status = upload.OnHeader(request.header().name(), *spec);
+      absl::StatusOr<std::vector<int32_t>> activation_order =
+          ActivationOrderFromProto(request.header());
+      if (!activation_order.ok()) return activation_order.status();
+      const bool has_activation_order = !activation_order->empty();
+      if (absl::Status status = upload.OnHeader(request.header().name(), *spec,
+                                                *std::move(activation_order));
           !status.ok()) {
         return status;
       }
@@ -97,7 +108,7 @@ absl::Status NibbleServiceImpl::Upload(
         return status;
       }
       absl::StatusOr<WeightStore::Reservation> reserved =
-          ReserveBudget(*store_, upload.name(), *spec);
+          ReserveBudget(*store_, upload.name(), *spec, has_activation_order);
       if (!reserved.ok()) return reserved.status();
       reservation = *std::move(reserved);
     } else if (request.has_chunk()) {
@@ -138,8 +149,8 @@ absl::Status NibbleServiceImpl::Upload(
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Store(
     const QuantizedWeight& weight, absl::string_view name) {
-  absl::StatusOr<WeightStore::Reservation> reservation =
-      ReserveBudget(*store_, name, weight.spec);
+  absl::StatusOr<WeightStore::Reservation> reservation = ReserveBudget(
+      *store_, name, weight.spec, !weight.activation_order.empty());
   if (!reservation.ok()) return reservation.status();
   return Commit(std::string(name), weight, *std::move(reservation));
 }

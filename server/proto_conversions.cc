@@ -36,6 +36,7 @@ void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info) {
   info->set_global_scale(spec.global_scale);
   info->set_canonical_bytes(spec.canonical_bytes());
   info->set_resident_bytes(weight.packed.resident_bytes());
+  info->set_activation_order(!weight.packed.activation_order().empty());
 }
 
 absl::StatusOr<ListPageRequest> ListPageFromProto(

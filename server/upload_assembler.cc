@@ -59,7 +59,8 @@ int64_t UploadAssembler::ExpectedBytes(WeightTensorKind tensor) const {
 }
 
 absl::Status UploadAssembler::OnHeader(absl::string_view name,
-                                       const WeightSpec& spec) {
+                                       const WeightSpec& spec,
+                                       std::vector<int32_t> activation_order) {
   if (has_header_) {
     return absl::InvalidArgumentError(
         "upload sent a second header: send one header, then chunks");
@@ -68,9 +69,14 @@ absl::Status UploadAssembler::OnHeader(absl::string_view name,
     return status;
   }
   if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  if (absl::Status status = ValidateActivationOrder(activation_order, spec.k);
+      !status.ok()) {
+    return status;
+  }
   has_header_ = true;
   name_ = std::string(name);
   weight_.spec = spec;
+  weight_.activation_order = std::move(activation_order);
   return absl::OkStatus();
 }
 

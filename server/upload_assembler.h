@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,8 +31,10 @@ absl::string_view WeightTensorName(WeightTensorKind tensor);
 
 class UploadAssembler {
  public:
-  // INVALID_ARGUMENT for a second header, a bad name or an invalid spec.
-  absl::Status OnHeader(absl::string_view name, const WeightSpec& spec);
+  // INVALID_ARGUMENT for a second header, a bad name, an invalid spec or an
+  // activation order that is not a permutation of 0..K-1 (empty for none).
+  absl::Status OnHeader(absl::string_view name, const WeightSpec& spec,
+                        std::vector<int32_t> activation_order = {});
 
   // INVALID_ARGUMENT, saying what was expected, for a chunk before the
   // header, of a tensor the format lacks, out of order, at the wrong offset,

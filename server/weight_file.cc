@@ -165,7 +165,10 @@ absl::Status WriteWeightFile(
   const WeightSpec& spec = weight.spec;
   char header[kWeightFileHeaderBytes] = {};
   std::memcpy(header, kWeightFileMagic.data(), kWeightFileMagic.size());
-  PutU32(kWeightFileVersion, header + kVersionOffset);
+  PutU32(weight.activation_order.empty()
+             ? kWeightFileVersion
+             : kWeightFileVersionWithActivationOrder,
+         header + kVersionOffset);
   PutU32(FormatCode(spec.format), header + kFormatOffset);
   PutU64(spec.k, header + kKOffset);
   PutU64(spec.n, header + kNOffset);
@@ -179,8 +182,8 @@ absl::Status WriteWeightFile(
   WeightFileChecksum checksum;
   for (absl::string_view piece :
        {absl::string_view(header, sizeof(header)), name,
-        AsBytes(weight.qweight), AsBytes(weight.scales),
-        AsBytes(weight.zeros)}) {
+        AsBytes(weight.qweight), AsBytes(weight.scales), AsBytes(weight.zeros),
+        AsBytes(weight.activation_order)}) {
     checksum.Update(piece);
     if (absl::Status status = sink(piece); !status.ok()) return status;
   }
@@ -193,7 +196,9 @@ std::string SerializeWeightFile(absl::string_view name,
                                 const QuantizedWeight& weight) {
   std::string bytes;
   bytes.reserve(kWeightFileHeaderBytes + name.size() +
-                weight.spec.canonical_bytes() + kWeightFileChecksumBytes);
+                weight.spec.canonical_bytes() +
+                weight.activation_order.size() * sizeof(int32_t) +
+                kWeightFileChecksumBytes);
   WriteWeightFile(name, weight, [&bytes](absl::string_view piece) {
     bytes.append(piece.data(), piece.size());
     return absl::OkStatus();
@@ -213,11 +218,12 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
     return absl::DataLossError(
         "not a nibble weight file: it does not start with \"NIBWEIGH\"");
   }
-  if (const uint32_t version = GetU32(bytes, kVersionOffset);
-      version != kWeightFileVersion) {
-    return absl::DataLossError(absl::StrCat("file format version ", version,
-                                            ", this nibbled reads version ",
-                                            kWeightFileVersion));
+  const uint32_t version = GetU32(bytes, kVersionOffset);
+  if (version != kWeightFileVersion &&
+      version != kWeightFileVersionWithActivationOrder) {
+    return absl::DataLossError(absl::StrCat(
+        "file format version ", version, ", this nibbled reads versions ",
+        kWeightFileVersion, " and ", kWeightFileVersionWithActivationOrder));
   }
   absl::StatusOr<WeightFormat> format =
       FormatFromCode(GetU32(bytes, kFormatOffset));
@@ -255,8 +261,12 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
                                             name_bytes, " bytes, at most ",
                                             kMaxNameBytes, " are allowed"));
   }
-  const uint64_t file_bytes =
-      kSmallest + name_bytes + static_cast<uint64_t>(spec.canonical_bytes());
+  const int64_t order_bytes = version == kWeightFileVersionWithActivationOrder
+                                  ? spec.k * int64_t{sizeof(int32_t)}
+                                  : 0;
+  const uint64_t file_bytes = kSmallest + name_bytes +
+                              static_cast<uint64_t>(spec.canonical_bytes()) +
+                              order_bytes;
   if (bytes.size() < file_bytes) {
     return absl::DataLossError(absl::StrCat("file is truncated: ", bytes.size(),
                                             " bytes, its header says ",
@@ -292,6 +302,9 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
   file.weight.scales = CopyArray<uint16_t>(rest.substr(0, spec.scales_bytes()));
   rest.remove_prefix(spec.scales_bytes());
   file.weight.zeros = CopyArray<uint8_t>(rest.substr(0, spec.zeros_bytes()));
+  rest.remove_prefix(spec.zeros_bytes());
+  file.weight.activation_order =
+      CopyArray<int32_t>(rest.substr(0, order_bytes));
   if (absl::Status status = file.weight.Validate(); !status.ok()) {
     return absl::DataLossError(
         absl::StrCat("invalid weight data: ", status.message()));

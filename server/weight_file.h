@@ -1,10 +1,13 @@
 // The on-disk form of one weight, as nibbled --data_dir keeps it: a fixed
-// header, the weight's name, its tensors in the canonical layout, and a
-// 64-bit checksum over everything before it. All integers are little-endian.
+// header, the weight's name, its tensors in the canonical layout, its
+// activation order if it has one, and a 64-bit checksum over everything
+// before it. All integers are little-endian.
 //
 //   offset  size  field
 //        0     8  magic "NIBWEIGH"
-//        8     4  format version, 1
+//        8     4  format version: 1, or 2 for a weight with an activation
+//                 order (GPTQ act-order), so that a nibbled that predates
+//                 orders refuses such a file instead of dropping its order
 //       12     4  weight format: 0 fp4, 1 u4b8, 2 u4, 3 mxfp4, 4 nvfp4
 //       16     8  k
 //       24     8  n
@@ -14,7 +17,8 @@
 //       56     8  zeros bytes
 //       64     4  name length
 //       68     4  nvfp4: global scale, fp32 bits; other formats: zero
-//       72     -  name, then qweight, scales, zeros (canonical layout)
+//       72     -  name, then qweight, scales, zeros (canonical layout),
+//                 then, in version 2 only, the activation order: K int32
 //   end - 8    8  WeightFileChecksum of every byte before it
 //
 // The parser trusts nothing: every size is checked against the spec and
@@ -39,7 +43,10 @@
 namespace nibble::server {
 
 inline constexpr absl::string_view kWeightFileMagic = "NIBWEIGH";
+// Files of weights without an activation order are written as version 1,
+// byte for byte as before orders existed; with one, as version 2.
 inline constexpr uint32_t kWeightFileVersion = 1;
+inline constexpr uint32_t kWeightFileVersionWithActivationOrder = 2;
 inline constexpr int64_t kWeightFileHeaderBytes = 72;
 inline constexpr int64_t kWeightFileChecksumBytes = 8;
 
@@ -86,7 +93,8 @@ std::string SerializeWeightFile(absl::string_view name,
 // DATA_LOSS, saying what is wrong, for bytes that are not a complete, intact
 // weight file: too short or too long for what the header says, a bad magic,
 // an unknown version or format, sizes that disagree with the spec, an invalid
-// spec, name or zero point, or a checksum mismatch. Safe on any input.
+// spec, name, zero point or activation order, or a checksum mismatch. Safe on
+// any input.
 absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes);
 
 }  // namespace nibble::server

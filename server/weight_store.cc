@@ -89,14 +89,17 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
   return device;
 }
 
-int64_t PackedResidentBytes(const WeightSpec& spec) {
+int64_t PackedResidentBytes(const WeightSpec& spec, bool has_activation_order) {
   const int64_t panels =
       (spec.n + PackedWeight::kPanelWidth - 1) / PackedWeight::kPanelWidth;
   const int64_t code_bytes = spec.k / kCodesPerWord * sizeof(uint32_t);
   const int64_t scale_bytes = spec.groups() * sizeof(uint16_t);
   const int64_t zero_bytes = HasZeros(spec.format) ? spec.groups() : 0;
+  const int64_t order_bytes =
+      has_activation_order ? spec.k * int64_t{sizeof(int32_t)} : 0;
   return panels * PackedWeight::kPanelWidth *
-         (code_bytes + scale_bytes + zero_bytes);
+             (code_bytes + scale_bytes + zero_bytes) +
+         order_bytes;
 }
 
 absl::Status NoSuchName(absl::string_view what, absl::string_view name,

@@ -11,7 +11,8 @@
 // Example:
 //   nibble::server::WeightStore store({.max_resident_bytes = 1 << 30});
 //   absl::StatusOr<nibble::server::WeightStore::Reservation> reservation =
-//       store.Reserve("proj", nibble::server::PackedResidentBytes(spec));
+//       store.Reserve("proj", nibble::server::PackedResidentBytes(
+//                                      spec, /*has_activation_order=*/false));
 //   ...  // receive the weight, pack it
 //   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
 //       nibble::server::UploadToBackend(nibble::server::Backend::kCuda,
@@ -77,9 +78,10 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
     Backend backend, absl::string_view name, const QuantizedWeight& canonical);
 
 // The bytes PackedWeight::Pack would hold resident for a weight of `spec`
-// (its resident_bytes()), known from the spec alone so that an upload can be
-// refused before its data is sent. `spec` must pass Validate().
-int64_t PackedResidentBytes(const WeightSpec& spec);
+// (its resident_bytes()), with or without an activation order (4 bytes per
+// row of K), known before the weight's data so that an upload can be refused
+// before its data is sent. `spec` must pass Validate().
+int64_t PackedResidentBytes(const WeightSpec& spec, bool has_activation_order);
 
 // NOT_FOUND for a lookup of `name` that found nothing: `missing` says what
 // to do about it. A name that fails ValidateWeightName is escaped and cut,

@@ -71,7 +71,7 @@ Tensor& Find(std::vector<Tensor>& tensors, absl::string_view suffix) {
 // (row r when `order` is empty), and that A' · weight == A · want with
 // A'[:, r] = A[:, order[r]].
 void ExpectEquivalent(const QuantizedWeight& weight, const ProducerWeight& want,
-                      const std::vector<int64_t>& order, uint64_t seed) {
+                      const std::vector<int32_t>& order, uint64_t seed) {
   ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
   ASSERT_EQ(weight.spec.k, want.k);
   ASSERT_EQ(weight.spec.n, want.n);
@@ -199,9 +199,9 @@ TEST(ConvertGptqTest, ActOrderMakesGroupsContiguousAndPermutesActivations) {
     for (int64_t r = 0; r < w.k; ++r) {
       EXPECT_EQ(w.group_of_row[got->activation_order[r]], r / 32) << r;
     }
-    std::vector<int64_t> sorted = got->activation_order;
+    std::vector<int32_t> sorted = got->activation_order;
     std::sort(sorted.begin(), sorted.end());
-    std::vector<int64_t> identity(w.k);
+    std::vector<int32_t> identity(w.k);
     std::iota(identity.begin(), identity.end(), 0);
     EXPECT_EQ(sorted, identity);
     ExpectEquivalent(got->weight, w, got->activation_order, seed);
@@ -251,7 +251,9 @@ TEST(ConvertAwqTest, NibbleOrderOfOneWord) {
 struct Fp4Shape {
   int64_t n, k;
 };
-constexpr Fp4Shape kFp4Shapes[] = {{8, 64}, {24, 128}, {3, 96}};
+// Columns in 4-column transposes only (8, 24), with a 3-column tail (19),
+// and a tail alone (3).
+constexpr Fp4Shape kFp4Shapes[] = {{8, 64}, {24, 128}, {19, 160}, {3, 96}};
 
 TEST(ConvertMxfp4Test, CopiesCodesAndExponentsOfEveryExpert) {
   for (uint64_t seed = 30; seed <= 32; ++seed) {

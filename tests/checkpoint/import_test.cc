@@ -17,7 +17,13 @@
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/activation_order.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dtype.h"
+#include "kernels/gemm_kernel.h"
+#include "kernels/packed_weight.h"
 #include "kernels/reference.h"
+#include "kernels/thread_pool.h"
 #include "kernels/weight_format.h"
 #include "proto/weight_name.h"
 #include "tests/checkpoint/producer_layers.h"
@@ -320,32 +326,107 @@ TEST(PlanImportTest, RefusesInvalidAndSharedNames) {
   }
 }
 
-TEST(PlanImportTest, RefusesActOrderGptq) {
-  constexpr uint64_t kSeed = 6;
-  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
-  ProducerWeight w = RandomProducerWeight(kSeed, kK, kN, 32, 1, 15);
-  // As AutoGPTQ with desc_act: rows in a random order fill the groups.
+// A GPTQ layer as AutoGPTQ writes it with desc_act: its rows, in a random
+// order, fill the groups one after the other.
+ProducerWeight ActOrderProducerWeight(uint64_t seed) {
+  ProducerWeight w = RandomProducerWeight(seed, kK, kN, 32, 1, 15);
   std::vector<int64_t> rows(kK);
   std::iota(rows.begin(), rows.end(), 0);
-  std::shuffle(rows.begin(), rows.end(), std::mt19937_64(kSeed));
+  std::shuffle(rows.begin(), rows.end(), std::mt19937_64(seed));
   for (int64_t i = 0; i < kK; ++i) w.group_of_row[rows[i]] = i / 32;
+  return w;
+}
+
+TEST(ImportActOrderTest, ImportedWeightMultipliesLikeTheCheckpoint) {
+  constexpr uint64_t kSeed = 6;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  constexpr char kLayer[] = "model.layers.1.self_attn.o_proj";
+  const ProducerWeight w = ActOrderProducerWeight(kSeed);
   std::vector<Tensor> tensors = ModelTensors(kSeed);
-  Append(tensors, GptqTensors("model.layers.1.self_attn.o_proj", w,
-                              GptqZeroConvention::kV1));
-  tensors.push_back(GIdxTensor("model.layers.1.self_attn.o_proj", w));
+  Append(tensors, GptqTensors(kLayer, w, GptqZeroConvention::kV1));
+  tensors.push_back(GIdxTensor(kLayer, w));
   const SafetensorsFile file = MakeFile(tensors);
 
-  const absl::Status status = PlanImport(file, {}).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr("\"model.layers.1.self_attn.o_proj\""),
-                    HasSubstr("act-order"), HasSubstr("permuted"),
-                    HasSubstr("takes activations as given")));
-
-  // Left out, the rest imports.
   ImportOptions options;
-  options.layers = {"model.layers.0.self_attn.q_proj"};
-  EXPECT_TRUE(PlanImport(file, options).ok());
+  options.layers = {kLayer, "model.layers.0.self_attn.q_proj"};
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->layers.size(), 2u);
+  EXPECT_TRUE(plan->layers[0].has_activation_order);
+  EXPECT_FALSE(plan->layers[1].has_activation_order);
+
+  std::vector<QuantizedWeight> uploads;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view) {
+        uploads.push_back(weight);
+        return absl::OkStatus();
+      },
+      progress);
+  ASSERT_TRUE(report.status.ok()) << report.status;
+  ASSERT_EQ(uploads.size(), 2u);
+  EXPECT_TRUE(uploads[1].activation_order.empty());
+  const QuantizedWeight& weight = uploads[0];
+  ASSERT_TRUE(weight.Validate().ok()) << weight.Validate();
+  ASSERT_EQ(weight.activation_order.size(), static_cast<size_t>(kK));
+  EXPECT_THAT(progress.str(),
+              HasSubstr("[1/2] model.layers.1.self_attn.o_proj → "
+                        "model.layers.1.self_attn.o_proj (gptq → u4 "
+                        "act-order, k=128 n=16 group=32,"));
+
+  // What every CPU kernel computes from A gathered by the order, against
+  // the checkpoint's own A · B in float64.
+  constexpr int64_t kM = 5;
+  std::mt19937_64 rng(kSeed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> a(kM * kK);
+  for (float& value : a) value = uniform(rng);
+  std::vector<double> want(kM * kN, 0.0);
+  for (int64_t i = 0; i < kM; ++i) {
+    for (int64_t row = 0; row < kK; ++row) {
+      for (int64_t col = 0; col < kN; ++col) {
+        want[i * kN + col] += a[i * kK + row] * w.Dequantized(row, col);
+      }
+    }
+  }
+  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  std::vector<float> gathered(a.size());
+  GatherActivationColumns(DType::kF32, kM, packed->activation_order(), a.data(),
+                          gathered.data());
+  ThreadPool pool(2);
+  const GemmProblem problem = MakeGemmProblem(*packed, kM, DType::kF32, 2);
+  int kernels_run = 0;
+  for (const GemmKernel* kernel : cpu::CpuKernels()) {
+    if (!kernel->Supports(problem) ||
+        kernel->RoundsActivationsToBf16(DType::kF32)) {
+      continue;
+    }
+    SCOPED_TRACE(kernel->name());
+    std::vector<float> c(kM * kN);
+    ASSERT_TRUE(
+        kernel
+            ->Run(problem,
+                  GemmOperands{
+                      .b = &*packed, .a = gathered.data(), .c = c.data()},
+                  pool)
+            .ok());
+    EXPECT_LE(MaxRelativeError(std::vector<double>(c.begin(), c.end()), want),
+              1e-4);
+    ++kernels_run;
+  }
+  EXPECT_GT(kernels_run, 0);
+  // Without the gather the product is wrong: the order matters.
+  std::vector<float> c(kM * kN);
+  const GemmKernel* reference = cpu::CpuKernels().back();
+  ASSERT_TRUE(
+      reference
+          ->Run(problem,
+                GemmOperands{.b = &*packed, .a = a.data(), .c = c.data()}, pool)
+          .ok());
+  EXPECT_GT(MaxRelativeError(std::vector<double>(c.begin(), c.end()), want),
+            0.01);
 }
 
 TEST(PlanImportTest, RefusesAFloatLayerThatTheGroupDoesNotFit) {

@@ -64,14 +64,8 @@ std::string Bytes(const std::vector<T>& array) {
 // An upload as a client sends it, each tensor in two chunks.
 std::vector<std::string> UploadMessages(const nibble::QuantizedWeight& weight) {
   v1::UploadWeightRequest header;
-  header.mutable_header()->set_name("seed");
-  header.mutable_header()->set_format(nibble::ToProto(weight.spec.format));
-  header.mutable_header()->set_k(weight.spec.k);
-  header.mutable_header()->set_n(weight.spec.n);
-  header.mutable_header()->set_group_size(weight.spec.group_size);
-  if (weight.spec.format == nibble::WeightFormat::kNvfp4) {
-    header.mutable_header()->set_global_scale(weight.spec.global_scale);
-  }
+  nibble::FillWeightHeader("seed", weight.spec, weight.activation_order,
+                           header.mutable_header());
   std::vector<std::string> messages = {header.SerializeAsString()};
   const std::pair<v1::WeightTensor, std::string> tensors[] = {
       {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
@@ -179,6 +173,14 @@ int main(int argc, char** argv) {
     written &= WriteSeed(uploads, SeedName(spec),
                          nibble::fuzz::JoinMessages(UploadMessages(weight)));
   }
+  // A GPTQ act-order weight: version 2 files, headers with an order.
+  nibble::QuantizedWeight act_order =
+      nibble::RandomQuantizedWeight(kSpecs[0], 7);
+  act_order.activation_order = nibble::RandomActivationOrder(kSpecs[0].k, 7);
+  written &= WriteSeed(weight_files, SeedName(kSpecs[0]) + "_act_order",
+                       nibble::server::SerializeWeightFile("seed", act_order));
+  written &= WriteSeed(uploads, SeedName(kSpecs[0]) + "_act_order",
+                       nibble::fuzz::JoinMessages(UploadMessages(act_order)));
 
   const fs::path tables = corpus / "tuning_table_fuzzer";
   written &=

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,17 +34,20 @@ using nibble::server::ResidentWeight;
 constexpr char kResidentWeightName[] = "w";
 
 // What the handlers consult: the store, with one weight small enough that a
-// fuzzed Matmul on it runs in microseconds, and the runner the batcher uses.
+// fuzzed Matmul on it runs in microseconds (with an activation order, so that
+// every Matmul gathers A too), and the runner the batcher uses.
 class FakeServer {
  public:
   FakeServer()
       : pool_(1),
         scheduler_(nibble::cpu::CpuKernels()),
         runner_(&scheduler_, &pool_) {
+    nibble::QuantizedWeight weight = nibble::RandomQuantizedWeight(
+        {nibble::WeightFormat::kU4, /*k=*/64, /*n=*/8, /*group_size=*/32},
+        /*seed=*/1);
+    weight.activation_order = nibble::RandomActivationOrder(64, /*seed=*/1);
     absl::StatusOr<nibble::PackedWeight> packed =
-        nibble::PackedWeight::Pack(nibble::RandomQuantizedWeight(
-            {nibble::WeightFormat::kU4, /*k=*/64, /*n=*/8, /*group_size=*/32},
-            /*seed=*/1));
+        nibble::PackedWeight::Pack(weight);
     FUZZ_CHECK(packed.ok());
     FUZZ_CHECK(store_.Insert(kResidentWeightName, *std::move(packed)).ok());
   }
@@ -168,6 +172,11 @@ void Decode(Message message, const uint8_t* data, size_t size) {
         if (spec.ok() && spec->Validate().ok()) {
           // Validate bounds every dimension, so no byte count overflows.
           FUZZ_CHECK(spec->canonical_bytes() > 0);
+        }
+        absl::StatusOr<std::vector<int32_t>> order =
+            nibble::ActivationOrderFromProto(request.header());
+        if (spec.ok() && order.ok()) {
+          nibble::ValidateActivationOrder(*order, spec->k).IgnoreError();
         }
         nibble::ValidateWeightName(request.header().name()).IgnoreError();
       } else if (request.has_chunk()) {

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -39,6 +41,7 @@ absl::string_view BytesOf(const std::vector<T>& array) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   UploadAssembler upload;
   WeightSpec header_spec;
+  std::vector<int32_t> header_order;
   std::string sent[3];  // the chunks' bytes, by WeightTensorKind
   for (absl::string_view message : nibble::fuzz::SplitMessages(
            absl::string_view(reinterpret_cast<const char*>(data), size))) {
@@ -47,9 +50,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (request.has_header()) {
       absl::StatusOr<WeightSpec> spec = nibble::FromProto(request.header());
       if (!spec.ok()) return 0;
-      if (!upload.OnHeader(request.header().name(), *spec).ok()) return 0;
+      absl::StatusOr<std::vector<int32_t>> order =
+          nibble::ActivationOrderFromProto(request.header());
+      if (!order.ok()) return 0;
+      if (!upload.OnHeader(request.header().name(), *spec, *order).ok()) {
+        return 0;
+      }
       if (spec->canonical_bytes() > kBudgetBytes) return 0;
       header_spec = *spec;
+      header_order = *std::move(order);
     } else if (request.has_chunk()) {
       absl::StatusOr<WeightTensorKind> tensor =
           nibble::server::TensorFromProto(request.chunk().tensor());
@@ -69,6 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!weight.ok()) return 0;
   FUZZ_CHECK(upload.has_header());
   FUZZ_CHECK(weight->spec == header_spec);
+  FUZZ_CHECK(weight->activation_order == header_order);
   FUZZ_CHECK(weight->Validate().ok());
   FUZZ_CHECK(BytesOf(weight->qweight) == sent[0]);
   FUZZ_CHECK(BytesOf(weight->scales) == sent[1]);

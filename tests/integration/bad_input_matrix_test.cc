@@ -509,6 +509,34 @@ std::vector<BadInput> UploadRows() {
        INVALID_ARGUMENT,
        "mxfp4 has one scale per 32 values of k: its group size must be 32, "
        "got 64"},
+      {"Upload_Mismatched_ActivationOrderOfTheWrongLength",
+       [](Clients& c) {
+         return Upload(c, Edited(GoodUpload("short-order"), [](auto& m) {
+                         for (int32_t column :
+                              RandomActivationOrder(kSpec.k - 1, kUploadSeed)) {
+                           m[0].mutable_header()->add_activation_order(column);
+                         }
+                       }));
+       },
+       INVALID_ARGUMENT,
+       absl::StrCat("activation_order has ", kSpec.k - 1,
+                    " entries for K=", kSpec.k)},
+      {"Upload_Hostile_ActivationOrderRepeatsAColumn",
+       [](Clients& c) {
+         return Upload(c, Edited(GoodUpload("repeated-order"), [](auto& m) {
+                         std::vector<int32_t> order =
+                             RandomActivationOrder(kSpec.k, kUploadSeed);
+                         order[5] = order[2];
+                         for (int32_t column : order) {
+                           m[0].mutable_header()->add_activation_order(column);
+                         }
+                       }));
+       },
+       INVALID_ARGUMENT,
+       absl::StrCat("activation_order[5] = ",
+                    RandomActivationOrder(kSpec.k, kUploadSeed)[2],
+                    " appears twice (also at 2): it must be a permutation of "
+                    "0..K-1")},
       {"Upload_Mismatched_GlobalScaleOnU4b8",
        [](Clients& c) {
          return Upload(c, Edited(GoodUpload("u4b8-global"), [](auto& m) {

@@ -1,8 +1,10 @@
 // Drives a real nibbled through the `nibble` CLI the way a user would, with
 // weights, checkpoints and activations in files, and checks the output file
 // against the float64 reference.
+#include <algorithm>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@ namespace {
 
 using ::nibble::checkpoint::testing::AwqTensors;
 using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::GIdxTensor;
 using ::nibble::checkpoint::testing::GptqTensors;
 using ::nibble::checkpoint::testing::ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
@@ -330,6 +333,59 @@ TEST_F(CliWorkflowTest, ImportMultipliesLikeTheCheckpoint) {
             HasSubstr("no layer was uploaded"), Not(HasSubstr("imported:"))));
   ASSERT_EQ(Nibble("list"), 0) << output_;
   EXPECT_EQ(output_, listed);
+}
+
+TEST_F(CliWorkflowTest, ImportsAnActOrderLayerThatMultipliesLikeTheCheckpoint) {
+  constexpr uint64_t kSeed = 43;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  constexpr int64_t kK = 256;
+  // As AutoGPTQ writes desc_act: the rows, in a random order, fill the
+  // groups one after the other.
+  ProducerWeight gptq = RandomProducerWeight(kSeed, kK, 40, 32, 1, 15);
+  std::vector<int64_t> rows(kK);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), std::mt19937_64(kSeed));
+  for (int64_t i = 0; i < kK; ++i) gptq.group_of_row[rows[i]] = i / 32;
+  std::vector<Tensor> tensors =
+      GptqTensors("model.layers.0.mlp.down_proj", gptq,
+                  checkpoint::GptqZeroConvention::kV1);
+  tensors.push_back(GIdxTensor("model.layers.0.mlp.down_proj", gptq));
+  const std::string path = absl::StrCat(dir_, "/act_order.safetensors");
+  testing::WriteFile(path, SerializeTensors(tensors));
+
+  ASSERT_EQ(Nibble(absl::StrCat("import --file=", path)), 0) << output_;
+  EXPECT_THAT(output_, HasSubstr("(gptq → u4 act-order, k=256 n=40 group=32,"));
+  ASSERT_EQ(Nibble("get --name=model.layers.0.mlp.down_proj"), 0) << output_;
+  EXPECT_THAT(output_, HasSubstr("order:  activation order"));
+
+  constexpr int64_t kM = 4;
+  const testing::Activations a =
+      testing::RandomActivations(kM, kK, DType::kF32, kSeed + 1);
+  const std::string input = absl::StrCat(dir_, "/act_order.a");
+  const std::string output = absl::StrCat(dir_, "/act_order.c");
+  testing::WriteFile(input, a.bytes);
+  ASSERT_EQ(Nibble(absl::StrCat("matmul --name=model.layers.0.mlp.down_proj "
+                                "--m=",
+                                kM, " --dtype=f32 --input=", input,
+                                " --output=", output)),
+            0)
+      << output_;
+  EXPECT_LE(
+      MaxRelativeError(testing::OutputValues(ReadFile(output), DType::kF32),
+                       Float64Matmul(a.values, kM, kK, gptq.n,
+                                     [&](int64_t row, int64_t col) {
+                                       return gptq.Dequantized(row, col);
+                                     })),
+      1e-4);
+  // --check's raw weight files carry no order, so it refuses rather than
+  // report a false mismatch.
+  EXPECT_EQ(Nibble(absl::StrCat("matmul --name=model.layers.0.mlp.down_proj "
+                                "--m=",
+                                kM, " --dtype=f32 --input=", input,
+                                " --check --random=1")),
+            2)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("act-order"));
 }
 
 TEST_F(CliWorkflowTest, HealthIsServing) {

@@ -6,10 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,6 +38,7 @@ namespace {
 
 using ::nibble::checkpoint::SafetensorsDtype;
 using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::GIdxTensor;
 using ::nibble::checkpoint::testing::GptqTensors;
 using ::nibble::checkpoint::testing::ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
@@ -226,6 +229,54 @@ TEST_F(ImportAtStartTest, WithDataDirItReplacesAWeightOfTheNameAndPersists) {
   EXPECT_EQ(client.List(), listed);
   ExpectServesTheImport((*server)->target());
   EXPECT_EQ(client.Matmul("kept", 128), kept_result);
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
+TEST_F(ImportAtStartTest, ServesAnActOrderLayerAndKeepsItsOrderAcrossARestart) {
+  // As AutoGPTQ writes desc_act: the rows, in a random order, fill the
+  // groups one after the other, so g_idx is not row / group size.
+  constexpr uint64_t kActOrderSeed = kSeed + 7;
+  SCOPED_TRACE(absl::StrCat("seed=", kActOrderSeed));
+  ProducerWeight act_order =
+      RandomProducerWeight(kActOrderSeed, kK, 48, 64, 1, 15);
+  std::vector<int64_t> rows(kK);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), std::mt19937_64(kActOrderSeed));
+  for (int64_t i = 0; i < kK; ++i) act_order.group_of_row[rows[i]] = i / 64;
+  std::vector<Tensor> tensors =
+      GptqTensors("model.layers.2.self_attn.o_proj", act_order,
+                  checkpoint::GptqZeroConvention::kV1);
+  tensors.push_back(GIdxTensor("model.layers.2.self_attn.o_proj", act_order));
+  const std::string path = dir_ + "/act_order.safetensors";
+  testing::WriteFile(path, SerializeTensors(tensors));
+
+  const std::string data_dir = "--data_dir=" + dir_ + "/data";
+  const std::string log = dir_ + "/nibbled.stderr";
+  const auto expect_served = [&](const std::string& target) {
+    ExpectMultipliesLike(target, "L2.o_proj", act_order.n,
+                         [&](int64_t row, int64_t col) {
+                           return act_order.Dequantized(row, col);
+                         });
+    EXPECT_THAT(WeightClient(target).List(),
+                ElementsAre(AllOf(StartsWith("name: \"L2.o_proj\""),
+                                  HasSubstr("k: 256 n: 48 group_size: 64"),
+                                  HasSubstr("activation_order: true"))));
+  };
+  {
+    auto server = StartNibbledLoggingTo(
+        NIBBLED_PATH, log,
+        {"--import=" + path, "--import_name_map=model.layers.2.self_attn.=L2.",
+         data_dir});
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_THAT((*server)->startup_line(), HasSubstr(", 1 layers imported"));
+    expect_served((*server)->target());
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  // From --data_dir alone, the order comes back with the weight.
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {data_dir});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->startup_line(), HasSubstr(", 1 weights loaded from "));
+  expect_served((*server)->target());
   EXPECT_EQ((*server)->Stop(), 0);
 }
 

@@ -23,25 +23,18 @@ v1::UploadWeightRequest Chunk(v1::WeightTensor tensor, uint64_t offset,
 
 }  // namespace
 
-v1::UploadWeightRequest UploadHeader(const std::string& name,
-                                     const WeightSpec& spec) {
+v1::UploadWeightRequest UploadHeader(
+    const std::string& name, const WeightSpec& spec,
+    absl::Span<const int32_t> activation_order) {
   v1::UploadWeightRequest request;
-  v1::WeightHeader* header = request.mutable_header();
-  header->set_name(name);
-  header->set_format(ToProto(spec.format));
-  header->set_k(spec.k);
-  header->set_n(spec.n);
-  header->set_group_size(spec.group_size);
-  if (spec.format == WeightFormat::kNvfp4) {
-    header->set_global_scale(spec.global_scale);
-  }
+  FillWeightHeader(name, spec, activation_order, request.mutable_header());
   return request;
 }
 
 std::vector<v1::UploadWeightRequest> UploadMessages(
     const std::string& name, const QuantizedWeight& weight) {
   std::vector<v1::UploadWeightRequest> messages = {
-      UploadHeader(name, weight.spec)};
+      UploadHeader(name, weight.spec, weight.activation_order)};
   const std::pair<v1::WeightTensor, std::string> tensors[] = {
       {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
       {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},

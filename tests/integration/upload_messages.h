@@ -10,9 +10,11 @@
 #ifndef NIBBLE_TESTS_INTEGRATION_UPLOAD_MESSAGES_H_
 #define NIBBLE_TESTS_INTEGRATION_UPLOAD_MESSAGES_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
@@ -26,9 +28,11 @@ std::string Bytes(const std::vector<T>& array) {
                      array.size() * sizeof(T));
 }
 
-// The first message of an upload of weight `name` with `spec`.
-v1::UploadWeightRequest UploadHeader(const std::string& name,
-                                     const WeightSpec& spec);
+// The first message of an upload of weight `name` with `spec` and
+// `activation_order` (empty for none).
+v1::UploadWeightRequest UploadHeader(
+    const std::string& name, const WeightSpec& spec,
+    absl::Span<const int32_t> activation_order = {});
 
 // The whole upload: the header, then each tensor in chunks of 1 MiB.
 std::vector<v1::UploadWeightRequest> UploadMessages(

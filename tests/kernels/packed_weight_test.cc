@@ -132,6 +132,28 @@ TEST(PackedWeightPackTest, Nvfp4ScalesBecomeExactFp16) {
             7 * std::ldexp(1.0f, -9));
 }
 
+TEST(PackedWeightPackTest, KeepsTheActivationOrderAndCountsIt) {
+  constexpr uint64_t kSeed = 21;
+  const WeightSpec spec{WeightFormat::kU4, /*k=*/64, /*n=*/40,
+                        /*group_size=*/32};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  const absl::StatusOr<PackedWeight> plain = PackedWeight::Pack(weight);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->activation_order().empty());
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+  const absl::StatusOr<PackedWeight> ordered = PackedWeight::Pack(weight);
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  EXPECT_EQ(std::vector<int32_t>(ordered->activation_order().begin(),
+                                 ordered->activation_order().end()),
+            weight.activation_order)
+      << "seed " << kSeed;
+  EXPECT_EQ(ordered->resident_bytes(),
+            plain->resident_bytes() + spec.k * int64_t{sizeof(int32_t)});
+  weight.activation_order[3] = weight.activation_order[4];
+  EXPECT_EQ(PackedWeight::Pack(weight).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PackedWeightPackTest, RejectsAnInvalidWeight) {
   const WeightSpec spec{WeightFormat::kU4, /*k=*/64, /*n=*/40,
                         /*group_size=*/32};

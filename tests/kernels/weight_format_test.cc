@@ -1,8 +1,10 @@
 // Tests 4-bit code dequantization and the canonical weight layout.
 #include "kernels/weight_format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
@@ -275,6 +277,47 @@ TEST(QuantizedWeightTest, RejectsZeroPointsAboveFifteen) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("zero point 16 at index 5"));
+}
+
+TEST(QuantizedWeightTest, AcceptsAPermutationAsActivationOrder) {
+  constexpr uint64_t kSeed = 11;
+  QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 128, 8, 32}, kSeed);
+  weight.activation_order = RandomActivationOrder(128, kSeed);
+  EXPECT_TRUE(weight.Validate().ok()) << weight.Validate() << " seed " << kSeed;
+  std::vector<int32_t> sorted = weight.activation_order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int32_t> identity(128);
+  std::iota(identity.begin(), identity.end(), 0);
+  EXPECT_EQ(sorted, identity) << "seed " << kSeed;
+  EXPECT_NE(weight.activation_order, identity) << "seed " << kSeed;
+}
+
+TEST(QuantizedWeightTest, RejectsABadActivationOrderSayingWhatToFix) {
+  QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 128, 8, 32}, 3);
+  const std::vector<int32_t> permutation = RandomActivationOrder(128, 3);
+  const auto expect_error = [&](std::vector<int32_t> order,
+                                absl::string_view message) {
+    weight.activation_order = std::move(order);
+    const absl::Status status = weight.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(message));
+  };
+  expect_error(
+      std::vector<int32_t>(permutation.begin(), permutation.begin() + 100),
+      "activation_order has 100 entries for K=128");
+  std::vector<int32_t> twice = permutation;
+  twice[5] = twice[2];
+  expect_error(twice, absl::StrCat("activation_order[5] = ", permutation[2],
+                                   " appears twice (also at 2): it must be a "
+                                   "permutation of 0..K-1"));
+  std::vector<int32_t> too_large = permutation;
+  too_large[7] = 128;
+  expect_error(too_large, "activation_order[7] = 128 is outside 0..127");
+  std::vector<int32_t> negative = permutation;
+  negative[0] = -1;
+  expect_error(negative, "activation_order[0] = -1 is outside 0..127");
 }
 
 TEST(QuantizedWeightTest, RejectsNanAndInfiniteScalesNamingWhere) {

@@ -83,8 +83,9 @@ class StoreRecorder {
   explicit StoreRecorder(WeightStore* store) : store_(store) {}
 
   absl::Status Store(const QuantizedWeight& weight, absl::string_view name) {
-    absl::StatusOr<WeightStore::Reservation> reservation =
-        store_->Reserve(name, PackedResidentBytes(weight.spec));
+    absl::StatusOr<WeightStore::Reservation> reservation = store_->Reserve(
+        name,
+        PackedResidentBytes(weight.spec, !weight.activation_order.empty()));
     if (!reservation.ok()) return reservation.status();
     absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
     if (!packed.ok()) return packed.status();
@@ -228,7 +229,7 @@ TEST_F(CheckpointLoaderTest, LayersPastTheLimitsAreRefusedBeforeStoring) {
   int64_t bytes = 0;
   for (const PlannedCheckpoint& checkpoint : *fits) {
     for (const ImportLayer& layer : checkpoint.plan.layers) {
-      bytes += PackedResidentBytes(layer.spec);
+      bytes += PackedResidentBytes(layer.spec, layer.has_activation_order);
     }
   }
   EXPECT_TRUE(PlanCheckpoints({first_, second_}, Options(),

@@ -3,6 +3,7 @@
 #include "server/matmul_runner.h"
 
 #include <limits>
+#include <random>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -65,6 +66,40 @@ TEST_F(MatmulRunnerTest, RunsThePickedKernelOnTheRequestShape) {
   EXPECT_EQ(problem.threads, 2);
   EXPECT_EQ(operands.b, &weight_);
   EXPECT_EQ(operands.a, a.data());
+}
+
+TEST_F(MatmulRunnerTest, KernelReadsAGatheredByTheActivationOrder) {
+  constexpr uint64_t kSeed = 8;
+  constexpr int64_t kM = 3;
+  constexpr int64_t kK = 64;
+  QuantizedWeight canonical =
+      RandomQuantizedWeight({WeightFormat::kFp4, kK, 24, 32}, kSeed);
+  canonical.activation_order = RandomActivationOrder(kK, kSeed);
+  const PackedWeight ordered = *PackedWeight::Pack(canonical);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t element_bytes = DTypeSize(dtype);
+    std::string a(kM * kK * element_bytes, '\0');
+    std::mt19937 rng(kSeed);
+    for (char& byte : a) byte = static_cast<char>(rng());
+    std::string seen;
+    EXPECT_CALL(kernel_, Run)
+        .WillOnce(
+            [&](const GemmProblem&, const GemmOperands& operands, ThreadPool&) {
+              seen.assign(static_cast<const char*>(operands.a), a.size());
+              return absl::OkStatus();
+            });
+    ASSERT_TRUE(runner_.Run(ordered, "w", kM, kK, dtype, a).ok());
+    ASSERT_EQ(seen.size(), a.size());
+    for (int64_t i = 0; i < kM; ++i) {
+      for (int64_t r = 0; r < kK; ++r) {
+        const int64_t column = canonical.activation_order[r];
+        ASSERT_EQ(seen.substr((i * kK + r) * element_bytes, element_bytes),
+                  a.substr((i * kK + column) * element_bytes, element_bytes))
+            << DTypeName(dtype) << " row " << i << " column " << r << " seed "
+            << kSeed;
+      }
+    }
+  }
 }
 
 TEST_F(MatmulRunnerTest, ZeroKMeansTheWeightsK) {

@@ -1,7 +1,9 @@
 #include "server/proto_conversions.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -77,6 +79,53 @@ TEST(WeightFormatProtoTest, InfoCarriesTheGlobalScaleBack) {
   const absl::StatusOr<WeightSpec> back = WeightSpecFromInfo(info);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, spec);
+}
+
+TEST(WeightHeaderProtoTest, ActivationOrderRoundTripsAndInfoReportsIt) {
+  constexpr uint64_t kSeed = 17;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const WeightSpec spec{WeightFormat::kU4b8, 128, 8, 32};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+
+  // Through the wire bytes, as an upload sends it.
+  v1::UploadWeightRequest sent;
+  FillWeightHeader("w", spec, weight.activation_order, sent.mutable_header());
+  v1::UploadWeightRequest received;
+  ASSERT_TRUE(received.ParseFromString(sent.SerializeAsString()));
+  EXPECT_EQ(FromProto(received.header()).value(), spec);
+  const absl::StatusOr<std::vector<int32_t>> order =
+      ActivationOrderFromProto(received.header());
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(*order, weight.activation_order);
+
+  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  v1::WeightInfo info;
+  FillWeightInfo(ResidentWeight{"w", *std::move(packed), nullptr}, &info);
+  EXPECT_TRUE(info.activation_order());
+
+  // Unset means none.
+  v1::WeightHeader plain;
+  FillWeightHeader("w", spec, {}, &plain);
+  EXPECT_EQ(plain.activation_order_size(), 0);
+  EXPECT_TRUE(ActivationOrderFromProto(plain)->empty());
+  weight.activation_order.clear();
+  FillWeightInfo(ResidentWeight{"w", *PackedWeight::Pack(weight), nullptr},
+                 &info);
+  EXPECT_FALSE(info.activation_order());
+}
+
+TEST(WeightHeaderProtoTest, AnOrderEntryPastInt32IsInvalid) {
+  v1::WeightHeader header;
+  header.set_k(8);
+  for (uint32_t column : {0u, 1u, 0x80000000u}) {
+    header.add_activation_order(column);
+  }
+  const absl::Status status = ActivationOrderFromProto(header).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("activation_order[2] = 2147483648 is outside 0..K-1"));
 }
 
 TEST(ListPageFromProtoTest, DefaultsClampsAndContinuesAfterTheToken) {

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -70,6 +72,42 @@ TEST_P(UploadAssemblerRoundTripTest, ReassemblesTheWeightFromOddChunks) {
   EXPECT_EQ(received->qweight.capacity(), received->qweight.size());
   EXPECT_EQ(received->scales.capacity(), received->scales.size());
   EXPECT_EQ(received->zeros.capacity(), received->zeros.size());
+}
+
+TEST(UploadAssemblerTest, KeepsTheHeadersActivationOrder) {
+  constexpr uint64_t kSeed = 23;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  const WeightSpec spec{WeightFormat::kU4, 128, 16, 32};
+  QuantizedWeight sent = RandomQuantizedWeight(spec, kSeed);
+  sent.activation_order = RandomActivationOrder(spec.k, kSeed);
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec, sent.activation_order).ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kQweight, 0, Bytes(sent.qweight)).ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kScales, 0, Bytes(sent.scales)).ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kZeros, 0, Bytes(sent.zeros)).ok());
+  absl::StatusOr<QuantizedWeight> received = upload.Finish();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->activation_order, sent.activation_order);
+  EXPECT_EQ(received->qweight, sent.qweight);
+}
+
+TEST(UploadAssemblerTest, RefusesABadActivationOrderAtTheHeader) {
+  const WeightSpec spec{WeightFormat::kU4b8, 64, 8, 32};
+  std::vector<int32_t> order = RandomActivationOrder(spec.k, 29);
+  order[10] = order[20];
+  UploadAssembler upload;
+  const absl::Status status = upload.OnHeader("w", spec, order);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("activation_order[20] = ", order[20],
+                                     " appears twice (also at 10)")));
+  EXPECT_FALSE(upload.has_header());
+  order.pop_back();
+  EXPECT_THAT(std::string(upload.OnHeader("w", spec, order).message()),
+              HasSubstr("activation_order has 63 entries for K=64"));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, UploadAssemblerRoundTripTest,

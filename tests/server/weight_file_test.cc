@@ -20,6 +20,7 @@ void ExpectSameWeight(const QuantizedWeight& got, const QuantizedWeight& want) {
   EXPECT_EQ(got.qweight, want.qweight);
   EXPECT_EQ(got.scales, want.scales);
   EXPECT_EQ(got.zeros, want.zeros);
+  EXPECT_EQ(got.activation_order, want.activation_order);
 }
 
 // Rewrites the trailing checksum so that only the edited field is wrong.
@@ -69,6 +70,64 @@ TEST(WeightFileTest, RoundTripsTheFp4BlockFormatsWithTheGlobalScale) {
     ExpectSameWeight(file->weight, weight);
     EXPECT_EQ(file->weight.spec.global_scale, spec.global_scale);
   }
+}
+
+TEST(WeightFileTest, RoundTripsAnActivationOrderAsVersion2) {
+  constexpr uint64_t kSeed = 31;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const WeightSpec spec{WeightFormat::kU4, 256, 24, 32};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  const std::string without_order = SerializeWeightFile("w", weight);
+  EXPECT_EQ(without_order[8], kWeightFileVersion);
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+  const std::string bytes = SerializeWeightFile("w", weight);
+  EXPECT_EQ(bytes[8], kWeightFileVersionWithActivationOrder);
+  EXPECT_EQ(bytes.size(), without_order.size() + spec.k * sizeof(int32_t));
+  absl::StatusOr<WeightFile> file = ParseWeightFile(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ExpectSameWeight(file->weight, weight);
+
+  // Version 1 files (every file written before orders) load without one.
+  absl::StatusOr<WeightFile> old = ParseWeightFile(without_order);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_TRUE(old->weight.activation_order.empty());
+}
+
+TEST(WeightFileTest, RejectsACorruptActivationOrderAsDataLoss) {
+  constexpr uint64_t kSeed = 32;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const WeightSpec spec{WeightFormat::kU4b8, 64, 8, 32};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+  const std::string bytes = SerializeWeightFile("w", weight);
+  const size_t order_offset =
+      bytes.size() - kWeightFileChecksumBytes - spec.k * sizeof(int32_t);
+
+  // A flipped bit anywhere in the order fails the checksum.
+  std::string flipped = bytes;
+  flipped[order_offset + 4 * 9] ^= 0x02;
+  absl::Status status = ParseWeightFile(flipped).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("checksum mismatch"));
+
+  // An order with a valid checksum that is not a permutation is refused too.
+  std::string repeated = bytes;
+  std::memcpy(repeated.data() + order_offset + 4 * 9,
+              repeated.data() + order_offset + 4 * 3, sizeof(int32_t));
+  FixChecksum(&repeated);
+  status = ParseWeightFile(repeated).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat(
+                  "invalid weight data: activation_order[9] = ",
+                  weight.activation_order[3], " appears twice (also at 3)")));
+
+  // Version 2 without the order's bytes is truncated.
+  std::string short_file = bytes.substr(0, order_offset);
+  short_file.append(kWeightFileChecksumBytes, '\0');
+  status = ParseWeightFile(short_file).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("truncated"));
 }
 
 TEST(WeightFileTest, RejectsAGlobalScaleOnAnotherFormatOrAnInvalidOne) {
@@ -158,9 +217,9 @@ TEST(WeightFileTest, RejectsBadMagicVersionAndFormat) {
   EXPECT_THAT(ParseWeightFile(bad).status().message(),
               HasSubstr("not a nibble weight file"));
   bad = bytes;
-  bad[8] = 2;
+  bad[8] = 3;
   FixChecksum(&bad);
-  EXPECT_THAT(ParseWeightFile(bad).status().message(), HasSubstr("version 2"));
+  EXPECT_THAT(ParseWeightFile(bad).status().message(), HasSubstr("version 3"));
   bad = bytes;
   bad[12] = 9;
   FixChecksum(&bad);

@@ -121,11 +121,18 @@ TEST(PackedResidentBytesTest, MatchesWhatPackingHolds) {
           std::tuple(128, 17, 64), std::tuple(256, 40, 128),
           std::tuple(96, 33, 96)}) {
       const WeightSpec spec{format, k, n, group};
-      absl::StatusOr<PackedWeight> packed =
-          PackedWeight::Pack(RandomQuantizedWeight(spec, 7));
+      QuantizedWeight weight = RandomQuantizedWeight(spec, 7);
+      absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
       ASSERT_TRUE(packed.ok()) << spec.DebugString();
-      EXPECT_EQ(PackedResidentBytes(spec), packed->resident_bytes())
+      EXPECT_EQ(PackedResidentBytes(spec, /*has_activation_order=*/false),
+                packed->resident_bytes())
           << spec.DebugString();
+      weight.activation_order = RandomActivationOrder(k, 7);
+      packed = PackedWeight::Pack(weight);
+      ASSERT_TRUE(packed.ok()) << spec.DebugString();
+      EXPECT_EQ(PackedResidentBytes(spec, /*has_activation_order=*/true),
+                packed->resident_bytes())
+          << spec.DebugString() << " with an activation order";
     }
   }
 }
