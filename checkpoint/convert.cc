@@ -405,8 +405,11 @@ absl::StatusOr<Nvfp4Tensors> CheckNvfp4Tensors(const SafetensorsFile& file,
 // Rows of FP4 codes [N, K/2] bytes, two per byte with the lower nibble first
 // along K, as qweight [K/8, N]: the 4 bytes holding rows 8i..8i+7 of column n
 // are, read as a little-endian word, exactly word [i, n], so this is a
-// transpose of 32-bit words, done 4 x 4 words at a time in SSE2 registers
-// (every x86-64 CPU has them). K is a multiple of 32 (the group).
+// transpose of 32-bit words. It goes by tiles of 16 x 16 words, each source
+// and destination line read or written whole at once (rows K/2 bytes apart
+// share cache sets, so lines kept open across a tile's rows would evict each
+// other), 4 x 4 words at a time in SSE2 registers (every x86-64 CPU has
+// them). K is a multiple of 32 (the group).
 std::vector<uint32_t> TransposeFp4Codes(const uint8_t* codes, int64_t k,
                                         int64_t n) {
   const int64_t words_per_row = k / kCodesPerWord;
@@ -414,37 +417,56 @@ std::vector<uint32_t> TransposeFp4Codes(const uint8_t* codes, int64_t k,
   std::vector<uint32_t> qweight;
   ReserveBulk(qweight, words_per_row * n);
   qweight.resize(words_per_row * n);
-  // Blocks of 16 columns, so that each word row written is a cache line and
-  // the 16 rows read stream sequentially.
-  constexpr int64_t kBlock = 16;
-  for (int64_t first = 0; first < n; first += kBlock) {
-    const int64_t last = std::min(n, first + kBlock);
-    for (int64_t i = 0; i < words_per_row; i += 4) {
-      int64_t col = first;
-      for (; col + 4 <= last; col += 4) {
-        __m128i rows[4];
-        for (int c = 0; c < 4; ++c) {
-          rows[c] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-              codes + (col + c) * row_bytes + 4 * i));
-        }
-        const __m128i low01 = _mm_unpacklo_epi32(rows[0], rows[1]);
-        const __m128i low23 = _mm_unpacklo_epi32(rows[2], rows[3]);
-        const __m128i high01 = _mm_unpackhi_epi32(rows[0], rows[1]);
-        const __m128i high23 = _mm_unpackhi_epi32(rows[2], rows[3]);
-        const __m128i words[4] = {_mm_unpacklo_epi64(low01, low23),
-                                  _mm_unpackhi_epi64(low01, low23),
-                                  _mm_unpacklo_epi64(high01, high23),
-                                  _mm_unpackhi_epi64(high01, high23)};
-        for (int w = 0; w < 4; ++w) {
-          _mm_storeu_si128(
-              reinterpret_cast<__m128i*>(&qweight[(i + w) * n + col]),
-              words[w]);
+  constexpr int64_t kTile = 16;
+  alignas(64) uint32_t tile[kTile][kTile];
+  for (int64_t first_col = 0; first_col < n; first_col += kTile) {
+    const int64_t cols = std::min(kTile, n - first_col);
+    for (int64_t first_word = 0; first_word < words_per_row;
+         first_word += kTile) {
+      const int64_t words = std::min(kTile, words_per_row - first_word);
+      // The 16 rows are 16 streams, more than the hardware follows well.
+      for (int64_t c = 0; c < cols; ++c) {
+        __builtin_prefetch(codes + (first_col + c) * row_bytes +
+                           4 * (first_word + 4 * kTile));
+      }
+      int64_t c = 0;
+      for (; c + 4 <= cols; c += 4) {
+        for (int64_t w = 0; w < words; w += 4) {
+          __m128i rows[4];
+          for (int r = 0; r < 4; ++r) {
+            rows[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                codes + (first_col + c + r) * row_bytes +
+                4 * (first_word + w)));
+          }
+          const __m128i low01 = _mm_unpacklo_epi32(rows[0], rows[1]);
+          const __m128i low23 = _mm_unpacklo_epi32(rows[2], rows[3]);
+          const __m128i high01 = _mm_unpackhi_epi32(rows[0], rows[1]);
+          const __m128i high23 = _mm_unpackhi_epi32(rows[2], rows[3]);
+          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w][c]),
+                          _mm_unpacklo_epi64(low01, low23));
+          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w + 1][c]),
+                          _mm_unpackhi_epi64(low01, low23));
+          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w + 2][c]),
+                          _mm_unpacklo_epi64(high01, high23));
+          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w + 3][c]),
+                          _mm_unpackhi_epi64(high01, high23));
         }
       }
-      for (; col < last; ++col) {
-        for (int w = 0; w < 4; ++w) {
-          std::memcpy(&qweight[(i + w) * n + col],
-                      codes + col * row_bytes + 4 * (i + w), 4);
+      for (; c < cols; ++c) {
+        for (int64_t w = 0; w < words; ++w) {
+          std::memcpy(
+              &tile[w][c],
+              codes + (first_col + c) * row_bytes + 4 * (first_word + w), 4);
+        }
+      }
+      for (int64_t w = 0; w < words; ++w) {
+        uint32_t* to = &qweight[(first_word + w) * n + first_col];
+        // A constant size compiles to vector moves; a variable one would be
+        // a `rep movs`, slow to start for 64 bytes.
+        if (cols == kTile) {
+          std::memcpy(to, tile[w], sizeof(tile[w]));
+        } else {
+          std::memcpy(to, tile[w], cols * sizeof(uint32_t));
         }
       }
     }
