@@ -1,6 +1,7 @@
 #include "kernels/packed_weight.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "kernels/dequant.h"
@@ -49,16 +50,17 @@ uint32_t ReorderCodes(uint32_t word) {
   return word ^ swap ^ (swap << 8);
 }
 
-// The scale slot as the kernels read it (see the header).
-uint16_t KernelScale(WeightFormat format, uint16_t slot) {
-  switch (format) {
-    case WeightFormat::kMxfp4:
-      return E8m0ToBf16(static_cast<uint8_t>(slot));
-    case WeightFormat::kNvfp4:
-      return FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(slot)));
-    default:
-      return slot;
+// The scale slot as the kernels read it (see the header) for every 8-bit
+// scale code of kMxfp4 or kNvfp4.
+std::array<uint16_t, 256> KernelScaleTable(WeightFormat format) {
+  std::array<uint16_t, 256> table;
+  for (int code = 0; code < 256; ++code) {
+    const auto byte = static_cast<uint8_t>(code);
+    table[code] = format == WeightFormat::kMxfp4
+                      ? E8m0ToBf16(byte)
+                      : FloatToHalf(E4m3ToFloat(byte));
   }
+  return table;
 }
 
 }  // namespace
@@ -77,12 +79,21 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
       canonical.qweight.data(), words, spec.n,
       [](uint32_t word) { return ReorderCodes(word); }, packed.codes_.data());
   packed.scales_.resize(spec.groups() * panel_columns);
-  ToPanels(
-      canonical.scales.data(), spec.groups(), spec.n,
-      [format = spec.format](uint16_t slot) {
-        return KernelScale(format, slot);
-      },
-      packed.scales_.data());
+  if (spec.format == WeightFormat::kMxfp4 ||
+      spec.format == WeightFormat::kNvfp4) {
+    // A scale per 16 or 32 weights: converting each by arithmetic would take
+    // longer than packing the codes.
+    const std::array<uint16_t, 256> kernel_scales =
+        KernelScaleTable(spec.format);
+    ToPanels(
+        canonical.scales.data(), spec.groups(), spec.n,
+        [&kernel_scales](uint16_t slot) { return kernel_scales[slot & 0xff]; },
+        packed.scales_.data());
+  } else {
+    ToPanels(
+        canonical.scales.data(), spec.groups(), spec.n,
+        [](uint16_t slot) { return slot; }, packed.scales_.data());
+  }
   if (HasZeros(spec.format)) {
     packed.zeros_.resize(spec.groups() * panel_columns);
     ToPanels(

@@ -251,9 +251,11 @@ TEST(ConvertAwqTest, NibbleOrderOfOneWord) {
 struct Fp4Shape {
   int64_t n, k;
 };
-// Columns in 4-column transposes only (8, 24), with a 3-column tail (19),
-// and a tail alone (3).
-constexpr Fp4Shape kFp4Shapes[] = {{8, 64}, {24, 128}, {19, 160}, {3, 96}};
+// Columns in 4- and 8-column transposes only (8, 24, 40), with a 3-column
+// tail (19), and a tail alone (3); K = 512 gives whole 8-group transposes of
+// the scales for both formats.
+constexpr Fp4Shape kFp4Shapes[] = {
+    {8, 64}, {24, 128}, {19, 160}, {3, 96}, {40, 512}};
 
 TEST(ConvertMxfp4Test, CopiesCodesAndExponentsOfEveryExpert) {
   for (uint64_t seed = 30; seed <= 32; ++seed) {
