@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <future>
 #include <iterator>
@@ -419,14 +420,24 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
       return ConvertLayer(file, plan.layers[i], plan.quantize);
     });
   };
-  // Layer i + 1 converts on a second thread while layer i uploads.
-  std::future<absl::StatusOr<QuantizedWeight>> next;
-  if (!plan.layers.empty()) next = convert(0);
+  // Layers i + 1 and i + 2 convert on threads of their own while layer i
+  // uploads: converting most layouts takes longer than uploading, and one
+  // conversion alone would leave a core idle while it waits on memory.
+  constexpr size_t kLayersAhead = 2;
+  std::deque<std::future<absl::StatusOr<QuantizedWeight>>> ahead;
+  size_t to_convert = 0;
+  const auto convert_ahead = [&] {
+    while (ahead.size() < kLayersAhead && to_convert < plan.layers.size()) {
+      ahead.push_back(convert(to_convert++));
+    }
+  };
+  convert_ahead();
   absl::Time layer_start = start;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const ImportLayer& layer = plan.layers[i];
-    const absl::StatusOr<QuantizedWeight> weight = next.get();
-    if (weight.ok() && i + 1 < plan.layers.size()) next = convert(i + 1);
+    const absl::StatusOr<QuantizedWeight> weight = ahead.front().get();
+    ahead.pop_front();
+    if (weight.ok()) convert_ahead();
     absl::Status status =
         weight.ok() ? upload(*weight, layer.name) : weight.status();
     if (!status.ok()) {
@@ -449,8 +460,8 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
         absl::ToDoubleSeconds(now - layer_start));
     layer_start = now;
   }
-  // After a failure, the conversion in flight finishes before `next` is
-  // destroyed; its result is dropped.
+  // After a failure, the conversions in flight finish before `ahead` is
+  // destroyed; their results are dropped.
   report.elapsed = absl::Now() - start;
   return report;
 }

@@ -8,8 +8,8 @@
 // shapes and every value a conversion would refuse), so that a checkpoint
 // with a single bad layer is refused before anything is uploaded;
 // ExecuteImport then converts and uploads them in order, converting the next
-// layer on a second thread while one uploads, so that at most two converted
-// layers are held in memory.
+// two layers on threads of their own while one uploads, so that at most three
+// converted layers are held in memory.
 //
 // Example:
 //   absl::StatusOr<checkpoint::SafetensorsFile> file =
@@ -153,8 +153,8 @@ struct ImportReport {
 
 // Converts and uploads the layers of `plan` in order, stopping at the first
 // failure; a GPTQ act-order layer's weight has its activation_order set.
-// `upload` is called on the calling thread, one layer at a time; each layer
-// converts on a second thread while the one before it uploads. Writes a line
+// `upload` is called on the calling thread, one layer at a time; the next
+// two layers convert on threads of their own while one uploads. Writes a line
 // per layer to `progress`, with the time since the line before:
 //   [3/84] model.layers.0.mlp.up_proj → L0.up (gptq → u4b8, k=4096 n=11008
 //   group=128, 23.2 MB) 0.41 s
