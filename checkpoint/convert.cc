@@ -89,20 +89,36 @@ struct PackedTensors {
   WeightSpec spec;
 };
 
-// Finds qweight, qzeros and scales, and checks their dtypes and ranks.
-absl::StatusOr<PackedTensors> FindPackedTensors(const SafetensorsFile& file,
-                                                absl::string_view prefix) {
-  PackedTensors tensors;
-  for (auto [field, suffix] : {std::pair{&tensors.qweight, "qweight"},
-                               {&tensors.qzeros, "qzeros"},
-                               {&tensors.scales, "scales"}}) {
+// Sets each field to the tensor PREFIX.<suffix>; INVALID_ARGUMENT naming the
+// first one missing, followed by `needs` (what such a layer holds).
+absl::Status FindLayerTensors(
+    const SafetensorsFile& file, absl::string_view prefix,
+    std::initializer_list<std::pair<const TensorInfo**, absl::string_view>>
+        fields,
+    absl::string_view needs) {
+  for (const auto& [field, suffix] : fields) {
     const std::string name = absl::StrCat(prefix, ".", suffix);
     *field = file.Find(name);
     if (*field == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          name, " is missing from ", file.source_name(),
-          ": a GPTQ or AWQ layer needs qweight, qzeros and scales"));
+          name, " is missing from ", file.source_name(), ": ", needs));
     }
+  }
+  return absl::OkStatus();
+}
+
+// Finds qweight, qzeros and scales, and checks their dtypes and ranks.
+absl::StatusOr<PackedTensors> FindPackedTensors(const SafetensorsFile& file,
+                                                absl::string_view prefix) {
+  PackedTensors tensors;
+  if (absl::Status s = FindLayerTensors(
+          file, prefix,
+          {{&tensors.qweight, "qweight"},
+           {&tensors.qzeros, "qzeros"},
+           {&tensors.scales, "scales"}},
+          "a GPTQ or AWQ layer needs qweight, qzeros and scales");
+      !s.ok()) {
+    return s;
   }
   for (const TensorInfo* packed : {tensors.qweight, tensors.qzeros}) {
     if (absl::Status s = CheckDtype(
@@ -343,17 +359,16 @@ struct Nvfp4Tensors {
 absl::StatusOr<Nvfp4Tensors> CheckNvfp4Tensors(const SafetensorsFile& file,
                                                absl::string_view prefix) {
   Nvfp4Tensors tensors;
-  for (auto [field, suffix] : {std::pair{&tensors.weight, "weight"},
-                               {&tensors.scales, "weight_scale"},
-                               {&tensors.global_scale, "weight_scale_2"}}) {
-    const std::string name = absl::StrCat(prefix, ".", suffix);
-    *field = file.Find(name);
-    if (*field == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " is missing from ", file.source_name(),
-          ": an NVFP4 layer (U8 ", prefix,
-          ".weight) needs weight, weight_scale and weight_scale_2"));
-    }
+  if (absl::Status s = FindLayerTensors(
+          file, prefix,
+          {{&tensors.weight, "weight"},
+           {&tensors.scales, "weight_scale"},
+           {&tensors.global_scale, "weight_scale_2"}},
+          absl::StrCat("an NVFP4 layer (U8 ", prefix,
+                       ".weight) needs weight, weight_scale and "
+                       "weight_scale_2"));
+      !s.ok()) {
+    return s;
   }
   const TensorInfo& weight = *tensors.weight;
   const TensorInfo& scales = *tensors.scales;
