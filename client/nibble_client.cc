@@ -7,9 +7,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/upload_message.h"
+#include "grpcpp/completion_queue.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/status.h"
 #include "proto/conversions.h"
 
@@ -103,6 +107,7 @@ std::shared_ptr<grpc::Channel> CreateChannel(
 NibbleClient::NibbleClient(std::shared_ptr<grpc::Channel> channel,
                            absl::Duration timeout)
     : nibble_stub_(v1::NibbleService::NewStub(channel)),
+      generic_stub_(std::make_unique<grpc::GenericStub>(channel)),
       health_stub_(grpc::health::v1::Health::NewStub(channel)),
       timeout_(timeout) {}
 
@@ -118,16 +123,30 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
 
   grpc::ClientContext context;
   PrepareContext(context);
-  v1::WeightInfo info;
-  std::unique_ptr<grpc::ClientWriter<v1::UploadWeightRequest>> writer =
-      nibble_stub_->UploadWeight(&context, &info);
+  grpc::CompletionQueue queue;
+  // Waits for the one operation in flight; false once the stream is broken,
+  // after which Finish() reports why.
+  const auto completes = [&queue] {
+    void* tag;
+    bool ok = false;
+    return queue.Next(&tag, &ok) && ok;
+  };
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      generic_stub_->PrepareCall(
+          &context,
+          absl::StrCat("/", v1::NibbleService::service_full_name(),
+                       "/UploadWeight"),
+          &queue);
+  call->StartCall(nullptr);
+  bool stream_open = completes();
 
-  v1::UploadWeightRequest request;
+  v1::UploadWeightRequest header;
   FillWeightHeader(name, weight.spec, weight.activation_order,
-                   request.mutable_header());
-  // A failed write means the stream is broken; Finish() reports why.
-  bool stream_open = writer->Write(request);
-
+                   header.mutable_header());
+  if (stream_open) {
+    call->Write(SerializedMessage(header), nullptr);
+    stream_open = completes();
+  }
   const std::pair<v1::WeightTensor, absl::string_view> tensors[] = {
       {v1::WEIGHT_TENSOR_QWEIGHT, AsBytes(weight.qweight)},
       {v1::WEIGHT_TENSOR_SCALES, AsBytes(weight.scales)},
@@ -136,16 +155,31 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
   for (const auto& [tensor, bytes] : tensors) {
     for (size_t offset = 0; stream_open && offset < bytes.size();
          offset += kMaxUploadChunkBytes) {
-      v1::WeightChunk& chunk = *request.mutable_chunk();
-      chunk.set_tensor(tensor);
-      chunk.set_offset(offset);
-      chunk.set_data(std::string(bytes.substr(offset, kMaxUploadChunkBytes)));
-      stream_open = writer->Write(request);
+      // `weight` outlives the call, so the chunk may refer to its bytes.
+      call->Write(
+          UploadChunkMessage(tensor, offset,
+                             bytes.substr(offset, kMaxUploadChunkBytes)),
+          nullptr);
+      stream_open = completes();
     }
   }
-  if (stream_open) writer->WritesDone();
-  if (grpc::Status status = writer->Finish(); !status.ok()) {
-    return ToAbslStatus(status);
+  if (stream_open) {
+    call->WritesDone(nullptr);
+    completes();
+  }
+  grpc::ByteBuffer reply;
+  call->Read(&reply, nullptr);
+  const bool replied = completes();
+  grpc::Status status;
+  call->Finish(&status, nullptr);
+  completes();
+  queue.Shutdown();
+  if (!status.ok()) return ToAbslStatus(status);
+  v1::WeightInfo info;
+  grpc::ProtoBufferReader reader(&reply);
+  if (!replied || !info.ParseFromZeroCopyStream(&reader)) {
+    return absl::InternalError(
+        "the server accepted the upload but its reply is no WeightInfo");
   }
   return info;
 }

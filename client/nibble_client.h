@@ -26,6 +26,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "kernels/dtype.h"
 #include "kernels/weight_format.h"
@@ -91,6 +92,8 @@ class NibbleClient {
   void PrepareContext(grpc::ClientContext& context) const;
 
   std::unique_ptr<v1::NibbleService::Stub> nibble_stub_;
+  // Upload's calls, whose chunks it serializes itself (upload_message.h).
+  std::unique_ptr<grpc::GenericStub> generic_stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
   absl::Duration timeout_;
 };

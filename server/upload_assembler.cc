@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/bulk_allocator.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -25,7 +26,7 @@ constexpr WeightTensorKind kTensorOrder[] = {WeightTensorKind::kQweight,
 template <typename T>
 void AppendBytes(std::vector<T>& array, int64_t expected, int64_t received,
                  absl::string_view data) {
-  if (received == 0) array.reserve((expected + sizeof(T) - 1) / sizeof(T));
+  if (received == 0) ReserveBulk(array, (expected + sizeof(T) - 1) / sizeof(T));
   const size_t total = received + data.size();
   array.resize((total + sizeof(T) - 1) / sizeof(T));
   std::memcpy(reinterpret_cast<char*>(array.data()) + received, data.data(),
