@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/dequant.h"
 #include "kernels/dtype.h"
 
@@ -35,6 +38,24 @@ void ToPanels(const T* __restrict src, int64_t rows, int64_t n, Convert convert,
             to[col] = convert(from[col]);
           std::fill(to + width, to + kWidth, T{0});
         }
+      }
+    }
+  }
+}
+
+// Writes one panel [rows][kPanelWidth] from `width` columns of `rows` values
+// each, value (lane, row) from load(lane, row); the padding lanes are 0.
+// Takes 16 rows of every lane at once: a 64-byte line of each code column.
+template <typename T, typename Load>
+void ColumnsToPanel(Load load, int64_t rows, int64_t width,
+                    T* __restrict panel) {
+  constexpr int64_t kWidth = PackedWeight::kPanelWidth;
+  constexpr int64_t kRowsAtOnce = 16;
+  for (int64_t first_row = 0; first_row < rows; first_row += kRowsAtOnce) {
+    const int64_t end_row = std::min(rows, first_row + kRowsAtOnce);
+    for (int64_t lane = 0; lane < kWidth; ++lane) {
+      for (int64_t row = first_row; row < end_row; ++row) {
+        panel[row * kWidth + lane] = lane < width ? load(lane, row) : T{0};
       }
     }
   }
@@ -101,6 +122,64 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
         [](uint8_t zero) { return zero; }, packed.zeros_.data());
   }
   packed.activation_order_ = canonical.activation_order;
+  return packed;
+}
+
+absl::StatusOr<PackedWeight> PackedWeight::PackColumns(
+    const WeightSpec& spec, const uint8_t* codes, const uint8_t* scale_codes) {
+  if (spec.format != WeightFormat::kMxfp4 &&
+      spec.format != WeightFormat::kNvfp4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PackColumns takes mxfp4 or nvfp4 weights, not ",
+                     WeightFormatName(spec.format)));
+  }
+  if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  const int64_t groups = spec.groups();
+  const auto is_nan = [&spec](uint8_t code) {
+    return spec.format == WeightFormat::kMxfp4 ? code == kE8m0Nan
+                                               : IsE4m3Nan(code);
+  };
+  // A branch-free scan first (it vectorizes), the search only on failure.
+  bool any_nan = false;
+  for (int64_t i = 0; i < groups * spec.n; ++i)
+    any_nan |= is_nan(scale_codes[i]);
+  if (any_nan) {
+    const int64_t i =
+        std::find_if(scale_codes, scale_codes + groups * spec.n, is_nan) -
+        scale_codes;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "scale of column %d, group %d is NaN (%s code 0x%02x): scales must be "
+        "finite",
+        i / groups, i % groups,
+        spec.format == WeightFormat::kMxfp4 ? "E8M0" : "E4M3", scale_codes[i]));
+  }
+
+  PackedWeight packed;
+  packed.spec_ = spec;
+  packed.panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
+  const int64_t words = spec.k / kCodesPerWord;
+  packed.codes_.resize(words * packed.panels_ * kPanelWidth);
+  packed.scales_.resize(groups * packed.panels_ * kPanelWidth);
+  const std::array<uint16_t, 256> kernel_scales = KernelScaleTable(spec.format);
+  for (int64_t panel = 0; panel < packed.panels_; ++panel) {
+    const int64_t first_col = panel * kPanelWidth;
+    const int64_t width = std::min(kPanelWidth, spec.n - first_col);
+    const uint8_t* panel_codes = codes + first_col * words * 4;
+    ColumnsToPanel(
+        [&](int64_t lane, int64_t word) {
+          uint32_t value;
+          std::memcpy(&value, panel_codes + (lane * words + word) * 4,
+                      sizeof(value));
+          return ReorderCodes(value);
+        },
+        words, width, packed.codes_.data() + panel * words * kPanelWidth);
+    const uint8_t* panel_scales = scale_codes + first_col * groups;
+    ColumnsToPanel(
+        [&](int64_t lane, int64_t group) {
+          return kernel_scales[panel_scales[lane * groups + group]];
+        },
+        groups, width, packed.scales_.data() + panel * groups * kPanelWidth);
+  }
   return packed;
 }
 

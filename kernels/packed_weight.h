@@ -48,6 +48,16 @@ class PackedWeight {
   // Fails when `canonical` does not pass QuantizedWeight::Validate().
   static absl::StatusOr<PackedWeight> Pack(const QuantizedWeight& canonical);
 
+  // Packs a kMxfp4 or kNvfp4 weight straight from the layout their
+  // checkpoints store, column by column, without a canonical weight (whose
+  // transpose would cost as much as packing): `codes` [N][K/2] bytes, codes
+  // k and k + 1 in the low and high nibble of byte k/2 of column n, and
+  // `scale_codes` [N][K/group], an E8M0 or E4M3 code each. Fails on a NaN
+  // scale code, as Pack does.
+  static absl::StatusOr<PackedWeight> PackColumns(const WeightSpec& spec,
+                                                  const uint8_t* codes,
+                                                  const uint8_t* scale_codes);
+
   const WeightSpec& spec() const { return spec_; }
   int64_t panels() const { return panels_; }
   const uint32_t* panel_codes(int64_t panel) const {

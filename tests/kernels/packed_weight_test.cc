@@ -1,4 +1,5 @@
-// Tests that PackedWeight::Pack regroups the canonical layout into panels.
+// Tests that PackedWeight::Pack regroups the canonical layout into panels,
+// and that PackColumns makes the same panels from checkpoint columns.
 #include "kernels/packed_weight.h"
 
 #include <algorithm>
@@ -152,6 +153,85 @@ TEST(PackedWeightPackTest, KeepsTheActivationOrderAndCountsIt) {
   weight.activation_order[3] = weight.activation_order[4];
   EXPECT_EQ(PackedWeight::Pack(weight).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// `weight`'s codes and 8-bit scale codes as MXFP4 and NVFP4 checkpoints
+// store them: [N][K/2] bytes and [N][K/group].
+struct ColumnLayout {
+  std::vector<uint8_t> codes;
+  std::vector<uint8_t> scale_codes;
+};
+
+ColumnLayout ToColumns(const QuantizedWeight& weight) {
+  const WeightSpec& spec = weight.spec;
+  ColumnLayout columns;
+  columns.codes.resize(spec.n * spec.k / 2);
+  columns.scale_codes.resize(spec.n * spec.groups());
+  for (int64_t col = 0; col < spec.n; ++col) {
+    for (int64_t row = 0; row < spec.k; row += 2) {
+      columns.codes[(col * spec.k + row) / 2] = static_cast<uint8_t>(
+          weight.Code(row, col) | weight.Code(row + 1, col) << 4);
+    }
+    for (int64_t group = 0; group < spec.groups(); ++group) {
+      columns.scale_codes[col * spec.groups() + group] =
+          static_cast<uint8_t>(weight.scales[group * spec.n + col]);
+    }
+  }
+  return columns;
+}
+
+TEST(PackedWeightPackColumnsTest, PacksAsPackDoesFromTheCanonicalWeight) {
+  constexpr uint64_t kSeed = 41;
+  for (const WeightSpec& spec :
+       {WeightSpec{WeightFormat::kMxfp4, 128, 40, 32},
+        WeightSpec{WeightFormat::kMxfp4, 96, 16, 32},
+        // 40 word rows: the last block of rows is short.
+        WeightSpec{WeightFormat::kNvfp4, 320, 33, 16, 0.5f},
+        WeightSpec{WeightFormat::kNvfp4, 4096, 72, 16, 0.25f}}) {
+    SCOPED_TRACE(absl::StrCat(spec.DebugString(), ", seed ", kSeed));
+    const QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+    const ColumnLayout columns = ToColumns(weight);
+    const absl::StatusOr<PackedWeight> want = PackedWeight::Pack(weight);
+    const absl::StatusOr<PackedWeight> got = PackedWeight::PackColumns(
+        spec, columns.codes.data(), columns.scale_codes.data());
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->spec(), spec);
+    ASSERT_EQ(got->panels(), want->panels());
+    EXPECT_EQ(got->resident_bytes(), want->resident_bytes());
+    const int64_t panel_words = spec.k / kCodesPerWord * kWidth;
+    const int64_t panel_scales = spec.groups() * kWidth;
+    for (int64_t panel = 0; panel < got->panels(); ++panel) {
+      SCOPED_TRACE(absl::StrCat("panel ", panel));
+      ASSERT_TRUE(std::equal(got->panel_codes(panel),
+                             got->panel_codes(panel) + panel_words,
+                             want->panel_codes(panel)));
+      ASSERT_TRUE(std::equal(got->panel_scales(panel),
+                             got->panel_scales(panel) + panel_scales,
+                             want->panel_scales(panel)));
+    }
+  }
+}
+
+TEST(PackedWeightPackColumnsTest, RefusesNaNScalesAndOtherFormats) {
+  const WeightSpec spec{WeightFormat::kNvfp4, 64, 24, 16, 0.25f};
+  ColumnLayout columns = ToColumns(RandomQuantizedWeight(spec, /*seed=*/3));
+  columns.scale_codes[5 * spec.groups() + 2] = 0xff;
+  absl::Status status = PackedWeight::PackColumns(spec, columns.codes.data(),
+                                                  columns.scale_codes.data())
+                            .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "scale of column 5, group 2 is NaN (E4M3 code 0xff): scales must "
+            "be finite");
+
+  const WeightSpec fp4{WeightFormat::kFp4, 64, 24, 32};
+  status = PackedWeight::PackColumns(fp4, columns.codes.data(),
+                                     columns.scale_codes.data())
+               .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "PackColumns takes mxfp4 or nvfp4 weights, not fp4");
 }
 
 TEST(PackedWeightPackTest, RejectsAnInvalidWeight) {
