@@ -3,6 +3,7 @@
 #include <emmintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,12 +24,12 @@
 #include "kernels/bulk_allocator.h"
 #include "kernels/dequant.h"
 #include "kernels/dtype.h"
+#include "kernels/packed_weight.h"
 
 namespace nibble::checkpoint {
 namespace {
 
 constexpr uint16_t kHalfExponentBits = 0x7c00;
-constexpr uint16_t kLargestHalfBits = 0x7bff;  // 65504
 constexpr double kLargestHalf = 65504.0;
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
@@ -544,13 +546,14 @@ void TransposeBytesToSlots(const uint8_t* codes, int64_t groups, int64_t n,
   }
 }
 
-// 8-bit scale codes [N, groups] as scale slots [groups, N], refusing the
-// codes for which `is_nan` holds. `index_prefix` starts the index of a code
-// in `tensor` ("3, " for expert 3 of a 3-D tensor).
+// Refuses 8-bit scale codes [N, groups] for which `is_nan` holds.
+// `index_prefix` starts the index of a code in `tensor` ("3, " for expert 3
+// of a 3-D tensor).
 template <typename IsNan>
-absl::StatusOr<std::vector<uint16_t>> TransposeScaleCodes(
-    const TensorInfo& tensor, absl::string_view index_prefix,
-    const uint8_t* codes, int64_t groups, int64_t n, IsNan is_nan) {
+absl::Status CheckScaleCodes(const TensorInfo& tensor,
+                             absl::string_view index_prefix,
+                             const uint8_t* codes, int64_t groups, int64_t n,
+                             IsNan is_nan) {
   const uint8_t* end = codes + groups * n;
   // A branch-free scan first (it vectorizes), the search only on failure.
   bool any_nan = false;
@@ -562,6 +565,12 @@ absl::StatusOr<std::vector<uint16_t>> TransposeScaleCodes(
         "%s[%s%d, %d] is NaN (code 0x%02x): scales must be finite", tensor.name,
         index_prefix, i / groups, i % groups, codes[i]));
   }
+  return absl::OkStatus();
+}
+
+// 8-bit scale codes [N, groups] as scale slots [groups, N].
+std::vector<uint16_t> ScaleSlots(const uint8_t* codes, int64_t groups,
+                                 int64_t n) {
   std::vector<uint16_t> slots(groups * n);
   TransposeBytesToSlots(codes, groups, n, slots.data());
   return slots;
@@ -587,10 +596,21 @@ absl::StatusOr<WeightSpec> CheckFloatSpec(const SafetensorsFile& file,
   return spec;
 }
 
-// The scale slots of expert `expert` of an MXFP4 layer, refusing NaN.
-absl::StatusOr<std::vector<uint16_t>> Mxfp4Scales(const SafetensorsFile& file,
-                                                  const Mxfp4Tensors& tensors,
-                                                  int64_t expert) {
+// An MXFP4 or NVFP4 weight as its checkpoint stores it, checked: the codes
+// [N][K/2], two a byte, and the 8-bit scale codes [N][K/group].
+struct Fp4Columns {
+  WeightSpec spec;
+  const uint8_t* codes = nullptr;
+  const uint8_t* scale_codes = nullptr;
+};
+
+// Expert `expert` of an MXFP4 layer, refusing NaN scales.
+absl::StatusOr<Fp4Columns> Mxfp4Columns(const SafetensorsFile& file,
+                                        absl::string_view prefix,
+                                        int64_t expert) {
+  absl::StatusOr<Mxfp4Tensors> checked = CheckMxfp4Tensors(file, prefix);
+  if (!checked.ok()) return checked.status();
+  const Mxfp4Tensors& tensors = *checked;
   const WeightSpec& spec = tensors.spec;
   if (expert < 0 || expert >= tensors.experts) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -604,19 +624,44 @@ absl::StatusOr<std::vector<uint16_t>> Mxfp4Scales(const SafetensorsFile& file,
         absl::StrCat(rest % tensors.expert_dims[i], ", ", index_prefix);
     rest /= tensors.expert_dims[i];
   }
-  return TransposeScaleCodes(
-      *tensors.scales, index_prefix,
-      file.Data(*tensors.scales).data() + expert * spec.groups() * spec.n,
-      spec.groups(), spec.n, [](uint8_t code) { return code == kE8m0Nan; });
+  const uint8_t* scale_codes =
+      file.Data(*tensors.scales).data() + expert * spec.groups() * spec.n;
+  if (absl::Status s = CheckScaleCodes(
+          *tensors.scales, index_prefix, scale_codes, spec.groups(), spec.n,
+          [](uint8_t code) { return code == kE8m0Nan; });
+      !s.ok()) {
+    return s;
+  }
+  return Fp4Columns{
+      spec, file.Data(*tensors.blocks).data() + expert * (spec.k / 2 * spec.n),
+      scale_codes};
 }
 
-// The scale slots of an NVFP4 layer, refusing NaN.
-absl::StatusOr<std::vector<uint16_t>> Nvfp4Scales(const SafetensorsFile& file,
-                                                  const Nvfp4Tensors& tensors) {
-  return TransposeScaleCodes(*tensors.scales, "",
-                             file.Data(*tensors.scales).data(),
-                             tensors.spec.groups(), tensors.spec.n,
-                             [](uint8_t code) { return IsE4m3Nan(code); });
+// An NVFP4 layer, refusing NaN scales.
+absl::StatusOr<Fp4Columns> Nvfp4Columns(const SafetensorsFile& file,
+                                        absl::string_view prefix) {
+  absl::StatusOr<Nvfp4Tensors> tensors = CheckNvfp4Tensors(file, prefix);
+  if (!tensors.ok()) return tensors.status();
+  const uint8_t* scale_codes = file.Data(*tensors->scales).data();
+  if (absl::Status s = CheckScaleCodes(
+          *tensors->scales, "", scale_codes, tensors->spec.groups(),
+          tensors->spec.n, [](uint8_t code) { return IsE4m3Nan(code); });
+      !s.ok()) {
+    return s;
+  }
+  return Fp4Columns{tensors->spec, file.Data(*tensors->weight).data(),
+                    scale_codes};
+}
+
+// The canonical weight of `columns`: codes and scales transposed.
+QuantizedWeight CanonicalFromColumns(const Fp4Columns& columns) {
+  QuantizedWeight weight;
+  weight.spec = columns.spec;
+  weight.scales =
+      ScaleSlots(columns.scale_codes, columns.spec.groups(), columns.spec.n);
+  weight.qweight =
+      TransposeFp4Codes(columns.codes, columns.spec.k, columns.spec.n);
+  return weight;
 }
 
 // Copies the fp16 scales, refusing NaN and infinity: a scale that is not
@@ -822,39 +867,42 @@ void RepackAwqCodes(const uint8_t* awq, int64_t k, int64_t n,
 
 // --- Quantization of float weights.
 
-// Round to nearest, ties to even, for |x| < 2^51: adding 1.5 * 2^52 leaves
-// no fraction bits, so the addition rounds as the FPU does (to even), and
-// unlike std::nearbyint it is two vectorizable instructions.
-double RoundHalfEven(double x) {
-  constexpr double kShift = 0x1.8p52;
+// Round to nearest, ties to even, for |x| < 2^51 (float: 2^22): adding
+// 1.5 * 2^52 (float: 1.5 * 2^23) leaves no fraction bits, so the addition
+// rounds as the FPU does (to even), and unlike std::nearbyint it is two
+// vectorizable instructions.
+template <typename T>
+T RoundHalfEven(T x) {
+  constexpr T kShift =
+      T{1.5} *
+      static_cast<T>(uint64_t{1} << (std::numeric_limits<T>::digits - 1));
   return (x + kShift) - kShift;
 }
 
-// The fp16 nearest to x in (0, 65504], ties to even. Going through float
-// rounds twice, which can miss by one step, so the neighbours are compared.
+// The fp16 nearest to x in (0, 65504], ties to even. fp16 values in
+// [2^e, 2^(e+1)) are the integers n * 2^q with q = max(e, -14) - 10 (below
+// 2^-14, subnormals), and their bits are (q + 24) * 2^10 + n, into which a
+// round up to n = 2^11 carries as the next exponent.
 uint16_t NearestHalf(double x) {
-  const uint16_t first = FloatToHalf(static_cast<float>(x));
-  uint16_t best = first;
-  for (int candidate : {first - 1, first + 1}) {
-    if (candidate < 0 || candidate > kLargestHalfBits) continue;
-    const double error =
-        std::abs(HalfToFloat(static_cast<uint16_t>(candidate)) - x);
-    const double best_error = std::abs(HalfToFloat(best) - x);
-    if (error < best_error || (error == best_error && candidate % 2 == 0)) {
-      best = static_cast<uint16_t>(candidate);
-    }
-  }
-  return best;
+  const int exponent =
+      static_cast<int>(std::bit_cast<uint64_t>(x) >> 52) - 1023;
+  const int q = std::max(exponent, -14) - 10;
+  const double inverse_quantum =
+      std::bit_cast<double>(static_cast<uint64_t>(1023 - q) << 52);
+  const int n = static_cast<int>(RoundHalfEven(x * inverse_quantum));
+  return static_cast<uint16_t>(((q + 24) << 10) + n);
 }
 
 // The E2M1 code whose value is nearest to x, ties to the even code (even
 // mantissa); +0 for values that round to zero. The magnitudes 0, 0.5, 1,
 // 1.5, 2, 3, 4, 6 are codes 0..7: the code counts the midpoints below |x|,
 // a midpoint counting when |x| equals it only if the code above it is even.
-uint32_t NearestFp4Code(double x) {
-  const double m = std::abs(x);
-  const uint32_t code = (m > 0.25) + (m >= 0.75) + (m > 1.25) + (m >= 1.75) +
-                        (m > 2.5) + (m >= 3.5) + (m > 5);
+template <typename T>
+uint32_t NearestFp4Code(T x) {
+  const T m = std::abs(x);
+  const uint32_t code = (m > T{0.25}) + (m >= T{0.75}) + (m > T{1.25}) +
+                        (m >= T{1.75}) + (m > T{2.5}) + (m >= T{3.5}) +
+                        (m > T{5});
   return code | ((x < 0 && code != 0) ? 0x8u : 0u);
 }
 
@@ -968,88 +1016,206 @@ absl::StatusOr<GroupScale> ChooseScale(const WeightSpec& spec,
   return GroupScale{slot, HalfToFloat(slot)};
 }
 
-// Eight 4-bit codes, one a byte (code j in byte j), as one word (code j in
-// bits 4j..4j+3): each step folds pairs of neighbours together.
-uint32_t PackNibbles(const uint8_t* codes) {
-  uint64_t x;
-  std::memcpy(&x, codes, sizeof(x));
-  x = (x | x >> 4) & 0x00ff00ff00ff00ffu;
-  x = (x | x >> 8) & 0x0000ffff0000ffffu;
-  return static_cast<uint32_t>(x | x >> 16);
+// The per-element loops of float quantization are compiled twice: for the
+// baseline ISA and for AVX2, whose vectors are twice as wide (and which has
+// 32-bit integer max). Both give the same results; tests can force the
+// former.
+std::atomic<bool> avx2_allowed{true};
+
+bool UseAvx2() {
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  return has_avx2 && avx2_allowed.load(std::memory_order_relaxed);
 }
 
-// Writes the codes of `count` values (a multiple of 8) of one column to
-// `words`, 8 rows to a word, `stride` words apart (qweight's N). `codes` is
-// scratch space for `count` codes.
-void WriteGroupCodes(WeightFormat format, const float* values, int64_t count,
-                     const GroupScale& scale, int zero, uint8_t* codes,
-                     uint32_t* words, int64_t stride) {
-  if (scale.s == 0) {
-    std::fill_n(codes, count, format == WeightFormat::kU4b8 ? 8 : 0);
-  } else if (HasFp4Codes(format)) {
+// The loops read bf16 rows as they are stored (a bf16's bits are the upper
+// half of a float's), and f16 and f32 rows converted to float.
+float ElementToFloat(float value) { return value; }
+float ElementToFloat(uint16_t bf16) { return Bf16ToFloat(bf16); }
+
+// A group's largest positive value and largest negative magnitude, as bits
+// of floats.
+struct GroupMaxBits {
+  int32_t positive = 0;
+  int32_t negative = 0;
+};
+
+// The extremes of each group of a row of the [N, K] tensor (column n of B).
+template <typename Element>
+[[gnu::always_inline]] inline void GroupMaximaBody(const Element* row,
+                                                   int64_t k,
+                                                   int64_t group_size,
+                                                   GroupMaxBits* maxima) {
+  // On the bits: non-negative floats (and bf16s) order as integers, so the
+  // largest positive value and the largest negative magnitude are integer
+  // maxima, and any NaN or infinity is larger than every finite value.
+  // Integer max reductions vectorize; floating-point ones do not.
+  using Bits = std::conditional_t<sizeof(Element) == 2, int16_t, int32_t>;
+  constexpr int kBits = 8 * sizeof(Bits);
+  for (int64_t group = 0; group < k / group_size; ++group) {
+    const Element* values = row + group * group_size;
+    // bf16 rows are read where the file is mapped, for the first time: the
+    // hardware prefetchers stop at page boundaries, so ask ahead of them.
+    if constexpr (std::is_same_v<Element, uint16_t>) {
+      constexpr int64_t kPrefetchBytes = 8192;
+      for (int64_t b = 0; b < group_size * 2; b += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(values) +
+                           kPrefetchBytes + b);
+      }
+    }
+    Bits positive_max = 0, negative_max = 0;
+    for (int64_t i = 0; i < group_size; ++i) {
+      const Bits bits = std::bit_cast<Bits>(values[i]);
+      const Bits magnitude = bits & std::numeric_limits<Bits>::max();
+      const Bits negative = bits >> (kBits - 1);  // all ones when negative
+      positive_max =
+          std::max(positive_max, static_cast<Bits>(magnitude & ~negative));
+      negative_max =
+          std::max(negative_max, static_cast<Bits>(magnitude & negative));
+    }
+    maxima[group] = {int32_t{positive_max} << (32 - kBits),
+                     int32_t{negative_max} << (32 - kBits)};
+  }
+}
+
+template <typename Element>
+void GroupMaximaBaseline(const Element* row, int64_t k, int64_t group_size,
+                         GroupMaxBits* maxima) {
+  GroupMaximaBody(row, k, group_size, maxima);
+}
+
+template <typename Element>
+[[gnu::target("avx2")]] void GroupMaximaAvx2(const Element* row, int64_t k,
+                                             int64_t group_size,
+                                             GroupMaxBits* maxima) {
+  GroupMaximaBody(row, k, group_size, maxima);
+}
+
+// Stores `count` 4-bit codes (a multiple of 8), one a byte, as words of 8
+// (code j of a word in bits 4j..4j+3) at words[0], words[stride], ...: two
+// codes to a byte first, which vectorizes, then a word is a load and a store.
+[[gnu::always_inline]] inline void StoreCodeWords(const uint8_t* codes,
+                                                  int64_t count,
+                                                  uint32_t* words,
+                                                  int64_t stride) {
+  constexpr int64_t kChunk = 64;
+  uint8_t pairs[kChunk / 2];
+  for (int64_t first = 0; first < count; first += kChunk) {
+    const int64_t chunk = std::min(kChunk, count - first);
+    for (int64_t b = 0; b < chunk / 2; ++b) {
+      pairs[b] = static_cast<uint8_t>(codes[first + 2 * b] |
+                                      codes[first + 2 * b + 1] << 4);
+    }
+    for (int64_t w = 0; w < chunk / kCodesPerWord; ++w) {
+      std::memcpy(&words[(first / kCodesPerWord + w) * stride], pairs + 4 * w,
+                  sizeof(uint32_t));
+    }
+  }
+}
+
+// The codes of `count` values (a multiple of 8) in units of `s`, 8 rows to a
+// word, written to words[0], words[stride], ... `codes` is scratch space for
+// `count` codes.
+template <typename Element, typename T>
+[[gnu::always_inline]] inline void CodeWords(bool fp4, const Element* values,
+                                             int64_t count, T s, int zero,
+                                             uint8_t* codes, uint32_t* words,
+                                             int64_t stride) {
+  if (fp4) {
     for (int64_t i = 0; i < count; ++i) {
-      codes[i] = static_cast<uint8_t>(NearestFp4Code(values[i] / scale.s));
+      codes[i] =
+          static_cast<uint8_t>(NearestFp4Code(ElementToFloat(values[i]) / s));
     }
   } else {
     for (int64_t i = 0; i < count; ++i) {
       codes[i] = static_cast<uint8_t>(
-          static_cast<int>(RoundHalfEven(values[i] / scale.s)) + zero);
+          static_cast<int>(RoundHalfEven(ElementToFloat(values[i]) / s)) +
+          zero);
     }
   }
-  for (int64_t w = 0; w < count / kCodesPerWord; ++w) {
-    words[w * stride] = PackNibbles(codes + w * kCodesPerWord);
+  StoreCodeWords(codes, count, words, stride);
+}
+
+// Writes the codes of a group of one column (the rules are in the header) to
+// `words`, as CodeWords does.
+//
+// Dividing in float gives the codes that dividing exactly does (and so does
+// double, as the rules are written) wherever s has at most 11 significant
+// bits, as fp16 and E8M0 scales do: a float v over such an s that is not
+// itself a midpoint between two codes (at most 5 significant bits) lies more
+// than half a float ulp away from every midpoint, so rounding the quotient to
+// float never moves it onto or across one. kNvfp4's scales, E4M3 times the
+// global scale, have up to 28 bits and divide in double.
+template <typename Element>
+[[gnu::always_inline]] inline void GroupCodesBody(
+    WeightFormat format, const Element* values, int64_t count,
+    const GroupScale& scale, int zero, uint8_t* codes, uint32_t* words,
+    int64_t stride) {
+  const bool fp4 = HasFp4Codes(format);
+  if (scale.s == 0) {
+    std::fill_n(codes, count, format == WeightFormat::kU4b8 ? 8 : 0);
+    StoreCodeWords(codes, count, words, stride);
+  } else if (format == WeightFormat::kNvfp4) {
+    CodeWords(fp4, values, count, scale.s, zero, codes, words, stride);
+  } else {
+    CodeWords(fp4, values, count, static_cast<float>(scale.s), zero, codes,
+              words, stride);
   }
 }
 
-// The groups of every column of a float layer, in order: reads each row of
-// the [N, K] tensor (column n of B, its groups contiguous) and calls
-// visit(col, group, values, range) for every group, after checking that its
-// values are finite. Stops at the first error.
-template <typename Visit>
-absl::Status ForEachFloatGroup(const SafetensorsFile& file,
-                               const TensorInfo& tensor, const WeightSpec& spec,
-                               Visit visit) {
-  const DType dtype = FloatDType(tensor.dtype);
-  const uint8_t* data = file.Data(tensor).data();
-  std::vector<float> column(spec.k);
+template <typename Element>
+void GroupCodesBaseline(WeightFormat format, const Element* values,
+                        int64_t count, const GroupScale& scale, int zero,
+                        uint8_t* codes, uint32_t* words, int64_t stride) {
+  GroupCodesBody(format, values, count, scale, zero, codes, words, stride);
+}
+
+template <typename Element>
+[[gnu::target("avx2")]] void GroupCodesAvx2(WeightFormat format,
+                                            const Element* values,
+                                            int64_t count,
+                                            const GroupScale& scale, int zero,
+                                            uint8_t* codes, uint32_t* words,
+                                            int64_t stride) {
+  GroupCodesBody(format, values, count, scale, zero, codes, words, stride);
+}
+
+// The groups of every column of a float layer whose rows (columns of B)
+// row_at(col) gives as Elements, in order: calls
+// visit(col, group, values, range, group_codes) for every group, after
+// checking that its values are finite; group_codes is GroupCodesAvx2 or
+// GroupCodesBaseline for Element. Stops at the first error.
+template <typename Element, typename RowAt, typename Visit>
+absl::Status ForEachGroupOfRows(const TensorInfo& tensor,
+                                const WeightSpec& spec, RowAt row_at,
+                                Visit visit) {
+  const bool avx2 = UseAvx2();
+  const auto group_maxima =
+      avx2 ? GroupMaximaAvx2<Element> : GroupMaximaBaseline<Element>;
+  const auto group_codes =
+      avx2 ? GroupCodesAvx2<Element> : GroupCodesBaseline<Element>;
+  std::vector<GroupMaxBits> maxima(spec.groups());
   for (int64_t col = 0; col < spec.n; ++col) {
-    const uint8_t* row = data + col * spec.k * DTypeSize(dtype);
-    if (dtype == DType::kBF16) {
-      // ConvertToFloat decides the dtype per element; this loop vectorizes.
-      const auto* bf16 = reinterpret_cast<const uint16_t*>(row);
-      for (int64_t i = 0; i < spec.k; ++i) column[i] = Bf16ToFloat(bf16[i]);
-    } else {
-      ConvertToFloat(dtype, row, spec.k, column.data());
-    }
+    const Element* row = row_at(col);
+    group_maxima(row, spec.k, spec.group_size, maxima.data());
     for (int64_t group = 0; group < spec.groups(); ++group) {
-      const float* values = column.data() + group * spec.group_size;
-      // On the bits: non-negative floats order as integers, so the largest
-      // positive value and the largest negative magnitude are integer
-      // maxima, and any NaN or infinity is larger than every finite value.
-      // Integer max reductions vectorize; floating-point ones do not.
-      int32_t positive_max = 0, negative_max = 0;
-      for (int64_t i = 0; i < spec.group_size; ++i) {
-        const int32_t bits = std::bit_cast<int32_t>(values[i]);
-        const int32_t magnitude = bits & 0x7fffffff;
-        const int32_t negative = bits >> 31;  // all ones when negative
-        positive_max = std::max(positive_max, magnitude & ~negative);
-        negative_max = std::max(negative_max, magnitude & negative);
-      }
+      const Element* values = row + group * spec.group_size;
+      const auto [positive_max, negative_max] = maxima[group];
       constexpr int32_t kInfinityBits = 0x7f800000;
-      const bool finite = std::max(positive_max, negative_max) < kInfinityBits;
+      if (std::max(positive_max, negative_max) >= kInfinityBits) {
+        const int64_t i =
+            std::find_if(
+                values, values + spec.group_size,
+                [](Element v) { return !std::isfinite(ElementToFloat(v)); }) -
+            row;
+        return absl::InvalidArgumentError(absl::StrCat(
+            tensor.name, "[", col, ", ", i, "] is ", ElementToFloat(row[i]),
+            ": only finite weights can be quantized"));
+      }
       const double lo =
           negative_max == 0 ? 0.0 : -std::bit_cast<float>(negative_max);
       const double hi = std::bit_cast<float>(positive_max);
-      if (!finite) {
-        const int64_t i =
-            std::find_if(values, values + spec.group_size,
-                         [](float v) { return !std::isfinite(v); }) -
-            column.data();
-        return absl::InvalidArgumentError(
-            absl::StrCat(tensor.name, "[", col, ", ", i, "] is ", column[i],
-                         ": only finite weights can be quantized"));
-      }
-      if (absl::Status s = visit(col, group, values, GroupRange{lo, hi});
+      if (absl::Status s =
+              visit(col, group, values, GroupRange{lo, hi}, group_codes);
           !s.ok()) {
         return s;
       }
@@ -1058,21 +1224,55 @@ absl::Status ForEachFloatGroup(const SafetensorsFile& file,
   return absl::OkStatus();
 }
 
+// ForEachGroupOfRows over the rows of a float layer's [N, K] tensor: bf16
+// rows where they lie, others converted to float one at a time.
+template <typename Visit>
+absl::Status ForEachFloatGroup(const SafetensorsFile& file,
+                               const TensorInfo& tensor, const WeightSpec& spec,
+                               Visit visit) {
+  const DType dtype = FloatDType(tensor.dtype);
+  const uint8_t* data = file.Data(tensor).data();
+  const int64_t row_bytes = spec.k * DTypeSize(dtype);
+  if (dtype == DType::kBF16) {
+    return ForEachGroupOfRows<uint16_t>(
+        tensor, spec,
+        [&](int64_t col) {
+          return reinterpret_cast<const uint16_t*>(data + col * row_bytes);
+        },
+        visit);
+  }
+  std::vector<float> row(spec.k);
+  return ForEachGroupOfRows<float>(
+      tensor, spec,
+      [&](int64_t col) {
+        ConvertToFloat(dtype, data + col * row_bytes, spec.k, row.data());
+        return row.data();
+      },
+      visit);
+}
+
 // The spec a quantization of the float layer gives, with kNvfp4's global
 // scale, after checking every element and every group's scale.
 absl::StatusOr<WeightSpec> CheckFloatValues(const SafetensorsFile& file,
                                             const TensorInfo& tensor,
                                             WeightSpec spec) {
   double amax = 0;
-  // 8-bit scales cannot overflow; fp16 ones can.
+  // 8-bit scales cannot overflow; fp16 ones can, but not below an ideal
+  // scale (extent / divisor) of 2^15: rounded and stepped up, it stays under
+  // 65504. So ChooseScale need only look at the rare larger groups.
   const bool half_scales =
       !HasFp4Codes(spec.format) || spec.format == WeightFormat::kFp4;
+  const double largest_safe_extent =
+      half_scales ? 0x1p15 * ScaleDivisor(spec.format)
+                  : std::numeric_limits<double>::infinity();
   if (absl::Status s = ForEachFloatGroup(
           file, tensor, spec,
-          [&](int64_t col, int64_t group, const float*,
-              const GroupRange& range) -> absl::Status {
+          [&](int64_t col, int64_t group, const auto*, const GroupRange& range,
+              auto) -> absl::Status {
             amax = std::max(amax, range.absmax());
-            if (!half_scales) return absl::OkStatus();
+            if (Extent(spec.format, range) <= largest_safe_extent) {
+              return absl::OkStatus();
+            }
             return ChooseScale(spec, range, tensor, col, group).status();
           });
       !s.ok()) {
@@ -1199,33 +1399,33 @@ absl::StatusOr<std::vector<int64_t>> Mxfp4ExpertDims(
 absl::StatusOr<QuantizedWeight> ConvertMxfp4Weight(const SafetensorsFile& file,
                                                    absl::string_view prefix,
                                                    int64_t expert) {
-  absl::StatusOr<Mxfp4Tensors> tensors = CheckMxfp4Tensors(file, prefix);
-  if (!tensors.ok()) return tensors.status();
-  absl::StatusOr<std::vector<uint16_t>> scales =
-      Mxfp4Scales(file, *tensors, expert);
-  if (!scales.ok()) return scales.status();
-  QuantizedWeight weight;
-  weight.spec = tensors->spec;
-  weight.scales = *std::move(scales);
-  const int64_t k = weight.spec.k;
-  const int64_t n = weight.spec.n;
-  weight.qweight = TransposeFp4Codes(
-      file.Data(*tensors->blocks).data() + expert * (k / 2 * n), k, n);
-  return weight;
+  absl::StatusOr<Fp4Columns> columns = Mxfp4Columns(file, prefix, expert);
+  if (!columns.ok()) return columns.status();
+  return CanonicalFromColumns(*columns);
+}
+
+absl::StatusOr<PackedWeight> PackMxfp4Weight(const SafetensorsFile& file,
+                                             absl::string_view prefix,
+                                             int64_t expert) {
+  absl::StatusOr<Fp4Columns> columns = Mxfp4Columns(file, prefix, expert);
+  if (!columns.ok()) return columns.status();
+  return PackedWeight::PackColumns(columns->spec, columns->codes,
+                                   columns->scale_codes);
 }
 
 absl::StatusOr<QuantizedWeight> ConvertNvfp4Weight(const SafetensorsFile& file,
                                                    absl::string_view prefix) {
-  absl::StatusOr<Nvfp4Tensors> tensors = CheckNvfp4Tensors(file, prefix);
-  if (!tensors.ok()) return tensors.status();
-  absl::StatusOr<std::vector<uint16_t>> scales = Nvfp4Scales(file, *tensors);
-  if (!scales.ok()) return scales.status();
-  QuantizedWeight weight;
-  weight.spec = tensors->spec;
-  weight.scales = *std::move(scales);
-  weight.qweight = TransposeFp4Codes(file.Data(*tensors->weight).data(),
-                                     weight.spec.k, weight.spec.n);
-  return weight;
+  absl::StatusOr<Fp4Columns> columns = Nvfp4Columns(file, prefix);
+  if (!columns.ok()) return columns.status();
+  return CanonicalFromColumns(*columns);
+}
+
+absl::StatusOr<PackedWeight> PackNvfp4Weight(const SafetensorsFile& file,
+                                             absl::string_view prefix) {
+  absl::StatusOr<Fp4Columns> columns = Nvfp4Columns(file, prefix);
+  if (!columns.ok()) return columns.status();
+  return PackedWeight::PackColumns(columns->spec, columns->codes,
+                                   columns->scale_codes);
 }
 
 absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,
@@ -1247,40 +1447,78 @@ absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,
 
   QuantizedWeight weight;
   weight.spec = spec;
-  ReserveBulk(weight.qweight, spec.k / kCodesPerWord * spec.n);
-  weight.qweight.assign(spec.k / kCodesPerWord * spec.n, 0);
-  weight.scales.assign(spec.groups() * spec.n, 0);
-  weight.zeros.assign(spec.zeros_bytes(), 0);
+  const int64_t words_per_column = spec.k / kCodesPerWord;
+  ReserveBulk(weight.qweight, words_per_column * spec.n);
+  weight.qweight.resize(words_per_column * spec.n);
+  weight.scales.resize(spec.groups() * spec.n);
+  weight.zeros.resize(spec.zeros_bytes());
+  // The codes of kBlockColumns columns at a time gather in `block`, [K/8,
+  // kBlockColumns], and go to qweight a cache line per row of words: written
+  // straight to qweight, every word would touch a line (and often a page) of
+  // its own.
+  constexpr int64_t kBlockColumns = 16;
+  std::vector<uint32_t> block(words_per_column * kBlockColumns);
   const int64_t words_per_group = spec.group_size / kCodesPerWord;
   std::vector<uint8_t> codes(spec.group_size);
+  // A column's codes wait until all its scales are chosen: choosing one is a
+  // chain of dependent steps, which overlap from one group to the next.
+  std::vector<GroupScale> column_scales(spec.groups());
+  std::vector<int> column_zeros(spec.groups(), 8);
   if (absl::Status s = ForEachFloatGroup(
           file, tensor, spec,
-          [&](int64_t col, int64_t group, const float* values,
-              const GroupRange& range) -> absl::Status {
+          [&](int64_t col, int64_t group, const auto* values,
+              const GroupRange& range, auto group_codes) -> absl::Status {
             absl::StatusOr<GroupScale> scale =
                 ChooseScale(spec, range, tensor, col, group);
             if (!scale.ok()) return scale.status();
             const int64_t index = group * spec.n + col;
             weight.scales[index] = scale->slot;
-            int zero = 8;
+            column_scales[group] = *scale;
             if (spec.format == WeightFormat::kU4) {
-              zero =
+              const int zero =
                   scale->s == 0
                       ? 0
                       : static_cast<int>(RoundHalfEven(-range.lo / scale->s));
               weight.zeros[index] = static_cast<uint8_t>(zero);
+              column_zeros[group] = zero;
             }
-            WriteGroupCodes(
-                spec.format, values, spec.group_size, *scale, zero,
-                codes.data(),
-                weight.qweight.data() + group * words_per_group * spec.n + col,
-                spec.n);
+            if (group < spec.groups() - 1) return absl::OkStatus();
+            const auto* row = values - group * spec.group_size;
+            const int64_t block_col = col % kBlockColumns;
+            for (int64_t g = 0; g < spec.groups(); ++g) {
+              group_codes(spec.format, row + g * spec.group_size,
+                          spec.group_size, column_scales[g], column_zeros[g],
+                          codes.data(),
+                          block.data() + g * words_per_group * kBlockColumns +
+                              block_col,
+                          kBlockColumns);
+            }
+            if (block_col == kBlockColumns - 1 || col == spec.n - 1) {
+              // Whole blocks copy a constant size: a few vector moves
+              // rather than a call (or rep movs) per row.
+              const int64_t first_col = col - block_col;
+              const auto copy_block = [&](size_t bytes) {
+                for (int64_t w = 0; w < words_per_column; ++w) {
+                  std::memcpy(weight.qweight.data() + w * spec.n + first_col,
+                              block.data() + w * kBlockColumns, bytes);
+                }
+              };
+              if (block_col == kBlockColumns - 1) {
+                copy_block(kBlockColumns * sizeof(uint32_t));
+              } else {
+                copy_block((block_col + 1) * sizeof(uint32_t));
+              }
+            }
             return absl::OkStatus();
           });
       !s.ok()) {
     return s;
   }
   return weight;
+}
+
+void AllowFloatQuantizationAvx2ForTesting(bool allowed) {
+  avx2_allowed.store(allowed, std::memory_order_relaxed);
 }
 
 absl::StatusOr<LayerCheck> CheckLayer(const SafetensorsFile& file,
@@ -1306,20 +1544,14 @@ absl::StatusOr<LayerCheck> CheckLayer(const SafetensorsFile& file,
       return LayerCheck{awq->spec};
     }
     case CheckpointLayout::kMxfp4: {
-      absl::StatusOr<Mxfp4Tensors> tensors = CheckMxfp4Tensors(file, prefix);
-      if (!tensors.ok()) return tensors.status();
-      absl::StatusOr<std::vector<uint16_t>> scales =
-          Mxfp4Scales(file, *tensors, expert);
-      if (!scales.ok()) return scales.status();
-      return LayerCheck{tensors->spec};
+      absl::StatusOr<Fp4Columns> columns = Mxfp4Columns(file, prefix, expert);
+      if (!columns.ok()) return columns.status();
+      return LayerCheck{columns->spec};
     }
     case CheckpointLayout::kNvfp4: {
-      absl::StatusOr<Nvfp4Tensors> tensors = CheckNvfp4Tensors(file, prefix);
-      if (!tensors.ok()) return tensors.status();
-      absl::StatusOr<std::vector<uint16_t>> scales =
-          Nvfp4Scales(file, *tensors);
-      if (!scales.ok()) return scales.status();
-      return LayerCheck{tensors->spec};
+      absl::StatusOr<Fp4Columns> columns = Nvfp4Columns(file, prefix);
+      if (!columns.ok()) return columns.status();
+      return LayerCheck{columns->spec};
     }
     case CheckpointLayout::kFloat: {
       absl::StatusOr<WeightSpec> spec =

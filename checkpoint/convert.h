@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/safetensors.h"
+#include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
 
 namespace nibble::checkpoint {
@@ -162,6 +163,16 @@ absl::StatusOr<QuantizedWeight> ConvertMxfp4Weight(const SafetensorsFile& file,
 absl::StatusOr<QuantizedWeight> ConvertNvfp4Weight(const SafetensorsFile& file,
                                                    absl::string_view prefix);
 
+// ConvertMxfp4Weight's and ConvertNvfp4Weight's weights packed for the CPU
+// kernels straight from the checkpoint's columns
+// (PackedWeight::PackColumns), without a canonical weight, whose transpose
+// would cost as much as packing; the same checks and errors.
+absl::StatusOr<PackedWeight> PackMxfp4Weight(const SafetensorsFile& file,
+                                             absl::string_view prefix,
+                                             int64_t expert);
+absl::StatusOr<PackedWeight> PackNvfp4Weight(const SafetensorsFile& file,
+                                             absl::string_view prefix);
+
 // Quantizes PREFIX.weight, F16, BF16 or F32 [N, K] as PyTorch's nn.Linear
 // stores it (out_features, in_features), into B = weight^T [K, N] of
 // `format` with `group_size` (32, 64, 128 or K; 32 for kMxfp4, 16 for
@@ -196,6 +207,11 @@ absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,
                                                     absl::string_view prefix,
                                                     WeightFormat format,
                                                     int64_t group_size);
+
+// Whether QuantizeFloatWeight and CheckLayer may run their per-element loops
+// with AVX2 where the CPU has it (the default) or must use the baseline ISA.
+// Both give the same results; for tests that compare them.
+void AllowFloatQuantizationAvx2ForTesting(bool allowed);
 
 // What converting a layer of `layout` gives, without its codes.
 struct LayerCheck {

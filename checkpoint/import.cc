@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -223,6 +224,24 @@ absl::StatusOr<QuantizedWeight> ConvertLayer(const SafetensorsFile& file,
   return absl::InternalError("unknown checkpoint layout");
 }
 
+// A converted layer: the canonical weight, or an MXFP4 or NVFP4 layer's
+// panels for ExecuteImport's `upload_packed`.
+using ConvertedWeight = std::variant<QuantizedWeight, PackedWeight>;
+
+absl::StatusOr<ConvertedWeight> ConvertOrPackLayer(const SafetensorsFile& file,
+                                                   const ImportLayer& layer,
+                                                   const QuantizeSpec& quantize,
+                                                   bool packed) {
+  if (packed && layer.layout == CheckpointLayout::kMxfp4) {
+    return checkpoint::PackMxfp4Weight(file, layer.prefix,
+                                       std::max<int64_t>(layer.expert, 0));
+  }
+  if (packed && layer.layout == CheckpointLayout::kNvfp4) {
+    return checkpoint::PackNvfp4Weight(file, layer.prefix);
+  }
+  return ConvertLayer(file, layer, quantize);
+}
+
 // "PREFIX", or "PREFIX[3]" for expert 3 of an MXFP4 layer.
 std::string LayerSource(const ImportLayer& layer) {
   return layer.expert < 0 ? layer.prefix
@@ -231,6 +250,114 @@ std::string LayerSource(const ImportLayer& layer) {
 
 std::string FormatMegabytes(int64_t bytes) {
   return absl::StrFormat("%.1f MB", static_cast<double>(bytes) / 1e6);
+}
+
+// ExecuteImport's forms; `upload_packed` may be null.
+ImportReport ConvertAndUpload(const SafetensorsFile& file,
+                              const ImportPlan& plan, UploadFunction upload,
+                              const PackedUploadFunction* upload_packed,
+                              int uploads_at_once, std::ostream& progress) {
+  ImportReport report;
+  const absl::Time start = absl::Now();
+  // Starts reading layer i + 1 from the disk as layer i converts, so that
+  // the disk is never idle while the CPUs work.
+  const auto convert = [&](size_t i) {
+    if (i + 1 < plan.layers.size()) {
+      const ImportLayer& ahead = plan.layers[i + 1];
+      for (const std::string& name :
+           LayerTensorNames(ahead.prefix, ahead.layout)) {
+        if (const TensorInfo* tensor = file.Find(name)) file.Prefetch(*tensor);
+      }
+    }
+    return std::async(std::launch::async, [&file, &plan, upload_packed, i] {
+      return ConvertOrPackLayer(file, plan.layers[i], plan.quantize,
+                                upload_packed != nullptr);
+    });
+  };
+  // Layers i + 1 and i + 2 convert on threads of their own while layer i
+  // uploads: converting most layouts takes longer than uploading, and one
+  // conversion alone would leave a core idle while it waits on memory.
+  constexpr size_t kLayersAhead = 2;
+  std::deque<std::future<absl::StatusOr<ConvertedWeight>>> ahead;
+  size_t to_convert = 0;
+  const auto convert_ahead = [&] {
+    while (ahead.size() < kLayersAhead && to_convert < plan.layers.size()) {
+      ahead.push_back(convert(to_convert++));
+    }
+  };
+  const auto store = [&](ConvertedWeight weight, const ImportLayer& layer) {
+    return std::holds_alternative<PackedWeight>(weight)
+               ? (*upload_packed)(std::get<PackedWeight>(std::move(weight)),
+                                  layer.name)
+               : upload(std::get<QuantizedWeight>(weight), layer.name);
+  };
+  // The uploads under way, oldest first, each with its layer's index.
+  std::deque<std::pair<size_t, std::future<absl::Status>>> uploading;
+  absl::Time layer_start = start;
+  // Waits for the oldest upload and reports it.
+  const auto finish_oldest = [&] {
+    const size_t i = uploading.front().first;
+    absl::Status status = uploading.front().second.get();
+    uploading.pop_front();
+    const ImportLayer& layer = plan.layers[i];
+    if (!status.ok()) {
+      if (report.status.ok()) {
+        report.status = std::move(status);
+        report.failed_layer = static_cast<int64_t>(i);
+      }
+      return;
+    }
+    report.uploaded.push_back(layer.name);
+    report.uploaded_bytes += layer.spec.canonical_bytes();
+    report.file_bytes += layer.file_bytes;
+    const absl::Time now = absl::Now();
+    progress << absl::StrFormat(
+        "[%d/%d] %s → %s (%s → %s%s, k=%d n=%d group=%d, %s) %.2f s\n", i + 1,
+        plan.layers.size(), LayerSource(layer), layer.name,
+        checkpoint::CheckpointLayoutName(layer.layout),
+        WeightFormatName(layer.spec.format),
+        layer.has_activation_order ? " act-order" : "", layer.spec.k,
+        layer.spec.n, layer.spec.group_size,
+        FormatMegabytes(layer.spec.canonical_bytes()),
+        absl::ToDoubleSeconds(now - layer_start));
+    layer_start = now;
+  };
+
+  convert_ahead();
+  size_t next = 0;
+  for (; next < plan.layers.size() && report.status.ok(); ++next) {
+    absl::StatusOr<ConvertedWeight> weight = ahead.front().get();
+    ahead.pop_front();
+    if (!weight.ok()) {
+      // Uploads under way come first: they are earlier layers.
+      while (!uploading.empty()) finish_oldest();
+      if (report.status.ok()) {
+        report.status = weight.status();
+        report.failed_layer = static_cast<int64_t>(next);
+      }
+      ++next;
+      break;
+    }
+    convert_ahead();
+    // One at a time, each upload runs on this thread when it is waited for.
+    uploading.emplace_back(
+        next, std::async(uploads_at_once > 1 ? std::launch::async
+                                             : std::launch::deferred,
+                         [&store, &layer = plan.layers[next],
+                          weight = *std::move(weight)]() mutable {
+                           return store(std::move(weight), layer);
+                         }));
+    while (uploading.size() >= static_cast<size_t>(uploads_at_once) ||
+           (!uploading.empty() && !report.status.ok())) {
+      finish_oldest();
+    }
+  }
+  while (!uploading.empty()) finish_oldest();
+  report.not_tried = static_cast<int64_t>(plan.layers.size() - next);
+  // After a failure, the conversions in flight finish before `ahead` is
+  // destroyed; their results are dropped.
+  report.elapsed = absl::Now() - start;
+  return report;
 }
 
 }  // namespace
@@ -403,67 +530,17 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
 }
 
 ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
-                           UploadFunction upload, std::ostream& progress) {
-  ImportReport report;
-  const absl::Time start = absl::Now();
-  // Starts reading layer i + 1 from the disk as layer i converts, so that
-  // the disk is never idle while the CPUs work.
-  const auto convert = [&](size_t i) {
-    if (i + 1 < plan.layers.size()) {
-      const ImportLayer& ahead = plan.layers[i + 1];
-      for (const std::string& name :
-           LayerTensorNames(ahead.prefix, ahead.layout)) {
-        if (const TensorInfo* tensor = file.Find(name)) file.Prefetch(*tensor);
-      }
-    }
-    return std::async(std::launch::async, [&file, &plan, i] {
-      return ConvertLayer(file, plan.layers[i], plan.quantize);
-    });
-  };
-  // Layers i + 1 and i + 2 convert on threads of their own while layer i
-  // uploads: converting most layouts takes longer than uploading, and one
-  // conversion alone would leave a core idle while it waits on memory.
-  constexpr size_t kLayersAhead = 2;
-  std::deque<std::future<absl::StatusOr<QuantizedWeight>>> ahead;
-  size_t to_convert = 0;
-  const auto convert_ahead = [&] {
-    while (ahead.size() < kLayersAhead && to_convert < plan.layers.size()) {
-      ahead.push_back(convert(to_convert++));
-    }
-  };
-  convert_ahead();
-  absl::Time layer_start = start;
-  for (size_t i = 0; i < plan.layers.size(); ++i) {
-    const ImportLayer& layer = plan.layers[i];
-    const absl::StatusOr<QuantizedWeight> weight = ahead.front().get();
-    ahead.pop_front();
-    if (weight.ok()) convert_ahead();
-    absl::Status status =
-        weight.ok() ? upload(*weight, layer.name) : weight.status();
-    if (!status.ok()) {
-      report.status = std::move(status);
-      report.failed_layer = static_cast<int64_t>(i);
-      break;
-    }
-    report.uploaded.push_back(layer.name);
-    report.uploaded_bytes += layer.spec.canonical_bytes();
-    report.file_bytes += layer.file_bytes;
-    const absl::Time now = absl::Now();
-    progress << absl::StrFormat(
-        "[%d/%d] %s → %s (%s → %s%s, k=%d n=%d group=%d, %s) %.2f s\n", i + 1,
-        plan.layers.size(), LayerSource(layer), layer.name,
-        checkpoint::CheckpointLayoutName(layer.layout),
-        WeightFormatName(layer.spec.format),
-        layer.has_activation_order ? " act-order" : "", layer.spec.k,
-        layer.spec.n, layer.spec.group_size,
-        FormatMegabytes(layer.spec.canonical_bytes()),
-        absl::ToDoubleSeconds(now - layer_start));
-    layer_start = now;
-  }
-  // After a failure, the conversions in flight finish before `ahead` is
-  // destroyed; their results are dropped.
-  report.elapsed = absl::Now() - start;
-  return report;
+                           UploadFunction upload, std::ostream& progress,
+                           int uploads_at_once) {
+  return ConvertAndUpload(file, plan, upload, nullptr, uploads_at_once,
+                          progress);
+}
+
+ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
+                           UploadFunction upload,
+                           PackedUploadFunction upload_packed,
+                           std::ostream& progress) {
+  return ConvertAndUpload(file, plan, upload, &upload_packed, 1, progress);
 }
 
 }  // namespace nibble

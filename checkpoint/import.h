@@ -41,6 +41,7 @@
 #include "absl/types/span.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
+#include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
 
 namespace nibble {
@@ -137,8 +138,17 @@ absl::StatusOr<ImportPlan> PlanImport(const checkpoint::SafetensorsFile& file,
 using UploadFunction =
     absl::FunctionRef<absl::Status(const QuantizedWeight&, absl::string_view)>;
 
+// Stores an MXFP4 or NVFP4 layer's panels as `name`, for a caller that has no
+// use for its canonical weight (nibbled --import on the CPU backend without
+// --data_dir): packing the checkpoint's columns straight into panels
+// (PackedWeight::PackColumns) saves transposing the codes into the canonical
+// layout first.
+using PackedUploadFunction =
+    absl::FunctionRef<absl::Status(PackedWeight, absl::string_view)>;
+
 struct ImportReport {
-  // The names of the weights uploaded, in order.
+  // The names of the weights uploaded, in order. With uploads at once, a
+  // layer after the one that failed may have been uploaded too.
   std::vector<std::string> uploaded;
   // Canonical bytes of the weights uploaded.
   int64_t uploaded_bytes = 0;
@@ -149,18 +159,29 @@ struct ImportReport {
   absl::Status status;
   // The index in the plan of the layer that failed; -1 when none did.
   int64_t failed_layer = -1;
+  // The layers after a failure that were neither converted nor uploaded.
+  int64_t not_tried = 0;
 };
 
 // Converts and uploads the layers of `plan` in order, stopping at the first
 // failure; a GPTQ act-order layer's weight has its activation_order set.
-// `upload` is called on the calling thread, one layer at a time; the next
-// two layers convert on threads of their own while one uploads. Writes a line
-// per layer to `progress`, with the time since the line before:
+// The next two layers convert on threads of their own while one uploads.
+// With `uploads_at_once` 1, `upload` is called on the calling thread, one
+// layer at a time; with more, on threads of their own, that many layers at
+// once in plan order, so that a server stores one layer while the next
+// arrives (`upload` must then be thread-safe). Writes a line per layer to
+// `progress`, in order, with the time since the line before:
 //   [3/84] model.layers.0.mlp.up_proj → L0.up (gptq → u4b8, k=4096 n=11008
 //   group=128, 23.2 MB) 0.41 s
 // with "u4b8 act-order" for a layer with an activation order.
 ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
                            const ImportPlan& plan, UploadFunction upload,
+                           std::ostream& progress, int uploads_at_once = 1);
+// The same, with MXFP4 and NVFP4 layers packed and handed to `upload_packed`
+// instead of `upload`.
+ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
+                           const ImportPlan& plan, UploadFunction upload,
+                           PackedUploadFunction upload_packed,
                            std::ostream& progress);
 
 }  // namespace nibble

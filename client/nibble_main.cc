@@ -402,6 +402,10 @@ int RunHealth(NibbleClient& client) {
              : kExitFailure;
 }
 
+// Layers nibble import uploads at once: two, so that the server stores one
+// while the next arrives.
+constexpr int kUploadsAtOnce = 2;
+
 int RunImport(NibbleClient& client) {
   absl::StatusOr<std::string> path = Required(FLAGS_file);
   if (!path.ok()) return UsageError(path.status().message());
@@ -448,7 +452,7 @@ int RunImport(NibbleClient& client) {
       [&](const QuantizedWeight& weight, absl::string_view name) {
         return client.Upload(weight, name).status();
       },
-      std::cerr);
+      std::cerr, kUploadsAtOnce);
   const size_t total = plan->layers.size();
   if (!report.status.ok()) {
     const ImportLayer& failed = plan->layers[report.failed_layer];
@@ -460,10 +464,10 @@ int RunImport(NibbleClient& client) {
     std::cerr << "nibble: "
               << (report.uploaded.empty()
                       ? std::string("no layer was uploaded")
-                      : absl::StrCat("uploaded before the failure: ",
+                      : absl::StrCat("uploaded: ",
                                      absl::StrJoin(report.uploaded, ", ")))
-              << "; not tried: " << total - report.failed_layer - 1 << " of "
-              << total << " layers\n";
+              << "; not tried: " << report.not_tried << " of " << total
+              << " layers\n";
     return exit_code;
   }
   const double seconds = absl::ToDoubleSeconds(report.elapsed);

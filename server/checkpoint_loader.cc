@@ -176,7 +176,7 @@ absl::StatusOr<std::vector<PlannedCheckpoint>> PlanCheckpoints(
 
 absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
     absl::Span<const PlannedCheckpoint> checkpoints,
-    StoreWeightFunction store) {
+    const InitialWeightStore& store) {
   CheckpointLoadReport report;
   const absl::Time start = absl::Now();
   for (const PlannedCheckpoint& checkpoint : checkpoints) {
@@ -189,36 +189,53 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
              {"float_layers_as", QuantizeSpecName(plan.quantize)}});
     size_t next = 0;
     absl::Time layer_start = absl::Now();
+    // Logs the layer ExecuteImport just stored (it stores them in order).
+    const auto log_stored = [&](absl::string_view name, const WeightSpec& spec,
+                                bool has_activation_order) {
+      const ImportLayer& layer = plan.layers[next++];
+      const int64_t bytes = PackedResidentBytes(spec, has_activation_order);
+      report.resident_bytes += bytes;
+      const absl::Time now = absl::Now();
+      LogInfo("layer imported",
+              {{"file", path},
+               {"layer", absl::StrCat(next, "/", plan.layers.size())},
+               {"prefix", layer.prefix},
+               {"name", name},
+               {"from", checkpoint::CheckpointLayoutName(layer.layout)},
+               {"format", WeightFormatName(spec.format)},
+               {"k", spec.k},
+               {"n", spec.n},
+               {"group", spec.group_size},
+               {"bytes", bytes},
+               {"seconds", Seconds(now - layer_start)}});
+      layer_start = now;
+    };
+    const auto upload = [&](const QuantizedWeight& weight,
+                            absl::string_view name) {
+      if (absl::Status status = store.canonical(weight, name); !status.ok()) {
+        return status;
+      }
+      log_stored(name, weight.spec, !weight.activation_order.empty());
+      return absl::OkStatus();
+    };
+    const auto upload_packed = [&](PackedWeight packed,
+                                   absl::string_view name) {
+      const WeightSpec spec = packed.spec();
+      const bool has_activation_order = !packed.activation_order().empty();
+      if (absl::Status status = (*store.packed)(std::move(packed), name);
+          !status.ok()) {
+        return status;
+      }
+      log_stored(name, spec, has_activation_order);
+      return absl::OkStatus();
+    };
     // The log lines replace ExecuteImport's text progress.
     std::ostream no_progress(nullptr);
-    const ImportReport imported = ExecuteImport(
-        checkpoint.file, plan,
-        [&](const QuantizedWeight& weight, absl::string_view name) {
-          // ExecuteImport stores the plan's layers in order.
-          const ImportLayer& layer = plan.layers[next++];
-          if (absl::Status status = store(weight, name); !status.ok()) {
-            return status;
-          }
-          const int64_t bytes = PackedResidentBytes(
-              weight.spec, !weight.activation_order.empty());
-          report.resident_bytes += bytes;
-          const absl::Time now = absl::Now();
-          LogInfo("layer imported",
-                  {{"file", path},
-                   {"layer", absl::StrCat(next, "/", plan.layers.size())},
-                   {"prefix", layer.prefix},
-                   {"name", name},
-                   {"from", checkpoint::CheckpointLayoutName(layer.layout)},
-                   {"format", WeightFormatName(weight.spec.format)},
-                   {"k", weight.spec.k},
-                   {"n", weight.spec.n},
-                   {"group", weight.spec.group_size},
-                   {"bytes", bytes},
-                   {"seconds", Seconds(now - layer_start)}});
-          layer_start = now;
-          return absl::OkStatus();
-        },
-        no_progress);
+    const ImportReport imported =
+        store.packed.has_value()
+            ? ExecuteImport(checkpoint.file, plan, upload, upload_packed,
+                            no_progress)
+            : ExecuteImport(checkpoint.file, plan, upload, no_progress);
     report.layers += static_cast<int64_t>(imported.uploaded.size());
     report.file_bytes += imported.file_bytes;
     if (!imported.status.ok()) {

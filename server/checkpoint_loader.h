@@ -12,7 +12,7 @@
 //   absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
 //       PlanCheckpoints({"model.safetensors"}, *options,
 //                       {.max_resident_bytes = 1 << 30});
-//   server_options.initial_weights = [&](StoreWeightFunction store) {
+//   server_options.initial_weights = [&](const InitialWeightStore& store) {
 //     return LoadCheckpoints(*checkpoints, store).status();
 //   };
 #ifndef NIBBLE_SERVER_CHECKPOINT_LOADER_H_
@@ -65,12 +65,15 @@ struct CheckpointLoadReport {
   absl::Duration elapsed;
 };
 
-// Converts and stores the layers of `checkpoints` through `store`, logging a
-// line per layer ("layer imported") and one at the end ("import done"). The
+// Converts and stores the layers of `checkpoints` through `store` (MXFP4
+// and NVFP4 layers packed straight from their columns when it has a
+// `packed` function), logging a line per layer ("layer imported") and one
+// at the end ("import done"). The
 // first failure stops it and is returned with its code, naming the file, the
 // layer, the weight and how many layers were stored before it.
 absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
-    absl::Span<const PlannedCheckpoint> checkpoints, StoreWeightFunction store);
+    absl::Span<const PlannedCheckpoint> checkpoints,
+    const InitialWeightStore& store);
 
 }  // namespace nibble::server
 

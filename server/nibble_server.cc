@@ -131,14 +131,27 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   }
   // Before listening, so that a failed import is never seen by a client.
   if (options.initial_weights) {
-    if (absl::Status status = options.initial_weights(
-            [&server](const QuantizedWeight& weight, absl::string_view name) {
-              absl::Status stored =
-                  server->service_.Store(weight, name).status();
-              if (stored.ok()) server->initial_weights_names_.emplace(name);
-              return stored;
-            });
-        !status.ok()) {
+    const auto remember = [&server](absl::Status stored,
+                                    absl::string_view name) {
+      if (stored.ok()) server->initial_weights_names_.emplace(name);
+      return stored;
+    };
+    const auto store = [&](const QuantizedWeight& weight,
+                           absl::string_view name) {
+      return remember(server->service_.Store(weight, name).status(), name);
+    };
+    const auto store_packed = [&](PackedWeight packed, absl::string_view name) {
+      return remember(
+          server->service_.StorePacked(std::move(packed), name).status(), name);
+    };
+    const bool keeps_canonical =
+        *backend != Backend::kCpu || server->data_dir_.has_value();
+    const InitialWeightStore stores{
+        .canonical = store,
+        .packed = keeps_canonical
+                      ? std::nullopt
+                      : std::optional<StorePackedWeightFunction>(store_packed)};
+    if (absl::Status status = options.initial_weights(stores); !status.ok()) {
       return status;
     }
   }

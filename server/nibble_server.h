@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/packed_weight.h"
 #include "kernels/scheduler.h"
 #include "kernels/thread_pool.h"
 #include "kernels/tuning_table.h"
@@ -56,6 +57,17 @@ namespace nibble::server {
 // the shape of nibble::UploadFunction, so that a checkpoint import can call it.
 using StoreWeightFunction =
     absl::FunctionRef<absl::Status(const QuantizedWeight&, absl::string_view)>;
+// Stores packed MXFP4 or NVFP4 panels (NibbleServiceImpl::StorePacked); the
+// shape of nibble::PackedUploadFunction.
+using StorePackedWeightFunction =
+    absl::FunctionRef<absl::Status(PackedWeight, absl::string_view)>;
+
+// How ServerOptions::initial_weights stores weights. `packed` is set where
+// the server keeps no canonical weights (the CPU backend without data_dir).
+struct InitialWeightStore {
+  StoreWeightFunction canonical;
+  std::optional<StorePackedWeightFunction> packed = std::nullopt;
+};
 
 struct ServerOptions {
   // HOST:PORT; port 0 picks a free one (see port()).
@@ -108,10 +120,10 @@ struct ServerOptions {
   std::optional<TokenAuthenticator> auth;
   // Puts weights in the store at start (nibbled --import): called once,
   // before the server listens and before data_dir is loaded, with the
-  // function that stores a weight. Its error stops Start, which returns it
+  // functions that store a weight. Its error stops Start, which returns it
   // before anything listens. A data_dir file of a weight it stored is the one
   // it just wrote, and is not loaded again.
-  std::function<absl::Status(StoreWeightFunction)> initial_weights;
+  std::function<absl::Status(const InitialWeightStore&)> initial_weights;
   // HOST:PORT for Prometheus's GET /metrics (--metrics_listen); port 0 picks
   // a free one (see metrics_port()); empty for none.
   std::string metrics_listen;

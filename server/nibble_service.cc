@@ -155,21 +155,46 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Store(
   return Commit(std::string(name), weight, *std::move(reservation));
 }
 
+absl::StatusOr<std::shared_ptr<const ResidentWeight>>
+NibbleServiceImpl::StorePacked(PackedWeight packed, absl::string_view name) {
+  if (backend_ != Backend::kCpu || data_dir_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weight \"", name,
+        "\" was not stored: a weight packed without its canonical layout "
+        "cannot be copied to the GPU or written to data_dir"));
+  }
+  absl::StatusOr<WeightStore::Reservation> reservation = ReserveBudget(
+      *store_, name, packed.spec(), !packed.activation_order().empty());
+  if (!reservation.ok()) return reservation.status();
+  return Insert(std::string(name), std::move(packed), nullptr,
+                *std::move(reservation));
+}
+
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(
     const std::string& name, const QuantizedWeight& weight,
     WeightStore::Reservation reservation) {
   absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
   if (!packed.ok()) return packed.status();
-  // Before the commit, so that a weight the GPU cannot take leaves no file
-  // behind, and a slow copy delays no other upload.
-  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      UploadToBackend(backend_, name, weight);
-  if (!device.ok()) {
-    LogWarning("upload refused: not copied to the backend",
-               {{"name", name},
-                {"backend", BackendName(backend_)},
-                {"error", device.status().message()}});
-    return device.status();
+  return Insert(name, *std::move(packed), &weight, std::move(reservation));
+}
+
+absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Insert(
+    const std::string& name, PackedWeight packed,
+    const QuantizedWeight* canonical, WeightStore::Reservation reservation) {
+  std::unique_ptr<nibble::DeviceWeight> device;
+  if (canonical != nullptr) {
+    // Before the commit, so that a weight the GPU cannot take leaves no file
+    // behind, and a slow copy delays no other upload.
+    absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> uploaded =
+        UploadToBackend(backend_, name, *canonical);
+    if (!uploaded.ok()) {
+      LogWarning("upload refused: not copied to the backend",
+                 {{"name", name},
+                  {"backend", BackendName(backend_)},
+                  {"error", uploaded.status().message()}});
+      return uploaded.status();
+    }
+    device = *std::move(uploaded);
   }
   absl::MutexLock lock(&commit_mutex_);
   // The budget needs no second check: the reservation covers the packed
@@ -177,15 +202,16 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(
   if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
     return status;
   }
-  if (data_dir_ != nullptr) {
-    if (absl::Status status = data_dir_->Save(name, weight); !status.ok()) {
+  // StorePacked keeps weights without a canonical layout from data_dir.
+  if (data_dir_ != nullptr && canonical != nullptr) {
+    if (absl::Status status = data_dir_->Save(name, *canonical); !status.ok()) {
       return absl::Status(
           status.code(), absl::StrCat("weight \"", name,
                                       "\" was not stored: ", status.message()));
     }
   }
   if (absl::Status status = store_->Insert(
-          name, *std::move(packed), std::move(reservation), *std::move(device));
+          name, std::move(packed), std::move(reservation), std::move(device));
       !status.ok()) {
     if (data_dir_ != nullptr) data_dir_->Remove(name).IgnoreError();
     return status;

@@ -50,6 +50,10 @@ class NibbleServiceImpl final
   // otherwise, with nothing kept.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Store(
       const QuantizedWeight& weight, absl::string_view name);
+  // The same for a weight packed without a canonical weight, which only the
+  // CPU backend without data_dir can take (FAILED_PRECONDITION otherwise).
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> StorePacked(
+      PackedWeight packed, absl::string_view name);
 
   grpc::Status UploadWeight(grpc::ServerContext* context,
                             grpc::ServerReader<v1::UploadWeightRequest>* reader,
@@ -73,11 +77,16 @@ class NibbleServiceImpl final
   absl::Status Upload(grpc::ServerContext* context,
                       grpc::ServerReader<v1::UploadWeightRequest>* reader,
                       v1::WeightInfo* response);
-  // The last step of Upload and Store: packs `weight`, copies it to the
-  // backend, writes its file and inserts it within `reservation`.
+  // The last step of Upload and Store: packs `weight` and inserts it
+  // (Insert).
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Commit(
       const std::string& name, const QuantizedWeight& weight,
       WeightStore::Reservation reservation);
+  // Copies `canonical` (when not null) to the backend, writes its file and
+  // inserts `packed` within `reservation`.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> Insert(
+      const std::string& name, PackedWeight packed,
+      const QuantizedWeight* canonical, WeightStore::Reservation reservation);
 
   WeightStore* store_;
   MatmulBatcher* batcher_;

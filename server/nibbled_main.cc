@@ -424,16 +424,17 @@ int main(int argc, char** argv) {
   absl::Status import_status;
   nibble::server::CheckpointLoadReport imported;
   if (!checkpoints.empty()) {
-    options.initial_weights = [&](nibble::server::StoreWeightFunction store) {
-      absl::StatusOr<nibble::server::CheckpointLoadReport> report =
-          nibble::server::LoadCheckpoints(checkpoints, store);
-      if (!report.ok()) {
-        import_status = report.status();
-        return import_status;
-      }
-      imported = *report;
-      return absl::OkStatus();
-    };
+    options.initial_weights =
+        [&](const nibble::server::InitialWeightStore& store) {
+          absl::StatusOr<nibble::server::CheckpointLoadReport> report =
+              nibble::server::LoadCheckpoints(checkpoints, store);
+          if (!report.ok()) {
+            import_status = report.status();
+            return import_status;
+          }
+          imported = *report;
+          return absl::OkStatus();
+        };
   }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (!data_dir.empty()) {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -801,6 +802,187 @@ TEST(ConvertErrorTest, FloatWeightMismatches) {
                             kPrefix, WeightFormat::kU4b8, 32)
             .status(),
         absl::StatusCode::kInvalidArgument, "weight", "beyond fp16's largest");
+  }
+}
+
+// The code of w in units of s, as the header's rules say, dividing in double.
+int ReferenceCode(WeightFormat format, double w, double s, int zero) {
+  const double q = w / s;
+  if (!HasFp4Codes(format)) return static_cast<int>(std::nearbyint(q)) + zero;
+  // Midpoints between E2M1 magnitudes; one counts when |q| equals it if the
+  // code above it is even.
+  constexpr double kMidpoints[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5};
+  int code = 0;
+  for (int c = 1; c <= 7; ++c) {
+    const double mid = kMidpoints[c - 1];
+    code += std::abs(q) > mid || (std::abs(q) == mid && c % 2 == 0);
+  }
+  return code | (q < 0 && code != 0 ? 8 : 0);
+}
+
+// Values that make quantization hard, for a [N, K] weight of `format` with
+// groups of `group_size`: each group's extreme pins its scale s to a random
+// value (fp16 or a power of two), and the others lie on, or one float step
+// either side of, the midpoints between codes; with zero groups, denormals,
+// groups whose rounded scale must step up, and random normals.
+std::vector<float> HardValues(WeightFormat format, int64_t n, int64_t k,
+                              int64_t group_size, std::mt19937_64& rng) {
+  std::vector<float> values(n * k);
+  std::uniform_int_distribution<int> exponent(-20, 10);
+  std::uniform_int_distribution<int> mantissa(0, 1023);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const bool fp4 = HasFp4Codes(format);
+  // Midpoints between neighbouring codes, in units of the scale.
+  const std::vector<double> midpoints =
+      fp4 ? std::vector<double>{0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5}
+          : std::vector<double>{0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5};
+  std::uniform_int_distribution<size_t> pick(0, midpoints.size() - 1);
+  for (int64_t first = 0; first < n * k; first += group_size) {
+    float* group = values.data() + first;
+    const int64_t kind = (first / group_size) % 6;
+    const double s = std::ldexp(
+        format == WeightFormat::kMxfp4 ? 1.0 : 1.0 + mantissa(rng) / 1024.0,
+        exponent(rng));
+    for (int64_t i = 0; i < group_size; ++i) {
+      const float step = (i % 3 == 0) ? 0.0f
+                         : (i % 3 == 1)
+                             ? std::numeric_limits<float>::infinity()
+                             : -std::numeric_limits<float>::infinity();
+      const float midpoint =
+          static_cast<float>((rng() % 2 ? -1 : 1) * midpoints[pick(rng)] * s);
+      switch (kind) {
+        case 0:  // midpoints, the largest code pinning s
+        case 1:
+          group[i] = step == 0 ? midpoint : std::nextafter(midpoint, step);
+          break;
+        case 2:  // denormals
+          group[i] = normal(rng) * std::numeric_limits<float>::denorm_min() *
+                     static_cast<float>(1 + rng() % 1000);
+          break;
+        case 3:  // zeros, and negative zeros
+          group[i] = i % 2 ? -0.0f : 0.0f;
+          break;
+        case 4:  // extremes half a code beyond the largest: s steps up
+          group[i] = static_cast<float>((i % 2 ? -7.5 : 7.5) * s);
+          break;
+        default:
+          group[i] = normal(rng) * static_cast<float>(s);
+      }
+    }
+    if (kind < 2) {
+      group[0] = static_cast<float>((fp4 ? 6 : 7) * s);
+      if (format == WeightFormat::kU4) group[1] = static_cast<float>(-8 * s);
+    }
+  }
+  return values;
+}
+
+// The baseline and AVX2 loops give the same weight, and every code is the
+// one that dividing in double gives.
+TEST(QuantizeFloatTest, Avx2AndBaselineAgreeWithDoubleDivision) {
+  constexpr int64_t kN = 40;  // two blocks of 16 columns and a partial one
+  constexpr int64_t kK = 128;
+  for (WeightFormat format :
+       {WeightFormat::kU4b8, WeightFormat::kU4, WeightFormat::kFp4,
+        WeightFormat::kMxfp4, WeightFormat::kNvfp4}) {
+    for (SafetensorsDtype dtype :
+         {SafetensorsDtype::kF32, SafetensorsDtype::kF16,
+          SafetensorsDtype::kBF16}) {
+      const uint64_t seed = 300 + static_cast<int>(format);
+      SCOPED_TRACE(absl::StrCat("seed=", seed, " ", SafetensorsDtypeName(dtype),
+                                " ", WeightFormatName(format)));
+      const int64_t group_size =
+          FixedGroupSize(format) != 0 ? FixedGroupSize(format) : 32;
+      std::mt19937_64 rng(seed);
+      const std::vector<float> values =
+          Stored(dtype, HardValues(format, kN, kK, group_size, rng));
+      const SafetensorsFile file = FloatFile(dtype, kN, kK, values);
+      AllowFloatQuantizationAvx2ForTesting(false);
+      absl::StatusOr<QuantizedWeight> baseline =
+          QuantizeFloatWeight(file, kPrefix, format, group_size);
+      AllowFloatQuantizationAvx2ForTesting(true);
+      absl::StatusOr<QuantizedWeight> got =
+          QuantizeFloatWeight(file, kPrefix, format, group_size);
+      ASSERT_TRUE(baseline.ok()) << baseline.status();
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->spec, baseline->spec);
+      EXPECT_EQ(got->qweight, baseline->qweight);
+      EXPECT_EQ(got->scales, baseline->scales);
+      EXPECT_EQ(got->zeros, baseline->zeros);
+      for (int64_t col = 0; col < kN; ++col) {
+        for (int64_t row = 0; row < kK; ++row) {
+          const double s = ScaleToFloat(format, got->Scale(row, col)) *
+                           double{got->spec.global_scale};
+          const int zero = format == WeightFormat::kU4     ? got->Zero(row, col)
+                           : format == WeightFormat::kU4b8 ? 8
+                                                           : 0;
+          const int expected =
+              s == 0 ? zero
+                     : ReferenceCode(format, values[col * kK + row], s, zero);
+          ASSERT_EQ(got->Code(row, col), expected)
+              << "row " << row << " column " << col << " value "
+              << values[col * kK + row] << " scale " << s;
+        }
+      }
+    }
+  }
+}
+
+// Both loops refuse non-finite values with the same error.
+TEST(QuantizeFloatTest, Avx2AndBaselineRefuseNonFiniteValuesAlike) {
+  for (SafetensorsDtype dtype :
+       {SafetensorsDtype::kF32, SafetensorsDtype::kBF16}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      -std::numeric_limits<float>::infinity()}) {
+      SCOPED_TRACE(absl::StrCat(SafetensorsDtypeName(dtype), " ", bad));
+      std::vector<float> values(4 * 64, 0.5f);
+      values[2 * 64 + 37] = bad;
+      values[3 * 64 + 2] = std::numeric_limits<float>::infinity();
+      const SafetensorsFile file = FloatFile(dtype, 4, 64, values);
+      AllowFloatQuantizationAvx2ForTesting(false);
+      const absl::Status baseline =
+          QuantizeFloatWeight(file, kPrefix, WeightFormat::kU4, 32).status();
+      AllowFloatQuantizationAvx2ForTesting(true);
+      const absl::Status got =
+          QuantizeFloatWeight(file, kPrefix, WeightFormat::kU4, 32).status();
+      EXPECT_EQ(got, baseline);
+      EXPECT_EQ(CheckLayer(file, kPrefix, CheckpointLayout::kFloat,
+                           WeightFormat::kU4, 32)
+                    .status(),
+                got);
+      ExpectError(got, absl::StatusCode::kInvalidArgument, "weight[2, 37]",
+                  absl::StrCat("is ", bad, ": only finite weights"));
+    }
+  }
+}
+
+// CheckLayer skips the scales of groups too small to overflow fp16; around
+// that bound and around fp16's largest it still refuses exactly what
+// quantizing refuses.
+TEST(CheckLayerTest, RefusesTheFp16ScaleOverflowsQuantizingRefuses) {
+  for (WeightFormat format :
+       {WeightFormat::kU4b8, WeightFormat::kU4, WeightFormat::kFp4}) {
+    const double divisor = format == WeightFormat::kU4     ? 15
+                           : format == WeightFormat::kU4b8 ? 7
+                                                           : 6;
+    for (double ideal_scale :
+         {0x1p15, 0x1p15 * (1 + 0x1p-20), 65504.0, 65504.0 * (1 + 0x1p-12),
+          65504.0 * (1 + 0x1p-11), 65520.0, 1e6}) {
+      SCOPED_TRACE(
+          absl::StrCat(WeightFormatName(format), " ideal scale=", ideal_scale));
+      std::vector<float> values(2 * 32, 0.25f);
+      values[32 + 5] = static_cast<float>(ideal_scale * divisor);
+      const SafetensorsFile file =
+          FloatFile(SafetensorsDtype::kF32, 2, 32, values);
+      const absl::Status quantized =
+          QuantizeFloatWeight(file, kPrefix, format, 32).status();
+      EXPECT_EQ(CheckLayer(file, kPrefix, CheckpointLayout::kFloat, format, 32)
+                    .status(),
+                quantized);
+      if (ideal_scale >= 65520) {
+        EXPECT_THAT(quantized.message(), HasSubstr("beyond fp16's largest"));
+      }
+    }
   }
 }
 

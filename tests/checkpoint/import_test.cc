@@ -13,6 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
@@ -27,6 +30,7 @@
 #include "kernels/weight_format.h"
 #include "proto/weight_name.h"
 #include "tests/checkpoint/producer_layers.h"
+#include "tests/kernels/same_panels.h"
 
 namespace nibble {
 namespace {
@@ -457,16 +461,22 @@ TEST(PlanImportTest, FileWithoutLayers) {
   EXPECT_THAT(status.message(), HasSubstr("has no layers to import"));
 }
 
-TEST(ExecuteImportTest, UploadsLayerByLayerAndStopsAtTheFirstFailure) {
-  constexpr uint64_t kSeed = 8;
-  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
-  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+// Four layers of ModelTensors, the third of them lm_head, which the
+// ExecuteImport tests' uploads refuse.
+ImportOptions FourLayersWithLmHead() {
   ImportOptions options;
   options.layers = {"model.layers.0.self_attn.q_proj",
                     "model.layers.0.mlp.up_proj", "lm_head",
                     "model.layers.0.mlp.down_proj"};
   options.name_map = {{"model.layers.0.", "L0."}};
-  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  return options;
+}
+
+TEST(ExecuteImportTest, UploadsLayerByLayerAndStopsAtTheFirstFailure) {
+  constexpr uint64_t kSeed = 8;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, FourLayersWithLmHead());
   ASSERT_TRUE(plan.ok()) << plan.status();
 
   std::vector<std::pair<std::string, QuantizedWeight>> uploads;
@@ -484,6 +494,7 @@ TEST(ExecuteImportTest, UploadsLayerByLayerAndStopsAtTheFirstFailure) {
 
   EXPECT_EQ(report.status.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(report.failed_layer, 2);
+  EXPECT_EQ(report.not_tried, 1);
   EXPECT_THAT(report.uploaded,
               ElementsAre("L0.self_attn.q_proj", "L0.mlp.up_proj"));
   ASSERT_EQ(uploads.size(), 2u);
@@ -507,6 +518,51 @@ TEST(ExecuteImportTest, UploadsLayerByLayerAndStopsAtTheFirstFailure) {
             HasSubstr("[2/4] model.layers.0.mlp.up_proj → L0.mlp.up_proj "
                       "(awq → u4, k=128 n=16 group=32, 0.0 MB) "),
             Not(HasSubstr("[3/4]"))));
+}
+
+TEST(ExecuteImportTest, UploadsTwoAtOnceAndReportsInPlanOrder) {
+  constexpr uint64_t kSeed = 9;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const SafetensorsFile file = MakeFile(ModelTensors(kSeed));
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, FourLayersWithLmHead());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+
+  absl::Mutex mutex;
+  std::vector<std::string> uploads;
+  absl::Notification second_started;
+  bool overlapped = false;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight&, absl::string_view name) {
+        if (name == "L0.mlp.up_proj") second_started.Notify();
+        if (name == "L0.self_attn.q_proj") {
+          // Two at once: the second upload starts before the first ends.
+          overlapped =
+              second_started.WaitForNotificationWithTimeout(absl::Seconds(30));
+        }
+        if (name == "lm_head") {
+          return absl::AlreadyExistsError("a weight named \"lm_head\" exists");
+        }
+        absl::MutexLock lock(&mutex);
+        uploads.emplace_back(name);
+        return absl::OkStatus();
+      },
+      progress, /*uploads_at_once=*/2);
+
+  EXPECT_TRUE(overlapped);
+  EXPECT_EQ(report.status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(report.failed_layer, 2);
+  // The last layer was under way when lm_head failed, and was uploaded.
+  EXPECT_THAT(
+      report.uploaded,
+      ElementsAre("L0.self_attn.q_proj", "L0.mlp.up_proj", "L0.mlp.down_proj"));
+  EXPECT_EQ(report.not_tried, 0);
+  EXPECT_THAT(uploads, ::testing::UnorderedElementsAreArray(report.uploaded));
+  const std::string lines = progress.str();
+  EXPECT_LT(lines.find("[1/4]"), lines.find("[2/4]"));
+  EXPECT_LT(lines.find("[2/4]"), lines.find("[4/4]"));
+  EXPECT_THAT(lines, Not(HasSubstr("[3/4]")));
 }
 
 TEST(ExecuteImportTest, QuantizesFloatLayersAsPlanned) {
@@ -651,6 +707,56 @@ TEST(PlanImportTest, ImportsMxfp4ExpertsAndNvfp4LayersExactly) {
                     HasSubstr("model.layers.1.self_attn.q_proj → "
                               "L1.self_attn.q_proj (nvfp4 → nvfp4, k=128 n=16 "
                               "group=16,")));
+}
+
+TEST(ExecuteImportTest, HandsPackedFp4LayersToUploadPacked) {
+  constexpr uint64_t kSeed = 12;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const Fp4Model model(kSeed);
+  const SafetensorsFile file = MakeFile(model.tensors);
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+
+  std::map<std::string, QuantizedWeight> canonical;
+  std::map<std::string, PackedWeight> packed;
+  std::vector<std::string> order;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view name) {
+        canonical.emplace(name, weight);
+        order.emplace_back(name);
+        return absl::OkStatus();
+      },
+      [&](PackedWeight weight, absl::string_view name) {
+        packed.emplace(name, std::move(weight));
+        order.emplace_back(name);
+        return absl::OkStatus();
+      },
+      progress);
+  ASSERT_TRUE(report.status.ok()) << report.status;
+
+  std::vector<std::string> planned;
+  for (const ImportLayer& layer : plan->layers) {
+    planned.push_back(layer.name);
+    const bool is_fp4 = layer.layout == CheckpointLayout::kMxfp4 ||
+                        layer.layout == CheckpointLayout::kNvfp4;
+    EXPECT_EQ(packed.contains(layer.name), is_fp4) << layer.name;
+    EXPECT_EQ(canonical.contains(layer.name), !is_fp4) << layer.name;
+    if (!is_fp4) continue;
+    SCOPED_TRACE(layer.name);
+    const absl::StatusOr<QuantizedWeight> converted =
+        layer.layout == CheckpointLayout::kMxfp4
+            ? checkpoint::ConvertMxfp4Weight(file, layer.prefix,
+                                             std::max<int64_t>(layer.expert, 0))
+            : checkpoint::ConvertNvfp4Weight(file, layer.prefix);
+    ASSERT_TRUE(converted.ok()) << converted.status();
+    const absl::StatusOr<PackedWeight> want = PackedWeight::Pack(*converted);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE(testing::SamePanels(packed.at(layer.name), *want));
+  }
+  EXPECT_EQ(order, planned);
+  EXPECT_EQ(packed.size(), 5u);
 }
 
 TEST(PlanImportTest, RefusesABadNvfp4LayerBeforeUploading) {

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/dequant.h"
 #include "kernels/weight_format.h"
+#include "tests/kernels/same_panels.h"
 
 namespace nibble {
 namespace {
@@ -196,20 +197,7 @@ TEST(PackedWeightPackColumnsTest, PacksAsPackDoesFromTheCanonicalWeight) {
         spec, columns.codes.data(), columns.scale_codes.data());
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->spec(), spec);
-    ASSERT_EQ(got->panels(), want->panels());
-    EXPECT_EQ(got->resident_bytes(), want->resident_bytes());
-    const int64_t panel_words = spec.k / kCodesPerWord * kWidth;
-    const int64_t panel_scales = spec.groups() * kWidth;
-    for (int64_t panel = 0; panel < got->panels(); ++panel) {
-      SCOPED_TRACE(absl::StrCat("panel ", panel));
-      ASSERT_TRUE(std::equal(got->panel_codes(panel),
-                             got->panel_codes(panel) + panel_words,
-                             want->panel_codes(panel)));
-      ASSERT_TRUE(std::equal(got->panel_scales(panel),
-                             got->panel_scales(panel) + panel_scales,
-                             want->panel_scales(panel)));
-    }
+    EXPECT_TRUE(testing::SamePanels(*got, *want));
   }
 }
 

@@ -1,9 +1,11 @@
 #include "server/checkpoint_loader.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -23,6 +25,7 @@
 #include "server/weight_store.h"
 #include "tests/checkpoint/producer_layers.h"
 #include "tests/integration/test_files.h"
+#include "tests/kernels/same_panels.h"
 
 namespace nibble::server {
 namespace {
@@ -98,6 +101,17 @@ class StoreRecorder {
     return absl::OkStatus();
   }
 
+  // Puts panels in `store` as NibbleServiceImpl::StorePacked does.
+  absl::Status StorePacked(PackedWeight packed, absl::string_view name) {
+    absl::StatusOr<WeightStore::Reservation> reservation = store_->Reserve(
+        name,
+        PackedResidentBytes(packed.spec(), !packed.activation_order().empty()));
+    if (!reservation.ok()) return reservation.status();
+    packed_names_.emplace_back(name);
+    return store_->Insert(std::string(name), std::move(packed),
+                          *std::move(reservation));
+  }
+
   // What LoadCheckpoints takes; it calls Store.
   auto Function() {
     return [this](const QuantizedWeight& weight, absl::string_view name) {
@@ -108,10 +122,13 @@ class StoreRecorder {
   const std::map<std::string, QuantizedWeight>& stored() const {
     return stored_;
   }
+  // The names StorePacked stored, in order.
+  const std::vector<std::string>& packed_names() const { return packed_names_; }
 
  private:
   WeightStore* store_;
   std::map<std::string, QuantizedWeight> stored_;
+  std::vector<std::string> packed_names_;
 };
 
 // Two files: a GPTQ layer (zero points 8, so u4b8) and a norm in one, an
@@ -146,7 +163,7 @@ TEST_F(CheckpointLoaderTest, StoresEveryLayerOfEveryFileAsTheCheckpointHasIt) {
   WeightStore store;
   StoreRecorder recorder(&store);
   absl::StatusOr<CheckpointLoadReport> report =
-      LoadCheckpoints(*checkpoints, recorder.Function());
+      LoadCheckpoints(*checkpoints, {.canonical = recorder.Function()});
   ASSERT_TRUE(report.ok()) << report.status();
 
   std::vector<std::string> names;
@@ -176,6 +193,42 @@ TEST_F(CheckpointLoaderTest, StoresEveryLayerOfEveryFileAsTheCheckpointHasIt) {
   const QuantizedWeight& up = recorder.stored().at("L1.up_proj");
   EXPECT_EQ(up.spec, want->spec);
   EXPECT_EQ(ReferenceDequantize(up), ReferenceDequantize(*want));
+}
+
+TEST_F(CheckpointLoaderTest, PacksNvfp4LayersStraightWhenTheStoreTakesPanels) {
+  const std::string nvfp4_path = WriteCheckpoint(
+      "nvfp4.safetensors",
+      checkpoint::testing::Nvfp4Tensors(
+          "model.layers.2.o_proj",
+          checkpoint::testing::RandomFp4ProducerWeight(kSeed + 2, 32, kK, 16)));
+  absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
+      PlanCheckpoints({first_, nvfp4_path}, Options(), {});
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  WeightStore store;
+  StoreRecorder recorder(&store);
+  const auto store_packed = [&](PackedWeight packed, absl::string_view name) {
+    return recorder.StorePacked(std::move(packed), name);
+  };
+  absl::StatusOr<CheckpointLoadReport> report = LoadCheckpoints(
+      *checkpoints, {.canonical = recorder.Function(), .packed = store_packed});
+  ASSERT_TRUE(report.ok()) << report.status();
+
+  EXPECT_THAT(recorder.packed_names(), ElementsAre("L2.o_proj"));
+  EXPECT_TRUE(recorder.stored().contains("L0.q_proj"));
+  EXPECT_EQ(report->layers, 2);
+  EXPECT_EQ(report->resident_bytes, store.resident_bytes());
+  absl::StatusOr<checkpoint::SafetensorsFile> file =
+      checkpoint::SafetensorsFile::Open(nvfp4_path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<QuantizedWeight> canonical =
+      checkpoint::ConvertNvfp4Weight(*file, "model.layers.2.o_proj");
+  ASSERT_TRUE(canonical.ok()) << canonical.status();
+  absl::StatusOr<PackedWeight> want = PackedWeight::Pack(*canonical);
+  ASSERT_TRUE(want.ok()) << want.status();
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> got =
+      store.Get("L2.o_proj");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(nibble::testing::SamePanels((*got)->packed, *want));
 }
 
 TEST_F(CheckpointLoaderTest, ListedLayersComeFromTheFileThatHasThem) {
@@ -256,7 +309,7 @@ TEST_F(CheckpointLoaderTest, AStoreFailureStopsTheImportNamingTheLayer) {
   WeightStore store({.max_weights = 1});
   StoreRecorder recorder(&store);
   absl::StatusOr<CheckpointLoadReport> report =
-      LoadCheckpoints(*checkpoints, recorder.Function());
+      LoadCheckpoints(*checkpoints, {.canonical = recorder.Function()});
   EXPECT_EQ(report.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(report.status().message(),
               AllOf(HasSubstr(absl::StrCat("--import ", second_)),
