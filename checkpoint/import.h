@@ -8,8 +8,9 @@
 // shapes and every value a conversion would refuse), so that a checkpoint
 // with a single bad layer is refused before anything is uploaded;
 // ExecuteImport then converts and uploads them in order, converting the next
-// two layers on threads of their own while one uploads, so that at most three
-// converted layers are held in memory.
+// two layers on threads of their own while one uploads (or two, for
+// `nibble import`), so that at most three (four) converted layers are held
+// in memory.
 //
 // Example:
 //   absl::StatusOr<checkpoint::SafetensorsFile> file =
