@@ -86,20 +86,12 @@ std::array<uint16_t, 256> KernelScaleTable(WeightFormat format) {
 
 }  // namespace
 
-absl::StatusOr<PackedWeight> PackedWeight::Pack(
-    const QuantizedWeight& canonical) {
-  if (absl::Status status = canonical.Validate(); !status.ok()) return status;
-  const WeightSpec& spec = canonical.spec;
-  PackedWeight packed;
-  packed.spec_ = spec;
-  packed.panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
-  const int64_t words = spec.k / kCodesPerWord;
-  const int64_t panel_columns = packed.panels_ * kPanelWidth;
-  packed.codes_.resize(words * panel_columns);
-  ToPanels(
-      canonical.qweight.data(), words, spec.n,
-      [](uint32_t word) { return ReorderCodes(word); }, packed.codes_.data());
-  packed.scales_.resize(spec.groups() * panel_columns);
+void PackedWeight::PackAllButCodes(const QuantizedWeight& weight) {
+  const WeightSpec& spec = weight.spec;
+  spec_ = spec;
+  panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
+  const int64_t panel_columns = panels_ * kPanelWidth;
+  scales_.resize(spec.groups() * panel_columns);
   if (spec.format == WeightFormat::kMxfp4 ||
       spec.format == WeightFormat::kNvfp4) {
     // A scale per 16 or 32 weights: converting each by arithmetic would take
@@ -107,22 +99,99 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
     const std::array<uint16_t, 256> kernel_scales =
         KernelScaleTable(spec.format);
     ToPanels(
-        canonical.scales.data(), spec.groups(), spec.n,
+        weight.scales.data(), spec.groups(), spec.n,
         [&kernel_scales](uint16_t slot) { return kernel_scales[slot & 0xff]; },
-        packed.scales_.data());
+        scales_.data());
   } else {
     ToPanels(
-        canonical.scales.data(), spec.groups(), spec.n,
-        [](uint16_t slot) { return slot; }, packed.scales_.data());
+        weight.scales.data(), spec.groups(), spec.n,
+        [](uint16_t slot) { return slot; }, scales_.data());
   }
   if (HasZeros(spec.format)) {
-    packed.zeros_.resize(spec.groups() * panel_columns);
+    zeros_.resize(spec.groups() * panel_columns);
     ToPanels(
-        canonical.zeros.data(), spec.groups(), spec.n,
-        [](uint8_t zero) { return zero; }, packed.zeros_.data());
+        weight.zeros.data(), spec.groups(), spec.n,
+        [](uint8_t zero) { return zero; }, zeros_.data());
   }
-  packed.activation_order_ = canonical.activation_order;
+  activation_order_ = weight.activation_order;
+}
+
+absl::StatusOr<PackedWeight> PackedWeight::Pack(
+    const QuantizedWeight& canonical) {
+  if (absl::Status status = canonical.Validate(); !status.ok()) return status;
+  const WeightSpec& spec = canonical.spec;
+  PackedWeight packed;
+  packed.PackAllButCodes(canonical);
+  const int64_t words = spec.k / kCodesPerWord;
+  packed.codes_.resize(words * packed.panels_ * kPanelWidth);
+  ToPanels(
+      canonical.qweight.data(), words, spec.n,
+      [](uint32_t word) { return ReorderCodes(word); }, packed.codes_.data());
   return packed;
+}
+
+absl::StatusOr<PackedWeight> PackedWeight::PackWithCodes(
+    PanelCodeWriter codes, const QuantizedWeight& rest) {
+  if (absl::Status status = rest.ValidateAllButCodes(); !status.ok()) {
+    return status;
+  }
+  if (!(codes.spec_ == rest.spec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the codes were packed for ", codes.spec_.DebugString(),
+                     ", not ", rest.spec.DebugString()));
+  }
+  if (codes.received_ != rest.spec.qweight_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qweight has ", codes.received_,
+                     " bytes, the shape needs ", rest.spec.qweight_bytes()));
+  }
+  PackedWeight packed;
+  packed.PackAllButCodes(rest);
+  packed.codes_ = std::move(codes.codes_);
+  return packed;
+}
+
+PanelCodeWriter::PanelCodeWriter(const WeightSpec& spec)
+    : spec_(spec),
+      panels_((spec.n + PackedWeight::kPanelWidth - 1) /
+              PackedWeight::kPanelWidth) {
+  codes_.resize(spec.k / kCodesPerWord * panels_ * PackedWeight::kPanelWidth);
+}
+
+void PanelCodeWriter::Append(absl::string_view bytes) {
+  const auto row_bytes = static_cast<size_t>(spec_.n) * sizeof(uint32_t);
+  received_ += static_cast<int64_t>(bytes.size());
+  if (!partial_row_.empty()) {
+    const size_t taken =
+        std::min(bytes.size(), row_bytes - partial_row_.size());
+    partial_row_.append(bytes.data(), taken);
+    bytes.remove_prefix(taken);
+    if (partial_row_.size() < row_bytes) return;
+    PackRow(reinterpret_cast<const uint8_t*>(partial_row_.data()));
+    partial_row_.clear();
+  }
+  for (; bytes.size() >= row_bytes; bytes.remove_prefix(row_bytes)) {
+    PackRow(reinterpret_cast<const uint8_t*>(bytes.data()));
+  }
+  partial_row_.assign(bytes.data(), bytes.size());
+}
+
+void PanelCodeWriter::PackRow(const uint8_t* row) {
+  constexpr int64_t kWidth = PackedWeight::kPanelWidth;
+  const int64_t words = spec_.k / kCodesPerWord;
+  for (int64_t panel = 0; panel < panels_; ++panel) {
+    uint32_t* to = codes_.data() + (panel * words + rows_done_) * kWidth;
+    const int64_t width = std::min(kWidth, spec_.n - panel * kWidth);
+    for (int64_t lane = 0; lane < kWidth; ++lane) {
+      uint32_t word = 0;
+      if (lane < width) {
+        std::memcpy(&word, row + (panel * kWidth + lane) * sizeof(uint32_t),
+                    sizeof(word));
+      }
+      to[lane] = ReorderCodes(word);
+    }
+  }
+  ++rows_done_;
 }
 
 absl::StatusOr<PackedWeight> PackedWeight::PackColumns(

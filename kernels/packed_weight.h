@@ -19,15 +19,19 @@
 #define NIBBLE_KERNELS_PACKED_WEIGHT_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/bulk_allocator.h"
 #include "kernels/dtype.h"
 #include "kernels/weight_format.h"
 
 namespace nibble {
+
+class PanelCodeWriter;
 
 class PackedWeight {
  public:
@@ -47,6 +51,12 @@ class PackedWeight {
 
   // Fails when `canonical` does not pass QuantizedWeight::Validate().
   static absl::StatusOr<PackedWeight> Pack(const QuantizedWeight& canonical);
+
+  // Pack for a weight whose codes `codes` packed as they arrived, and whose
+  // other arrays `rest` holds (its qweight is ignored). Fails as Pack does,
+  // and when not every byte of the codes arrived.
+  static absl::StatusOr<PackedWeight> PackWithCodes(
+      PanelCodeWriter codes, const QuantizedWeight& rest);
 
   // Packs a kMxfp4 or kNvfp4 weight straight from the layout their
   // checkpoints store, column by column, without a canonical weight (whose
@@ -85,6 +95,9 @@ class PackedWeight {
 
  private:
   PackedWeight() = default;
+  // Sets the spec and packs the scales, zero points and activation order of
+  // `weight`, whose codes the caller packs.
+  void PackAllButCodes(const QuantizedWeight& weight);
 
   WeightSpec spec_;
   int64_t panels_ = 0;
@@ -92,6 +105,38 @@ class PackedWeight {
   std::vector<uint16_t, BulkAllocator<uint16_t>> scales_;
   std::vector<uint8_t, BulkAllocator<uint8_t>> zeros_;
   std::vector<int32_t> activation_order_;
+};
+
+// Packs a weight's canonical qweight as it arrives, in pieces of any size in
+// order (an upload), straight into panels, so that the canonical qweight is
+// never held: each complete row of words goes to its panels at once.
+//
+// Example:
+//   nibble::PanelCodeWriter codes(spec);
+//   codes.Append(first_bytes);
+//   codes.Append(more_bytes);  // ... every byte of qweight, in order
+//   absl::StatusOr<nibble::PackedWeight> packed =
+//       nibble::PackedWeight::PackWithCodes(std::move(codes), scales_only);
+class PanelCodeWriter {
+ public:
+  // Allocates the panels: a weight's whole codes.
+  explicit PanelCodeWriter(const WeightSpec& spec);
+
+  // The next bytes of qweight; at most qweight_bytes() in all.
+  void Append(absl::string_view bytes);
+  int64_t received_bytes() const { return received_; }
+
+ private:
+  friend class PackedWeight;
+  void PackRow(const uint8_t* row);
+
+  WeightSpec spec_;
+  int64_t panels_ = 0;
+  std::vector<uint32_t, BulkAllocator<uint32_t>> codes_;
+  // The start of a row that a piece ended in.
+  std::string partial_row_;
+  int64_t rows_done_ = 0;
+  int64_t received_ = 0;
 };
 
 }  // namespace nibble

@@ -130,6 +130,14 @@ absl::string_view ScaleProblem(WeightFormat format, uint16_t slot) {
   }
 }
 
+// OK when an array of the weight has the bytes its shape needs.
+absl::Status CheckArrayBytes(absl::string_view what, size_t got_bytes,
+                             int64_t want_bytes) {
+  if (static_cast<int64_t>(got_bytes) == want_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " has ", got_bytes, " bytes, the shape needs ", want_bytes));
+}
+
 // Whether some slot has a ScaleProblem. Validate scans every scale of every
 // upload, so each format gets a loop without branches, which vectorizes;
 // ScaleProblem then names the first bad slot.
@@ -188,23 +196,23 @@ void QuantizedWeight::SetCode(int64_t row, int64_t col, uint8_t code) {
 
 absl::Status QuantizedWeight::Validate() const {
   if (absl::Status status = spec.Validate(); !status.ok()) return status;
-  const auto check_size = [](absl::string_view what, size_t got_bytes,
-                             int64_t want_bytes) -> absl::Status {
-    if (static_cast<int64_t>(got_bytes) == want_bytes) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " has ", got_bytes, " bytes, the shape needs ", want_bytes));
-  };
   if (absl::Status s =
-          check_size("qweight", qweight.size() * 4, spec.qweight_bytes());
+          CheckArrayBytes("qweight", qweight.size() * 4, spec.qweight_bytes());
+      !s.ok()) {
+    return s;
+  }
+  return ValidateAllButCodes();
+}
+
+absl::Status QuantizedWeight::ValidateAllButCodes() const {
+  if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  if (absl::Status s =
+          CheckArrayBytes("scales", scales.size() * 2, spec.scales_bytes());
       !s.ok()) {
     return s;
   }
   if (absl::Status s =
-          check_size("scales", scales.size() * 2, spec.scales_bytes());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = check_size("zeros", zeros.size(), spec.zeros_bytes());
+          CheckArrayBytes("zeros", zeros.size(), spec.zeros_bytes());
       !s.ok()) {
     return s;
   }

@@ -116,6 +116,9 @@ struct QuantizedWeight {
   // zero point is at most 15, and the activation order passes
   // ValidateActivationOrder.
   absl::Status Validate() const;
+  // Validate() without qweight, for a weight whose codes went straight into
+  // panels as they arrived (PanelCodeWriter) and are not held here.
+  absl::Status ValidateAllButCodes() const;
 };
 
 // OK when `order` is empty or a permutation of 0..k-1; INVALID_ARGUMENT

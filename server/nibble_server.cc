@@ -144,11 +144,9 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
       return remember(
           server->service_.StorePacked(std::move(packed), name).status(), name);
     };
-    const bool keeps_canonical =
-        *backend != Backend::kCpu || server->data_dir_.has_value();
     const InitialWeightStore stores{
         .canonical = store,
-        .packed = keeps_canonical
+        .packed = server->service_.KeepsCanonicalWeights()
                       ? std::nullopt
                       : std::optional<StorePackedWeightFunction>(store_packed)};
     if (absl::Status status = options.initial_weights(stores); !status.ok()) {

@@ -83,7 +83,7 @@ absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::UploadWeightRequest>* reader,
     v1::WeightInfo* response) {
-  UploadAssembler upload;
+  UploadAssembler upload(/*pack_codes=*/!KeepsCanonicalWeights());
   // Held from the header on and released on every early return, so that
   // uploads in progress never buffer more than the budget together.
   WeightStore::Reservation reservation;
@@ -129,13 +129,20 @@ absl::Status NibbleServiceImpl::Upload(
     return absl::CancelledError(
         "upload cancelled by the client; nothing was stored");
   }
-  absl::StatusOr<QuantizedWeight> weight = upload.Finish();
-  if (!weight.ok()) return weight.status();
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored =
-      Commit(upload.name(), *weight, std::move(reservation));
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored;
+  if (KeepsCanonicalWeights()) {
+    absl::StatusOr<QuantizedWeight> weight = upload.Finish();
+    if (!weight.ok()) return weight.status();
+    stored = Commit(upload.name(), *weight, std::move(reservation));
+  } else {
+    absl::StatusOr<PackedWeight> packed = upload.FinishPacked();
+    if (!packed.ok()) return packed.status();
+    stored = Insert(upload.name(), *std::move(packed), nullptr,
+                    std::move(reservation));
+  }
   if (!stored.ok()) return stored.status();
   FillWeightInfo(**stored, response);
-  const WeightSpec& spec = weight->spec;
+  const WeightSpec& spec = (*stored)->packed.spec();
   LogInfo("weight uploaded", {{"name", upload.name()},
                               {"format", WeightFormatName(spec.format)},
                               {"k", spec.k},
@@ -157,7 +164,7 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Store(
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>>
 NibbleServiceImpl::StorePacked(PackedWeight packed, absl::string_view name) {
-  if (backend_ != Backend::kCpu || data_dir_ != nullptr) {
+  if (KeepsCanonicalWeights()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "weight \"", name,
         "\" was not stored: a weight packed without its canonical layout "

@@ -50,10 +50,16 @@ class NibbleServiceImpl final
   // otherwise, with nothing kept.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Store(
       const QuantizedWeight& weight, absl::string_view name);
-  // The same for a weight packed without a canonical weight, which only the
-  // CPU backend without data_dir can take (FAILED_PRECONDITION otherwise).
+  // The same for a weight packed without a canonical weight, which only a
+  // service that keeps none can take (FAILED_PRECONDITION otherwise).
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> StorePacked(
       PackedWeight packed, absl::string_view name);
+  // Whether stored weights need their canonical layout: to copy to the GPU
+  // or to write to data_dir. When not, uploads pack their codes as they
+  // arrive.
+  bool KeepsCanonicalWeights() const {
+    return backend_ != Backend::kCpu || data_dir_ != nullptr;
+  }
 
   grpc::Status UploadWeight(grpc::ServerContext* context,
                             grpc::ServerReader<v1::UploadWeightRequest>* reader,

@@ -121,7 +121,12 @@ absl::Status UploadAssembler::OnChunk(WeightTensorKind tensor, uint64_t offset,
   const int64_t expected = ExpectedBytes(tensor);
   switch (tensor) {
     case WeightTensorKind::kQweight:
-      AppendBytes(weight_.qweight, expected, received_[index], data);
+      if (pack_codes_) {
+        if (!codes_.has_value()) codes_.emplace(weight_.spec);
+        codes_->Append(data);
+      } else {
+        AppendBytes(weight_.qweight, expected, received_[index], data);
+      }
       break;
     case WeightTensorKind::kScales:
       AppendBytes(weight_.scales, expected, received_[index], data);
@@ -134,7 +139,7 @@ absl::Status UploadAssembler::OnChunk(WeightTensorKind tensor, uint64_t offset,
   return absl::OkStatus();
 }
 
-absl::StatusOr<QuantizedWeight> UploadAssembler::Finish() {
+absl::Status UploadAssembler::CheckComplete() const {
   if (!has_header_) {
     return absl::InvalidArgumentError(
         "upload ended without a header: the first message must be the header");
@@ -148,8 +153,24 @@ absl::StatusOr<QuantizedWeight> UploadAssembler::Finish() {
           " arrived; nothing was stored"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<QuantizedWeight> UploadAssembler::Finish() {
+  if (pack_codes_) {
+    return absl::InternalError("Finish on an upload that packs its codes");
+  }
+  if (absl::Status status = CheckComplete(); !status.ok()) return status;
   if (absl::Status status = weight_.Validate(); !status.ok()) return status;
   return std::move(weight_);
+}
+
+absl::StatusOr<PackedWeight> UploadAssembler::FinishPacked() {
+  if (!pack_codes_) {
+    return absl::InternalError("FinishPacked on an upload of canonical codes");
+  }
+  if (absl::Status status = CheckComplete(); !status.ok()) return status;
+  return PackedWeight::PackWithCodes(*std::move(codes_), weight_);
 }
 
 }  // namespace nibble::server

@@ -1,8 +1,10 @@
 // The state machine of one weight upload: a header, then every byte of the
 // weight's tensors in order (qweight, scales, zeros), each chunk at the offset
-// where the previous one ended. It builds the weight in the canonical layout
-// and hands it over only when every byte has arrived; until then nothing is
-// visible anywhere, so an abandoned upload leaves no trace.
+// where the previous one ended. It builds the weight in the canonical layout,
+// or for a server that keeps no canonical weights packs its codes straight
+// into the CPU kernels' panels as they arrive, and hands it over only when
+// every byte has arrived; until then nothing is visible anywhere, so an
+// abandoned upload leaves no trace.
 //
 // Example:
 //   nibble::server::UploadAssembler upload;
@@ -15,12 +17,14 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
 
 namespace nibble::server {
@@ -31,6 +35,11 @@ absl::string_view WeightTensorName(WeightTensorKind tensor);
 
 class UploadAssembler {
  public:
+  // With `pack_codes`, qweight goes into panels as it arrives
+  // (PanelCodeWriter) and FinishPacked hands the weight over; Finish
+  // otherwise.
+  explicit UploadAssembler(bool pack_codes = false) : pack_codes_(pack_codes) {}
+
   // INVALID_ARGUMENT for a second header, a bad name, an invalid spec or an
   // activation order that is not a permutation of 0..K-1 (empty for none).
   absl::Status OnHeader(absl::string_view name, const WeightSpec& spec,
@@ -45,6 +54,8 @@ class UploadAssembler {
   // The complete weight; INVALID_ARGUMENT, saying how far the upload got,
   // when the header or any byte is missing. Call once.
   absl::StatusOr<QuantizedWeight> Finish();
+  // The same, packed (PackedWeight::PackWithCodes), with `pack_codes`.
+  absl::StatusOr<PackedWeight> FinishPacked();
 
   bool has_header() const { return has_header_; }
   const std::string& name() const { return name_; }
@@ -52,11 +63,18 @@ class UploadAssembler {
  private:
   // Bytes of `tensor` the spec calls for.
   int64_t ExpectedBytes(WeightTensorKind tensor) const;
+  // OK when the header and every byte have arrived.
+  absl::Status CheckComplete() const;
+
+  const bool pack_codes_;
   bool has_header_ = false;
   std::string name_;
   // Filled in place as chunks arrive; sized to the bytes received so far,
   // with capacity for exactly the spec's bytes.
   QuantizedWeight weight_;
+  // With pack_codes_: qweight's panels, from its first chunk on (not at the
+  // header, which the server checks against the budget first).
+  std::optional<PanelCodeWriter> codes_;
   std::array<int64_t, 3> received_ = {};  // bytes, by WeightTensorKind
 };
 

@@ -1,10 +1,12 @@
 // Fuzzes the upload stream state machine: the input is a sequence of
 // nibble.v1.UploadWeightRequest messages (see fuzz_messages.h) fed to an
-// UploadAssembler the way NibbleServiceImpl::Upload feeds it. A weight it
-// completes must match its header, hold exactly the bytes the chunks carried,
-// and pack.
+// UploadAssembler the way NibbleServiceImpl::Upload feeds it, and to one that
+// packs its codes as they arrive, which must answer every message alike. A
+// weight they complete must match its header, hold exactly the bytes the
+// chunks carried, and pack into the same panels both ways.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,10 +38,34 @@ absl::string_view BytesOf(const std::vector<T>& array) {
                            array.size() * sizeof(T));
 }
 
+template <typename T>
+bool SameArray(const T* a, const T* b, int64_t count) {
+  return std::memcmp(a, b, count * sizeof(T)) == 0;
+}
+
+bool SamePanels(const nibble::PackedWeight& a, const nibble::PackedWeight& b) {
+  constexpr int64_t kWidth = nibble::PackedWeight::kPanelWidth;
+  if (!(a.spec() == b.spec()) || a.resident_bytes() != b.resident_bytes()) {
+    return false;
+  }
+  const int64_t words = a.spec().k / nibble::kCodesPerWord * kWidth;
+  const int64_t groups = a.spec().groups() * kWidth;
+  for (int64_t panel = 0; panel < a.panels(); ++panel) {
+    if (!SameArray(a.panel_codes(panel), b.panel_codes(panel), words) ||
+        !SameArray(a.panel_scales(panel), b.panel_scales(panel), groups) ||
+        (a.panel_zeros(panel) != nullptr &&
+         !SameArray(a.panel_zeros(panel), b.panel_zeros(panel), groups))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   UploadAssembler upload;
+  UploadAssembler packing(/*pack_codes=*/true);
   WeightSpec header_spec;
   std::vector<int32_t> header_order;
   std::string sent[3];  // the chunks' bytes, by WeightTensorKind
@@ -53,9 +79,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       absl::StatusOr<std::vector<int32_t>> order =
           nibble::ActivationOrderFromProto(request.header());
       if (!order.ok()) return 0;
-      if (!upload.OnHeader(request.header().name(), *spec, *order).ok()) {
-        return 0;
-      }
+      const absl::Status status =
+          upload.OnHeader(request.header().name(), *spec, *order);
+      FUZZ_CHECK(status ==
+                 packing.OnHeader(request.header().name(), *spec, *order));
+      if (!status.ok()) return 0;
       if (spec->canonical_bytes() > kBudgetBytes) return 0;
       header_spec = *spec;
       header_order = *std::move(order);
@@ -63,18 +91,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       absl::StatusOr<WeightTensorKind> tensor =
           nibble::server::TensorFromProto(request.chunk().tensor());
       if (!tensor.ok()) return 0;
-      if (!upload
-               .OnChunk(*tensor, request.chunk().offset(),
-                        request.chunk().data())
-               .ok()) {
-        return 0;
-      }
+      const absl::Status status = upload.OnChunk(
+          *tensor, request.chunk().offset(), request.chunk().data());
+      FUZZ_CHECK(status == packing.OnChunk(*tensor, request.chunk().offset(),
+                                           request.chunk().data()));
+      if (!status.ok()) return 0;
       sent[static_cast<int>(*tensor)] += request.chunk().data();
     } else {
       return 0;
     }
   }
   absl::StatusOr<QuantizedWeight> weight = upload.Finish();
+  absl::StatusOr<nibble::PackedWeight> packed = packing.FinishPacked();
+  FUZZ_CHECK(weight.ok() == packed.ok());
   if (!weight.ok()) return 0;
   FUZZ_CHECK(upload.has_header());
   FUZZ_CHECK(weight->spec == header_spec);
@@ -86,6 +115,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(
       static_cast<int64_t>(sent[0].size() + sent[1].size() + sent[2].size()) ==
       header_spec.canonical_bytes());
-  FUZZ_CHECK(nibble::PackedWeight::Pack(*weight).ok());
+  absl::StatusOr<nibble::PackedWeight> canonical_packed =
+      nibble::PackedWeight::Pack(*weight);
+  FUZZ_CHECK(canonical_packed.ok());
+  FUZZ_CHECK(SamePanels(*canonical_packed, *packed));
   return 0;
 }

@@ -1,17 +1,20 @@
 // Tests that PackedWeight::Pack regroups the canonical layout into panels,
-// and that PackColumns makes the same panels from checkpoint columns.
+// and that PackColumns and PanelCodeWriter make the same panels from
+// checkpoint columns and from codes arriving in pieces.
 #include "kernels/packed_weight.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "kernels/dequant.h"
 #include "kernels/weight_format.h"
@@ -220,6 +223,65 @@ TEST(PackedWeightPackColumnsTest, RefusesNaNScalesAndOtherFormats) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "PackColumns takes mxfp4 or nvfp4 weights, not fp4");
+}
+
+// Writes `weight`'s qweight to `codes` in pieces of random sizes, from one
+// byte to three rows, so that pieces end inside words and rows.
+void AppendInPieces(const QuantizedWeight& weight, uint64_t seed,
+                    PanelCodeWriter& codes) {
+  const std::string bytes(reinterpret_cast<const char*>(weight.qweight.data()),
+                          weight.qweight.size() * sizeof(uint32_t));
+  const size_t row_bytes = weight.spec.n * sizeof(uint32_t);
+  std::mt19937_64 rng(seed);
+  for (size_t offset = 0; offset < bytes.size();) {
+    const size_t size =
+        std::min(bytes.size() - offset, size_t{1} + rng() % (3 * row_bytes));
+    codes.Append(absl::string_view(bytes).substr(offset, size));
+    offset += size;
+  }
+}
+
+TEST(PanelCodeWriterTest, PacksCodesArrivingInPiecesAsPackDoes) {
+  for (const WeightSpec& spec :
+       {WeightSpec{WeightFormat::kU4b8, 128, 40, 32},
+        WeightSpec{WeightFormat::kU4, 256, 16, 64},
+        WeightSpec{WeightFormat::kFp4, 64, 33, 32},
+        WeightSpec{WeightFormat::kNvfp4, 96, 24, 16, 0.5f}}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      SCOPED_TRACE(absl::StrCat(spec.DebugString(), ", seed ", seed));
+      const QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
+      PanelCodeWriter codes(spec);
+      AppendInPieces(weight, seed, codes);
+      EXPECT_EQ(codes.received_bytes(), spec.qweight_bytes());
+      QuantizedWeight rest = weight;
+      rest.qweight.clear();
+      const absl::StatusOr<PackedWeight> got =
+          PackedWeight::PackWithCodes(std::move(codes), rest);
+      const absl::StatusOr<PackedWeight> want = PackedWeight::Pack(weight);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_TRUE(want.ok()) << want.status();
+      EXPECT_TRUE(testing::SamePanels(*got, *want));
+    }
+  }
+}
+
+TEST(PanelCodeWriterTest, RefusesMissingCodesAndWhatPackRefuses) {
+  const WeightSpec spec{WeightFormat::kU4, 64, 40, 32};
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, /*seed=*/7);
+  PanelCodeWriter short_codes(spec);
+  short_codes.Append(absl::string_view(
+      reinterpret_cast<const char*>(weight.qweight.data()), 100));
+  absl::Status status =
+      PackedWeight::PackWithCodes(std::move(short_codes), weight).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "qweight has 100 bytes, the shape needs 1280");
+
+  QuantizedWeight large_zero = weight;
+  large_zero.zeros.back() = 16;
+  PanelCodeWriter codes(spec);
+  AppendInPieces(weight, /*seed=*/7, codes);
+  status = PackedWeight::PackWithCodes(std::move(codes), large_zero).status();
+  EXPECT_EQ(status, PackedWeight::Pack(large_zero).status());
 }
 
 TEST(PackedWeightPackTest, RejectsAnInvalidWeight) {

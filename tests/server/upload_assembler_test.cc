@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/packed_weight.h"
+#include "tests/kernels/same_panels.h"
 
 namespace nibble::server {
 namespace {
@@ -72,6 +74,36 @@ TEST_P(UploadAssemblerRoundTripTest, ReassemblesTheWeightFromOddChunks) {
   EXPECT_EQ(received->qweight.capacity(), received->qweight.size());
   EXPECT_EQ(received->scales.capacity(), received->scales.size());
   EXPECT_EQ(received->zeros.capacity(), received->zeros.size());
+}
+
+TEST_P(UploadAssemblerRoundTripTest, PacksTheCodesAsTheyArrive) {
+  const uint64_t seed = 11;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const WeightSpec spec{GetParam(), 256, 40, 64};
+  QuantizedWeight sent = RandomQuantizedWeight(spec, seed);
+  sent.activation_order = RandomActivationOrder(spec.k, seed);
+  std::mt19937_64 rng(seed);
+  UploadAssembler upload(/*pack_codes=*/true);
+  ASSERT_TRUE(upload.OnHeader("w", spec, sent.activation_order).ok());
+  // Chunks up to three rows of qweight, ending inside words and rows.
+  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kQweight,
+                           Bytes(sent.qweight), rng, 3 * 4 * spec.n)
+                  .ok());
+  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kScales,
+                           Bytes(sent.scales), rng, 13)
+                  .ok());
+  if (HasZeros(spec.format)) {
+    ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kZeros,
+                             Bytes(sent.zeros), rng, 5)
+                    .ok());
+  }
+  EXPECT_EQ(upload.Finish().status().code(), absl::StatusCode::kInternal);
+  absl::StatusOr<PackedWeight> received = upload.FinishPacked();
+  ASSERT_TRUE(received.ok()) << received.status();
+  absl::StatusOr<PackedWeight> want = PackedWeight::Pack(sent);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(nibble::testing::SamePanels(*received, *want));
+  EXPECT_EQ(received->activation_order(), want->activation_order());
 }
 
 TEST(UploadAssemblerTest, KeepsTheHeadersActivationOrder) {
