@@ -41,6 +41,27 @@ absl::Status SendInChunks(UploadAssembler& upload, WeightTensorKind tensor,
   return absl::OkStatus();
 }
 
+// Sends every tensor of `weight` in chunks of random sizes: qweight's up to
+// `max_qweight_chunk` bytes, the scales' and zero points' a few bytes.
+absl::Status SendWeightInChunks(UploadAssembler& upload,
+                                const QuantizedWeight& weight,
+                                std::mt19937_64& rng,
+                                size_t max_qweight_chunk) {
+  if (absl::Status s =
+          SendInChunks(upload, WeightTensorKind::kQweight,
+                       Bytes(weight.qweight), rng, max_qweight_chunk);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = SendInChunks(upload, WeightTensorKind::kScales,
+                                    Bytes(weight.scales), rng, 13);
+      !s.ok() || !HasZeros(weight.spec.format)) {
+    return s;
+  }
+  return SendInChunks(upload, WeightTensorKind::kZeros, Bytes(weight.zeros),
+                      rng, 5);
+}
+
 class UploadAssemblerRoundTripTest
     : public ::testing::TestWithParam<WeightFormat> {};
 
@@ -52,17 +73,7 @@ TEST_P(UploadAssemblerRoundTripTest, ReassemblesTheWeightFromOddChunks) {
   std::mt19937_64 rng(seed);
   UploadAssembler upload;
   ASSERT_TRUE(upload.OnHeader("w", spec).ok());
-  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kQweight,
-                           Bytes(sent.qweight), rng, 97)
-                  .ok());
-  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kScales,
-                           Bytes(sent.scales), rng, 13)
-                  .ok());
-  if (HasZeros(spec.format)) {
-    ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kZeros,
-                             Bytes(sent.zeros), rng, 5)
-                    .ok());
-  }
+  ASSERT_TRUE(SendWeightInChunks(upload, sent, rng, 97).ok());
   absl::StatusOr<QuantizedWeight> received = upload.Finish();
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_EQ(received->spec, spec);
@@ -86,17 +97,7 @@ TEST_P(UploadAssemblerRoundTripTest, PacksTheCodesAsTheyArrive) {
   UploadAssembler upload(/*pack_codes=*/true);
   ASSERT_TRUE(upload.OnHeader("w", spec, sent.activation_order).ok());
   // Chunks up to three rows of qweight, ending inside words and rows.
-  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kQweight,
-                           Bytes(sent.qweight), rng, 3 * 4 * spec.n)
-                  .ok());
-  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kScales,
-                           Bytes(sent.scales), rng, 13)
-                  .ok());
-  if (HasZeros(spec.format)) {
-    ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kZeros,
-                             Bytes(sent.zeros), rng, 5)
-                    .ok());
-  }
+  ASSERT_TRUE(SendWeightInChunks(upload, sent, rng, 3 * 4 * spec.n).ok());
   EXPECT_EQ(upload.Finish().status().code(), absl::StatusCode::kInternal);
   absl::StatusOr<PackedWeight> received = upload.FinishPacked();
   ASSERT_TRUE(received.ok()) << received.status();
