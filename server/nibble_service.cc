@@ -209,7 +209,8 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Insert(
   if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
     return status;
   }
-  // StorePacked keeps weights without a canonical layout from data_dir.
+  // A weight packed without its canonical layout (StorePacked, or an upload
+  // that packed its codes) only comes where there is no data_dir.
   if (data_dir_ != nullptr && canonical != nullptr) {
     if (absl::Status status = data_dir_->Save(name, *canonical); !status.ok()) {
       return absl::Status(
