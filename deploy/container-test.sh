@@ -11,6 +11,9 @@
 # Debian base image is made locally with debootstrap when missing, so nothing
 # is pulled from a registry. Settings: DEBIAN_MIRROR, CONTAINER_TEST_IMAGE.
 set -euo pipefail
+# Pipelines into grep below read the whole input (grep >/dev/null, not grep -q):
+# under pipefail, grep -q exiting at its first match fails the writer with
+# SIGPIPE ("curl: (23) Failed writing body").
 cd "$(dirname "$0")/.."
 
 image=${CONTAINER_TEST_IMAGE:-localhost/nibble:latest}
@@ -134,7 +137,8 @@ start_container() {
     podman logs "$name" >&2
     fail "$name was not healthy within 60 s"
   }
-  podman logs "$name" 2>/dev/null | grep -q "listening on 0.0.0.0:50051 (.*, 2 threads" ||
+  podman logs "$name" 2>/dev/null |
+    grep "listening on 0.0.0.0:50051 (.*, 2 threads" >/dev/null ||
     fail "$name did not take --threads from NIBBLED_THREADS: $(podman logs "$name")"
   step "$name healthy, serving on $target, metrics on $metrics"
 }
@@ -171,7 +175,7 @@ step "uploading a 2048x2048 u4b8 weight, group 128"
 tool nibble upload --name="$weight" --format=u4b8 --k=2048 --n=2048 \
   --group=128 --random=7 >/dev/null
 load_and_verify
-curl -fsS "http://$metrics/metrics" | grep -q '^nibble_weights 1$' ||
+curl -fsS "http://$metrics/metrics" | grep '^nibble_weights 1$' >/dev/null ||
   fail "/metrics does not report the one resident weight"
 
 step "replacing the container with a new one on the same volume"
@@ -180,7 +184,7 @@ exit_code=$(podman inspect --format '{{.State.ExitCode}}' "$run_id-1")
 ((exit_code == 0)) || fail "nibbled exited $exit_code on SIGTERM, not 0"
 podman rm "$run_id-1" >/dev/null 2>>"$work/podman.err"
 start_container "$run_id-2"
-tool nibble list | grep -q "^$weight " ||
+tool nibble list | grep "^$weight " >/dev/null ||
   fail "the new container does not serve the uploaded weight"
 load_and_verify
 
