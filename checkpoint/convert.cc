@@ -1,7 +1,5 @@
 #include "checkpoint/convert.h"
 
-#include <emmintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -24,7 +22,7 @@
 #include "kernels/bulk_allocator.h"
 #include "kernels/dequant.h"
 #include "kernels/dtype.h"
-#include "kernels/packed_weight.h"
+#include "kernels/fp4_columns.h"
 
 namespace nibble::checkpoint {
 namespace {
@@ -419,133 +417,6 @@ absl::StatusOr<Nvfp4Tensors> CheckNvfp4Tensors(const SafetensorsFile& file,
   return tensors;
 }
 
-// Rows of FP4 codes [N, K/2] bytes, two per byte with the lower nibble first
-// along K, as qweight [K/8, N]: the 4 bytes holding rows 8i..8i+7 of column n
-// are, read as a little-endian word, exactly word [i, n], so this is a
-// transpose of 32-bit words. It goes by tiles of 16 x 16 words, each source
-// and destination line read or written whole at once (rows K/2 bytes apart
-// share cache sets, so lines kept open across a tile's rows would evict each
-// other), 4 x 4 words at a time in SSE2 registers (every x86-64 CPU has
-// them). K is a multiple of 32 (the group).
-std::vector<uint32_t> TransposeFp4Codes(const uint8_t* codes, int64_t k,
-                                        int64_t n) {
-  const int64_t words_per_row = k / kCodesPerWord;
-  const int64_t row_bytes = k / 2;
-  std::vector<uint32_t> qweight;
-  ReserveBulk(qweight, words_per_row * n);
-  qweight.resize(words_per_row * n);
-  constexpr int64_t kTile = 16;
-  alignas(64) uint32_t tile[kTile][kTile];
-  for (int64_t first_col = 0; first_col < n; first_col += kTile) {
-    const int64_t cols = std::min(kTile, n - first_col);
-    for (int64_t first_word = 0; first_word < words_per_row;
-         first_word += kTile) {
-      const int64_t words = std::min(kTile, words_per_row - first_word);
-      // The 16 rows are 16 streams, more than the hardware follows well.
-      for (int64_t c = 0; c < cols; ++c) {
-        __builtin_prefetch(codes + (first_col + c) * row_bytes +
-                           4 * (first_word + 4 * kTile));
-      }
-      int64_t c = 0;
-      for (; c + 4 <= cols; c += 4) {
-        for (int64_t w = 0; w < words; w += 4) {
-          __m128i rows[4];
-          for (int r = 0; r < 4; ++r) {
-            rows[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                codes + (first_col + c + r) * row_bytes +
-                4 * (first_word + w)));
-          }
-          const __m128i low01 = _mm_unpacklo_epi32(rows[0], rows[1]);
-          const __m128i low23 = _mm_unpacklo_epi32(rows[2], rows[3]);
-          const __m128i high01 = _mm_unpackhi_epi32(rows[0], rows[1]);
-          const __m128i high23 = _mm_unpackhi_epi32(rows[2], rows[3]);
-          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w][c]),
-                          _mm_unpacklo_epi64(low01, low23));
-          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w + 1][c]),
-                          _mm_unpackhi_epi64(low01, low23));
-          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w + 2][c]),
-                          _mm_unpacklo_epi64(high01, high23));
-          _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w + 3][c]),
-                          _mm_unpackhi_epi64(high01, high23));
-        }
-      }
-      for (; c < cols; ++c) {
-        for (int64_t w = 0; w < words; ++w) {
-          std::memcpy(
-              &tile[w][c],
-              codes + (first_col + c) * row_bytes + 4 * (first_word + w), 4);
-        }
-      }
-      for (int64_t w = 0; w < words; ++w) {
-        uint32_t* to = &qweight[(first_word + w) * n + first_col];
-        // A constant size compiles to vector moves; a variable one would be
-        // a `rep movs`, slow to start for 64 bytes.
-        if (cols == kTile) {
-          std::memcpy(to, tile[w], sizeof(tile[w]));
-        } else {
-          std::memcpy(to, tile[w], cols * sizeof(uint32_t));
-        }
-      }
-    }
-  }
-  return qweight;
-}
-
-// Bytes [N, groups] as 16-bit slots [groups, N], the byte in the low half.
-// 8 x 8 bytes at a time in SSE2 registers, by blocks of 32 columns so that
-// each row of slots written is a cache line.
-void TransposeBytesToSlots(const uint8_t* codes, int64_t groups, int64_t n,
-                           uint16_t* slots) {
-  constexpr int64_t kBlock = 32;
-  const __m128i zero = _mm_setzero_si128();
-  for (int64_t first = 0; first < n; first += kBlock) {
-    const int64_t last = std::min(n, first + kBlock);
-    int64_t group = 0;
-    for (; group + 8 <= groups; group += 8) {
-      int64_t col = first;
-      for (; col + 8 <= last; col += 8) {
-        __m128i rows[8];
-        for (int r = 0; r < 8; ++r) {
-          rows[r] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-              codes + (col + r) * groups + group));
-        }
-        // Bytes of rows 2i and 2i + 1 side by side, then 4 and 8 rows: each
-        // 8-byte half of `by_group` is one group's 8 columns.
-        __m128i pairs[4];
-        for (int i = 0; i < 4; ++i) {
-          pairs[i] = _mm_unpacklo_epi8(rows[2 * i], rows[2 * i + 1]);
-        }
-        const __m128i quads[4] = {_mm_unpacklo_epi16(pairs[0], pairs[1]),
-                                  _mm_unpackhi_epi16(pairs[0], pairs[1]),
-                                  _mm_unpacklo_epi16(pairs[2], pairs[3]),
-                                  _mm_unpackhi_epi16(pairs[2], pairs[3])};
-        const __m128i by_group[4] = {_mm_unpacklo_epi32(quads[0], quads[2]),
-                                     _mm_unpackhi_epi32(quads[0], quads[2]),
-                                     _mm_unpacklo_epi32(quads[1], quads[3]),
-                                     _mm_unpackhi_epi32(quads[1], quads[3])};
-        for (int i = 0; i < 4; ++i) {
-          _mm_storeu_si128(
-              reinterpret_cast<__m128i*>(slots + (group + 2 * i) * n + col),
-              _mm_unpacklo_epi8(by_group[i], zero));
-          _mm_storeu_si128(
-              reinterpret_cast<__m128i*>(slots + (group + 2 * i + 1) * n + col),
-              _mm_unpackhi_epi8(by_group[i], zero));
-        }
-      }
-      for (; col < last; ++col) {
-        for (int64_t g = group; g < group + 8; ++g) {
-          slots[g * n + col] = codes[col * groups + g];
-        }
-      }
-    }
-    for (; group < groups; ++group) {
-      for (int64_t col = first; col < last; ++col) {
-        slots[group * n + col] = codes[col * groups + group];
-      }
-    }
-  }
-}
-
 // Refuses 8-bit scale codes [N, groups] for which `is_nan` holds.
 // `index_prefix` starts the index of a code in `tensor` ("3, " for expert 3
 // of a 3-D tensor).
@@ -555,25 +426,13 @@ absl::Status CheckScaleCodes(const TensorInfo& tensor,
                              const uint8_t* codes, int64_t groups, int64_t n,
                              IsNan is_nan) {
   const uint8_t* end = codes + groups * n;
-  // A branch-free scan first (it vectorizes), the search only on failure.
-  bool any_nan = false;
-  for (const uint8_t* code = codes; code < end; ++code)
-    any_nan |= is_nan(*code);
-  if (any_nan) {
+  if (AnyBranchFree(absl::MakeConstSpan(codes, end), is_nan)) {
     const int64_t i = std::find_if(codes, end, is_nan) - codes;
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s[%s%d, %d] is NaN (code 0x%02x): scales must be finite", tensor.name,
         index_prefix, i / groups, i % groups, codes[i]));
   }
   return absl::OkStatus();
-}
-
-// 8-bit scale codes [N, groups] as scale slots [groups, N].
-std::vector<uint16_t> ScaleSlots(const uint8_t* codes, int64_t groups,
-                                 int64_t n) {
-  std::vector<uint16_t> slots(groups * n);
-  TransposeBytesToSlots(codes, groups, n, slots.data());
-  return slots;
 }
 
 // PREFIX.weight's tensor checks, and the spec quantizing it would give
@@ -594,74 +453,6 @@ absl::StatusOr<WeightSpec> CheckFloatSpec(const SafetensorsFile& file,
     return s;
   }
   return spec;
-}
-
-// An MXFP4 or NVFP4 weight as its checkpoint stores it, checked: the codes
-// [N][K/2], two a byte, and the 8-bit scale codes [N][K/group].
-struct Fp4Columns {
-  WeightSpec spec;
-  const uint8_t* codes = nullptr;
-  const uint8_t* scale_codes = nullptr;
-};
-
-// Expert `expert` of an MXFP4 layer, refusing NaN scales.
-absl::StatusOr<Fp4Columns> Mxfp4Columns(const SafetensorsFile& file,
-                                        absl::string_view prefix,
-                                        int64_t expert) {
-  absl::StatusOr<Mxfp4Tensors> checked = CheckMxfp4Tensors(file, prefix);
-  if (!checked.ok()) return checked.status();
-  const Mxfp4Tensors& tensors = *checked;
-  const WeightSpec& spec = tensors.spec;
-  if (expert < 0 || expert >= tensors.experts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expert ", expert, " of ", Described(*tensors.blocks),
-        " does not exist: it holds ", tensors.experts, " weights"));
-  }
-  // The expert's index in the leading dimensions, for messages.
-  std::string index_prefix;
-  for (int64_t rest = expert, i = tensors.expert_dims.size() - 1; i >= 0; --i) {
-    index_prefix =
-        absl::StrCat(rest % tensors.expert_dims[i], ", ", index_prefix);
-    rest /= tensors.expert_dims[i];
-  }
-  const uint8_t* scale_codes =
-      file.Data(*tensors.scales).data() + expert * spec.groups() * spec.n;
-  if (absl::Status s = CheckScaleCodes(
-          *tensors.scales, index_prefix, scale_codes, spec.groups(), spec.n,
-          [](uint8_t code) { return code == kE8m0Nan; });
-      !s.ok()) {
-    return s;
-  }
-  return Fp4Columns{
-      spec, file.Data(*tensors.blocks).data() + expert * (spec.k / 2 * spec.n),
-      scale_codes};
-}
-
-// An NVFP4 layer, refusing NaN scales.
-absl::StatusOr<Fp4Columns> Nvfp4Columns(const SafetensorsFile& file,
-                                        absl::string_view prefix) {
-  absl::StatusOr<Nvfp4Tensors> tensors = CheckNvfp4Tensors(file, prefix);
-  if (!tensors.ok()) return tensors.status();
-  const uint8_t* scale_codes = file.Data(*tensors->scales).data();
-  if (absl::Status s = CheckScaleCodes(
-          *tensors->scales, "", scale_codes, tensors->spec.groups(),
-          tensors->spec.n, [](uint8_t code) { return IsE4m3Nan(code); });
-      !s.ok()) {
-    return s;
-  }
-  return Fp4Columns{tensors->spec, file.Data(*tensors->weight).data(),
-                    scale_codes};
-}
-
-// The canonical weight of `columns`: codes and scales transposed.
-QuantizedWeight CanonicalFromColumns(const Fp4Columns& columns) {
-  QuantizedWeight weight;
-  weight.spec = columns.spec;
-  weight.scales =
-      ScaleSlots(columns.scale_codes, columns.spec.groups(), columns.spec.n);
-  weight.qweight =
-      TransposeFp4Codes(columns.codes, columns.spec.k, columns.spec.n);
-  return weight;
 }
 
 // Copies the fp16 scales, refusing NaN and infinity: a scale that is not
@@ -1375,6 +1166,33 @@ absl::StatusOr<GptqWeight> ConvertGptqWeight(
   return result;
 }
 
+WeightBytes GptqFileWeight::bytes() const {
+  WeightBytes bytes = BytesOf(weight);
+  bytes.qweight = qweight;
+  return bytes;
+}
+
+absl::StatusOr<GptqFileWeight> GptqWeightWithFileCodes(
+    const SafetensorsFile& file, absl::string_view prefix,
+    GptqZeroConvention zero_convention) {
+  absl::StatusOr<PackedTensors> tensors = CheckGptqTensors(file, prefix);
+  if (!tensors.ok()) return tensors.status();
+  absl::StatusOr<GptqWeight> rest =
+      GptqWithoutCodes(file, *tensors, zero_convention);
+  if (!rest.ok()) return rest.status();
+  if (!rest->activation_order.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        prefix,
+        " is an act-order layer, whose rows must be regrouped: use "
+        "ConvertGptqWeight"));
+  }
+  const absl::Span<const uint8_t> qweight = file.Data(*tensors->qweight);
+  return GptqFileWeight{
+      std::move(rest->weight),
+      absl::string_view(reinterpret_cast<const char*>(qweight.data()),
+                        qweight.size())};
+}
+
 absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
                                                  absl::string_view prefix) {
   absl::StatusOr<PackedTensors> tensors = CheckAwqTensors(file, prefix);
@@ -1396,6 +1214,53 @@ absl::StatusOr<std::vector<int64_t>> Mxfp4ExpertDims(
   return tensors->expert_dims;
 }
 
+absl::StatusOr<Fp4Columns> Mxfp4Columns(const SafetensorsFile& file,
+                                        absl::string_view prefix,
+                                        int64_t expert) {
+  absl::StatusOr<Mxfp4Tensors> checked = CheckMxfp4Tensors(file, prefix);
+  if (!checked.ok()) return checked.status();
+  const Mxfp4Tensors& tensors = *checked;
+  const WeightSpec& spec = tensors.spec;
+  if (expert < 0 || expert >= tensors.experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert ", expert, " of ", Described(*tensors.blocks),
+        " does not exist: it holds ", tensors.experts, " weights"));
+  }
+  // The expert's index in the leading dimensions, for messages.
+  std::string index_prefix;
+  for (int64_t rest = expert, i = tensors.expert_dims.size() - 1; i >= 0; --i) {
+    index_prefix =
+        absl::StrCat(rest % tensors.expert_dims[i], ", ", index_prefix);
+    rest /= tensors.expert_dims[i];
+  }
+  const uint8_t* scale_codes =
+      file.Data(*tensors.scales).data() + expert * spec.groups() * spec.n;
+  if (absl::Status s = CheckScaleCodes(
+          *tensors.scales, index_prefix, scale_codes, spec.groups(), spec.n,
+          [](uint8_t code) { return code == kE8m0Nan; });
+      !s.ok()) {
+    return s;
+  }
+  return Fp4Columns{
+      spec, file.Data(*tensors.blocks).data() + expert * (spec.k / 2 * spec.n),
+      scale_codes};
+}
+
+absl::StatusOr<Fp4Columns> Nvfp4Columns(const SafetensorsFile& file,
+                                        absl::string_view prefix) {
+  absl::StatusOr<Nvfp4Tensors> tensors = CheckNvfp4Tensors(file, prefix);
+  if (!tensors.ok()) return tensors.status();
+  const uint8_t* scale_codes = file.Data(*tensors->scales).data();
+  if (absl::Status s = CheckScaleCodes(
+          *tensors->scales, "", scale_codes, tensors->spec.groups(),
+          tensors->spec.n, [](uint8_t code) { return IsE4m3Nan(code); });
+      !s.ok()) {
+    return s;
+  }
+  return Fp4Columns{tensors->spec, file.Data(*tensors->weight).data(),
+                    scale_codes};
+}
+
 absl::StatusOr<QuantizedWeight> ConvertMxfp4Weight(const SafetensorsFile& file,
                                                    absl::string_view prefix,
                                                    int64_t expert) {
@@ -1404,28 +1269,11 @@ absl::StatusOr<QuantizedWeight> ConvertMxfp4Weight(const SafetensorsFile& file,
   return CanonicalFromColumns(*columns);
 }
 
-absl::StatusOr<PackedWeight> PackMxfp4Weight(const SafetensorsFile& file,
-                                             absl::string_view prefix,
-                                             int64_t expert) {
-  absl::StatusOr<Fp4Columns> columns = Mxfp4Columns(file, prefix, expert);
-  if (!columns.ok()) return columns.status();
-  return PackedWeight::PackColumns(columns->spec, columns->codes,
-                                   columns->scale_codes);
-}
-
 absl::StatusOr<QuantizedWeight> ConvertNvfp4Weight(const SafetensorsFile& file,
                                                    absl::string_view prefix) {
   absl::StatusOr<Fp4Columns> columns = Nvfp4Columns(file, prefix);
   if (!columns.ok()) return columns.status();
   return CanonicalFromColumns(*columns);
-}
-
-absl::StatusOr<PackedWeight> PackNvfp4Weight(const SafetensorsFile& file,
-                                             absl::string_view prefix) {
-  absl::StatusOr<Fp4Columns> columns = Nvfp4Columns(file, prefix);
-  if (!columns.ok()) return columns.status();
-  return PackedWeight::PackColumns(columns->spec, columns->codes,
-                                   columns->scale_codes);
 }
 
 absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,

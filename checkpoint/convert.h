@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/safetensors.h"
-#include "kernels/packed_weight.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/weight_format.h"
 
 namespace nibble::checkpoint {
@@ -115,6 +115,25 @@ absl::StatusOr<GptqWeight> ConvertGptqWeight(
 // = {0, 4, 1, 5, 2, 6, 3, 7}, gives the nibble that holds column 8c + j.
 inline constexpr int kAwqNibbleColumn[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
+// A GPTQ layer without act-order whose codes stay in the file: its qweight
+// is nibble's canonical qweight as it is.
+struct GptqFileWeight {
+  // ConvertGptqWeight's weight but for its qweight, which is empty.
+  QuantizedWeight weight;
+  // The file's PREFIX.qweight bytes.
+  absl::string_view qweight;
+
+  // The tensors to upload; `weight` and the file must outlive them.
+  WeightBytes bytes() const;
+};
+
+// ConvertGptqWeight without copying the codes, for uploads that send them
+// from the file. The same checks and errors, and FAILED_PRECONDITION for an
+// act-order layer, whose rows must be regrouped (ConvertGptqWeight).
+absl::StatusOr<GptqFileWeight> GptqWeightWithFileCodes(
+    const SafetensorsFile& file, absl::string_view prefix,
+    GptqZeroConvention zero_convention = GptqZeroConvention::kV1);
+
 // A 4-bit AWQ layer as AutoAWQ's GEMM kernels store it:
 //   PREFIX.qweight I32 [K, N/8]: row k, columns 8c..8c+7 in word [k, c],
 //                  nibbles in kAwqNibbleColumn order;
@@ -163,15 +182,15 @@ absl::StatusOr<QuantizedWeight> ConvertMxfp4Weight(const SafetensorsFile& file,
 absl::StatusOr<QuantizedWeight> ConvertNvfp4Weight(const SafetensorsFile& file,
                                                    absl::string_view prefix);
 
-// ConvertMxfp4Weight's and ConvertNvfp4Weight's weights packed for the CPU
-// kernels straight from the checkpoint's columns
-// (PackedWeight::PackColumns), without a canonical weight, whose transpose
-// would cost as much as packing; the same checks and errors.
-absl::StatusOr<PackedWeight> PackMxfp4Weight(const SafetensorsFile& file,
-                                             absl::string_view prefix,
-                                             int64_t expert);
-absl::StatusOr<PackedWeight> PackNvfp4Weight(const SafetensorsFile& file,
-                                             absl::string_view prefix);
+// ConvertMxfp4Weight's and ConvertNvfp4Weight's weights as the checkpoint
+// stores them, column by column, in the file's memory: for PackedWeight::
+// PackColumns and uploads in CodeLayout::kColumns, which save transposing
+// them into the canonical layout. The same checks and errors.
+absl::StatusOr<Fp4Columns> Mxfp4Columns(const SafetensorsFile& file,
+                                        absl::string_view prefix,
+                                        int64_t expert);
+absl::StatusOr<Fp4Columns> Nvfp4Columns(const SafetensorsFile& file,
+                                        absl::string_view prefix);
 
 // Quantizes PREFIX.weight, F16, BF16 or F32 [N, K] as PyTorch's nn.Linear
 // stores it (out_features, in_features), into B = weight^T [K, N] of

@@ -30,6 +30,8 @@
 #include "absl/types/span.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
+#include "kernels/fp4_columns.h"
+#include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
 #include "proto/weight_name.h"
 
@@ -224,22 +226,40 @@ absl::StatusOr<QuantizedWeight> ConvertLayer(const SafetensorsFile& file,
   return absl::InternalError("unknown checkpoint layout");
 }
 
-// A converted layer: the canonical weight, or an MXFP4 or NVFP4 layer's
-// panels for ExecuteImport's `upload_packed`.
-using ConvertedWeight = std::variant<QuantizedWeight, PackedWeight>;
+// Where ExecuteImport sends the layers that need no canonical weight made:
+// MXFP4 and NVFP4 layers, and for kUploadBytes GPTQ layers without act-order.
+enum class Destination { kUpload, kUploadPacked, kUploadBytes };
 
-absl::StatusOr<ConvertedWeight> ConvertOrPackLayer(const SafetensorsFile& file,
-                                                   const ImportLayer& layer,
-                                                   const QuantizeSpec& quantize,
-                                                   bool packed) {
-  if (packed && layer.layout == CheckpointLayout::kMxfp4) {
-    return checkpoint::PackMxfp4Weight(file, layer.prefix,
-                                       std::max<int64_t>(layer.expert, 0));
+// A converted layer: the canonical weight, or for `upload_packed` an MXFP4 or
+// NVFP4 layer's panels, or for `upload_bytes` its columns or a GPTQ layer
+// with the file's codes.
+using ConvertedWeight = std::variant<QuantizedWeight, PackedWeight, Fp4Columns,
+                                     checkpoint::GptqFileWeight>;
+
+absl::StatusOr<ConvertedWeight> ConvertLayerFor(const SafetensorsFile& file,
+                                                const ImportLayer& layer,
+                                                const QuantizeSpec& quantize,
+                                                Destination destination) {
+  if (destination == Destination::kUploadBytes &&
+      layer.layout == CheckpointLayout::kGptq && !layer.has_activation_order) {
+    absl::StatusOr<checkpoint::GptqFileWeight> gptq =
+        checkpoint::GptqWeightWithFileCodes(file, layer.prefix);
+    if (!gptq.ok()) return gptq.status();
+    return *std::move(gptq);
   }
-  if (packed && layer.layout == CheckpointLayout::kNvfp4) {
-    return checkpoint::PackNvfp4Weight(file, layer.prefix);
+  const bool fp4_columns = layer.layout == CheckpointLayout::kMxfp4 ||
+                           layer.layout == CheckpointLayout::kNvfp4;
+  if (!fp4_columns || destination == Destination::kUpload) {
+    return ConvertLayer(file, layer, quantize);
   }
-  return ConvertLayer(file, layer, quantize);
+  absl::StatusOr<Fp4Columns> columns =
+      layer.layout == CheckpointLayout::kMxfp4
+          ? checkpoint::Mxfp4Columns(file, layer.prefix,
+                                     std::max<int64_t>(layer.expert, 0))
+          : checkpoint::Nvfp4Columns(file, layer.prefix);
+  if (!columns.ok()) return columns.status();
+  if (destination == Destination::kUploadBytes) return *columns;
+  return PackedWeight::PackColumns(*columns);
 }
 
 // "PREFIX", or "PREFIX[3]" for expert 3 of an MXFP4 layer.
@@ -252,11 +272,17 @@ std::string FormatMegabytes(int64_t bytes) {
   return absl::StrFormat("%.1f MB", static_cast<double>(bytes) / 1e6);
 }
 
-// ExecuteImport's forms; `upload_packed` may be null.
+// ExecuteImport's forms: at most one of `upload_packed` and `upload_bytes`
+// is set, and says where the layers that need no canonical weight go.
 ImportReport ConvertAndUpload(const SafetensorsFile& file,
                               const ImportPlan& plan, UploadFunction upload,
                               const PackedUploadFunction* upload_packed,
+                              const BytesUploadFunction* upload_bytes,
                               int uploads_at_once, std::ostream& progress) {
+  const Destination destination =
+      upload_packed != nullptr  ? Destination::kUploadPacked
+      : upload_bytes != nullptr ? Destination::kUploadBytes
+                                : Destination::kUpload;
   ImportReport report;
   const absl::Time start = absl::Now();
   // Starts reading layer i + 1 from the disk as layer i converts, so that
@@ -269,9 +295,8 @@ ImportReport ConvertAndUpload(const SafetensorsFile& file,
         if (const TensorInfo* tensor = file.Find(name)) file.Prefetch(*tensor);
       }
     }
-    return std::async(std::launch::async, [&file, &plan, upload_packed, i] {
-      return ConvertOrPackLayer(file, plan.layers[i], plan.quantize,
-                                upload_packed != nullptr);
+    return std::async(std::launch::async, [&file, &plan, destination, i] {
+      return ConvertLayerFor(file, plan.layers[i], plan.quantize, destination);
     });
   };
   // Layers i + 1 and i + 2 convert on threads of their own while layer i
@@ -286,10 +311,16 @@ ImportReport ConvertAndUpload(const SafetensorsFile& file,
     }
   };
   const auto store = [&](ConvertedWeight weight, const ImportLayer& layer) {
-    return std::holds_alternative<PackedWeight>(weight)
-               ? (*upload_packed)(std::get<PackedWeight>(std::move(weight)),
-                                  layer.name)
-               : upload(std::get<QuantizedWeight>(weight), layer.name);
+    if (auto* packed = std::get_if<PackedWeight>(&weight)) {
+      return (*upload_packed)(std::move(*packed), layer.name);
+    }
+    if (const auto* columns = std::get_if<Fp4Columns>(&weight)) {
+      return (*upload_bytes)(columns->bytes(), layer.name);
+    }
+    if (const auto* gptq = std::get_if<checkpoint::GptqFileWeight>(&weight)) {
+      return (*upload_bytes)(gptq->bytes(), layer.name);
+    }
+    return upload(std::get<QuantizedWeight>(weight), layer.name);
   };
   // The uploads under way, oldest first, each with its layer's index.
   std::deque<std::pair<size_t, std::future<absl::Status>>> uploading;
@@ -532,7 +563,7 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
 ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
                            UploadFunction upload, std::ostream& progress,
                            int uploads_at_once) {
-  return ConvertAndUpload(file, plan, upload, nullptr, uploads_at_once,
+  return ConvertAndUpload(file, plan, upload, nullptr, nullptr, uploads_at_once,
                           progress);
 }
 
@@ -540,7 +571,16 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
                            UploadFunction upload,
                            PackedUploadFunction upload_packed,
                            std::ostream& progress) {
-  return ConvertAndUpload(file, plan, upload, &upload_packed, 1, progress);
+  return ConvertAndUpload(file, plan, upload, &upload_packed, nullptr, 1,
+                          progress);
+}
+
+ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
+                           UploadFunction upload,
+                           BytesUploadFunction upload_bytes,
+                           std::ostream& progress, int uploads_at_once) {
+  return ConvertAndUpload(file, plan, upload, nullptr, &upload_bytes,
+                          uploads_at_once, progress);
 }
 
 }  // namespace nibble

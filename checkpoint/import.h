@@ -42,6 +42,7 @@
 #include "absl/types/span.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
 
@@ -147,6 +148,14 @@ using UploadFunction =
 using PackedUploadFunction =
     absl::FunctionRef<absl::Status(PackedWeight, absl::string_view)>;
 
+// Uploads a layer as `name` from its tensors' bytes, some straight from the
+// mapped file: MXFP4 and NVFP4 layers in the column layout their checkpoints
+// store, GPTQ layers without act-order with the file's qweight. For `nibble
+// import`, whose servers take both, so that the client sends the file's bytes
+// without copying or transposing them.
+using BytesUploadFunction =
+    absl::FunctionRef<absl::Status(const WeightBytes&, absl::string_view)>;
+
 struct ImportReport {
   // The names of the weights uploaded, in order. With uploads at once, a
   // layer after the one that failed may have been uploaded too.
@@ -179,11 +188,17 @@ ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
                            const ImportPlan& plan, UploadFunction upload,
                            std::ostream& progress, int uploads_at_once = 1);
 // The same, with MXFP4 and NVFP4 layers packed and handed to `upload_packed`
-// instead of `upload`.
+// instead of `upload`, one at a time.
 ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
                            const ImportPlan& plan, UploadFunction upload,
                            PackedUploadFunction upload_packed,
                            std::ostream& progress);
+// The same, with MXFP4, NVFP4 and GPTQ layers (but act-order ones) handed
+// to `upload_bytes` instead of `upload`, `uploads_at_once` at a time.
+ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
+                           const ImportPlan& plan, UploadFunction upload,
+                           BytesUploadFunction upload_bytes,
+                           std::ostream& progress, int uploads_at_once = 1);
 
 }  // namespace nibble
 

@@ -29,12 +29,6 @@ absl::Status ToAbslStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
-template <typename T>
-absl::string_view AsBytes(const std::vector<T>& values) {
-  return absl::string_view(reinterpret_cast<const char*>(values.data()),
-                           values.size() * sizeof(T));
-}
-
 // Adds the bearer token to the metadata of every call. Call credentials would
 // do it too, but gRPC sends those over TLS only, and a token on a loopback or
 // in-cluster plain connection is still worth checking.
@@ -120,7 +114,24 @@ void NibbleClient::PrepareContext(grpc::ClientContext& context) const {
 absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
     const QuantizedWeight& weight, absl::string_view name) {
   if (absl::Status status = weight.Validate(); !status.ok()) return status;
+  return UploadBytes(BytesOf(weight), name);
+}
 
+absl::StatusOr<v1::WeightInfo> NibbleClient::UploadBytes(
+    const WeightBytes& weight, absl::string_view name) {
+  if (absl::Status status = weight.CheckSizes(); !status.ok()) return status;
+  v1::UploadWeightRequest header;
+  FillWeightHeader(name, weight.spec, weight.activation_order,
+                   header.mutable_header());
+  header.mutable_header()->set_code_layout(ToProto(weight.layout));
+  return SendUpload(header, {{v1::WEIGHT_TENSOR_QWEIGHT, weight.qweight},
+                             {v1::WEIGHT_TENSOR_SCALES, weight.scales},
+                             {v1::WEIGHT_TENSOR_ZEROS, weight.zeros}});
+}
+
+absl::StatusOr<v1::WeightInfo> NibbleClient::SendUpload(
+    const v1::UploadWeightRequest& header,
+    absl::Span<const std::pair<v1::WeightTensor, absl::string_view>> tensors) {
   grpc::ClientContext context;
   PrepareContext(context);
   grpc::CompletionQueue queue;
@@ -140,22 +151,14 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
   call->StartCall(nullptr);
   bool stream_open = completes();
 
-  v1::UploadWeightRequest header;
-  FillWeightHeader(name, weight.spec, weight.activation_order,
-                   header.mutable_header());
   if (stream_open) {
     call->Write(SerializedMessage(header), nullptr);
     stream_open = completes();
   }
-  const std::pair<v1::WeightTensor, absl::string_view> tensors[] = {
-      {v1::WEIGHT_TENSOR_QWEIGHT, AsBytes(weight.qweight)},
-      {v1::WEIGHT_TENSOR_SCALES, AsBytes(weight.scales)},
-      {v1::WEIGHT_TENSOR_ZEROS, AsBytes(weight.zeros)},
-  };
   for (const auto& [tensor, bytes] : tensors) {
     for (size_t offset = 0; stream_open && offset < bytes.size();
          offset += kMaxUploadChunkBytes) {
-      // `weight` outlives the call, so the chunk may refer to its bytes.
+      // The tensors outlive the call, so the chunk may refer to their bytes.
       call->Write(
           UploadChunkMessage(tensor, offset,
                              bytes.substr(offset, kMaxUploadChunkBytes)),

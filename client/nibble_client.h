@@ -17,12 +17,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -72,6 +74,13 @@ class NibbleClient {
   // when the weight does not match its spec.
   absl::StatusOr<v1::WeightInfo> Upload(const QuantizedWeight& weight,
                                         absl::string_view name);
+  // Upload for a weight's tensors as bytes, in the canonical layout or, for
+  // MXFP4 and NVFP4, the column layout (CODE_LAYOUT_COLUMNS): a checkpoint's
+  // bytes go out as the file holds them, without a copy or a transpose.
+  // Fails with InvalidArgument before sending anything when a tensor's size
+  // or the layout does not suit the spec; the server checks the values.
+  absl::StatusOr<v1::WeightInfo> UploadBytes(const WeightBytes& weight,
+                                             absl::string_view name);
 
   // C = A · dequant(B) on the resident weight `name`; `a` holds A [m, K]
   // row-major as little-endian `dtype` elements.
@@ -90,6 +99,11 @@ class NibbleClient {
  private:
   // Sets the deadline of a new call.
   void PrepareContext(grpc::ClientContext& context) const;
+  // Streams `header`, then each of `tensors` in order in chunks, from the
+  // caller's memory.
+  absl::StatusOr<v1::WeightInfo> SendUpload(
+      const v1::UploadWeightRequest& header,
+      absl::Span<const std::pair<v1::WeightTensor, absl::string_view>> tensors);
 
   std::unique_ptr<v1::NibbleService::Stub> nibble_stub_;
   // Upload's calls, whose chunks it serializes itself (upload_message.h).

@@ -452,6 +452,9 @@ int RunImport(NibbleClient& client) {
       [&](const QuantizedWeight& weight, absl::string_view name) {
         return client.Upload(weight, name).status();
       },
+      [&](const WeightBytes& weight, absl::string_view name) {
+        return client.UploadBytes(weight, name).status();
+      },
       std::cerr, kUploadsAtOnce);
   const size_t total = plan->layers.size();
   if (!report.status.ok()) {

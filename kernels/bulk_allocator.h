@@ -37,8 +37,8 @@ void AdviseHugePages(void* p, size_t bytes);
 // Gives `v` room for `count` elements without touching it, advised as
 // AdviseHugePages does, so that filling it faults once per huge page: for
 // arrays of the standard allocator that are about to be filled.
-template <typename T>
-void ReserveBulk(std::vector<T>& v, size_t count) {
+template <typename T, typename Allocator>
+void ReserveBulk(std::vector<T, Allocator>& v, size_t count) {
   if (v.capacity() >= count) return;
   v.reserve(count);
   AdviseHugePages(v.data(), count * sizeof(T));

@@ -1,5 +1,7 @@
 #include "kernels/packed_weight.h"
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -7,8 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "kernels/dequant.h"
 #include "kernels/dtype.h"
+#include "kernels/transpose4x4.h"
 
 namespace nibble {
 namespace {
@@ -71,6 +75,56 @@ uint32_t ReorderCodes(uint32_t word) {
   return word ^ swap ^ (swap << 8);
 }
 
+// ReorderCodes of 4 words at once.
+__m128i ReorderCodes4(__m128i words) {
+  __m128i swap = _mm_and_si128(_mm_xor_si128(words, _mm_srli_epi32(words, 4)),
+                               _mm_set1_epi32(0x00f000f0));
+  words = _mm_xor_si128(words, _mm_xor_si128(swap, _mm_slli_epi32(swap, 4)));
+  swap = _mm_and_si128(_mm_xor_si128(words, _mm_srli_epi32(words, 8)),
+                       _mm_set1_epi32(0x0000ff00));
+  return _mm_xor_si128(words, _mm_xor_si128(swap, _mm_slli_epi32(swap, 8)));
+}
+
+// Writes one panel of codes [words][kPanelWidth] from `width` columns of
+// `words` words each ([width][words], the column layout), the padding lanes
+// 0. Four columns by four words at a time in SSE2 registers: the four columns
+// are read as four sequential streams, and the panel (K/2 * 16 bytes) stays
+// in cache while its rows are written in four passes.
+void ColumnCodesToPanel(const uint8_t* columns, int64_t words, int64_t width,
+                        uint32_t* __restrict panel) {
+  constexpr int64_t kWidth = PackedWeight::kPanelWidth;
+  const int64_t vector_lanes = width / 4 * 4;
+  const int64_t vector_words = words / 4 * 4;
+  for (int64_t lane = 0; lane < vector_lanes; lane += 4) {
+    for (int64_t word = 0; word < vector_words; word += 4) {
+      __m128i rows[4];
+      for (int r = 0; r < 4; ++r) {
+        rows[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+            columns + ((lane + r) * words + word) * sizeof(uint32_t)));
+      }
+      __m128i by_word[4];
+      TransposeWords4x4(rows, by_word);
+      for (int w = 0; w < 4; ++w) {
+        _mm_storeu_si128(
+            reinterpret_cast<__m128i*>(panel + (word + w) * kWidth + lane),
+            ReorderCodes4(by_word[w]));
+      }
+    }
+  }
+  // The words left, one at a time.
+  for (int64_t lane = 0; lane < kWidth; ++lane) {
+    for (int64_t word = lane < vector_lanes ? vector_words : 0; word < words;
+         ++word) {
+      uint32_t value = 0;
+      if (lane < width) {
+        std::memcpy(&value, columns + (lane * words + word) * sizeof(uint32_t),
+                    sizeof(value));
+      }
+      panel[word * kWidth + lane] = ReorderCodes(value);
+    }
+  }
+}
+
 // The scale slot as the kernels read it (see the header) for every 8-bit
 // scale code of kMxfp4 or kNvfp4.
 std::array<uint16_t, 256> KernelScaleTable(WeightFormat format) {
@@ -84,7 +138,29 @@ std::array<uint16_t, 256> KernelScaleTable(WeightFormat format) {
   return table;
 }
 
+// The index of the first NaN among `count` 8-bit scale codes of kMxfp4 (E8M0)
+// or kNvfp4 (E4M3); -1 when there is none.
+int64_t FirstNanScaleCode(WeightFormat format, const uint8_t* codes,
+                          int64_t count) {
+  const auto first_nan = [codes, count](auto is_nan) -> int64_t {
+    return AnyBranchFree(absl::MakeConstSpan(codes, count), is_nan)
+               ? std::find_if(codes, codes + count, is_nan) - codes
+               : -1;
+  };
+  return format == WeightFormat::kMxfp4
+             ? first_nan([](uint8_t code) { return code == kE8m0Nan; })
+             : first_nan([](uint8_t code) { return IsE4m3Nan(code); });
+}
+
 }  // namespace
+
+absl::Status PackedWeight::CheckAllCodesArrived(const PanelCodeWriter& codes) {
+  return codes.received_ == codes.spec_.qweight_bytes()
+             ? absl::OkStatus()
+             : absl::InvalidArgumentError(absl::StrCat(
+                   "qweight has ", codes.received_, " bytes, the shape needs ",
+                   codes.spec_.qweight_bytes()));
+}
 
 void PackedWeight::PackAllButCodes(const QuantizedWeight& weight) {
   const WeightSpec& spec = weight.spec;
@@ -140,10 +216,8 @@ absl::StatusOr<PackedWeight> PackedWeight::PackWithCodes(
         absl::StrCat("the codes were packed for ", codes.spec_.DebugString(),
                      ", not ", rest.spec.DebugString()));
   }
-  if (codes.received_ != rest.spec.qweight_bytes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("qweight has ", codes.received_,
-                     " bytes, the shape needs ", rest.spec.qweight_bytes()));
+  if (absl::Status status = CheckAllCodesArrived(codes); !status.ok()) {
+    return status;
   }
   PackedWeight packed;
   packed.PackAllButCodes(rest);
@@ -151,105 +225,139 @@ absl::StatusOr<PackedWeight> PackedWeight::PackWithCodes(
   return packed;
 }
 
-PanelCodeWriter::PanelCodeWriter(const WeightSpec& spec)
-    : spec_(spec),
-      panels_((spec.n + PackedWeight::kPanelWidth - 1) /
-              PackedWeight::kPanelWidth) {
-  codes_.resize(spec.k / kCodesPerWord * panels_ * PackedWeight::kPanelWidth);
-}
-
-void PanelCodeWriter::Append(absl::string_view bytes) {
-  const auto row_bytes = static_cast<size_t>(spec_.n) * sizeof(uint32_t);
-  received_ += static_cast<int64_t>(bytes.size());
-  if (!partial_row_.empty()) {
-    const size_t taken =
-        std::min(bytes.size(), row_bytes - partial_row_.size());
-    partial_row_.append(bytes.data(), taken);
-    bytes.remove_prefix(taken);
-    if (partial_row_.size() < row_bytes) return;
-    PackRow(reinterpret_cast<const uint8_t*>(partial_row_.data()));
-    partial_row_.clear();
+absl::StatusOr<PackedWeight> PackedWeight::PackWithColumnScales(
+    PanelCodeWriter codes, const uint8_t* scale_codes,
+    std::vector<int32_t> activation_order) {
+  const WeightSpec& spec = codes.spec_;
+  if (!HasColumnLayout(spec.format)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scales in the column layout are for mxfp4 and nvfp4 weights, not ",
+        WeightFormatName(spec.format)));
   }
-  for (; bytes.size() >= row_bytes; bytes.remove_prefix(row_bytes)) {
-    PackRow(reinterpret_cast<const uint8_t*>(bytes.data()));
+  if (absl::Status status = CheckAllCodesArrived(codes); !status.ok()) {
+    return status;
   }
-  partial_row_.assign(bytes.data(), bytes.size());
-}
-
-void PanelCodeWriter::PackRow(const uint8_t* row) {
-  constexpr int64_t kWidth = PackedWeight::kPanelWidth;
-  const int64_t words = spec_.k / kCodesPerWord;
-  for (int64_t panel = 0; panel < panels_; ++panel) {
-    uint32_t* to = codes_.data() + (panel * words + rows_done_) * kWidth;
-    const int64_t width = std::min(kWidth, spec_.n - panel * kWidth);
-    for (int64_t lane = 0; lane < kWidth; ++lane) {
-      uint32_t word = 0;
-      if (lane < width) {
-        std::memcpy(&word, row + (panel * kWidth + lane) * sizeof(uint32_t),
-                    sizeof(word));
-      }
-      to[lane] = ReorderCodes(word);
-    }
+  if (absl::Status status = ValidateActivationOrder(activation_order, spec.k);
+      !status.ok()) {
+    return status;
   }
-  ++rows_done_;
-}
-
-absl::StatusOr<PackedWeight> PackedWeight::PackColumns(
-    const WeightSpec& spec, const uint8_t* codes, const uint8_t* scale_codes) {
-  if (spec.format != WeightFormat::kMxfp4 &&
-      spec.format != WeightFormat::kNvfp4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PackColumns takes mxfp4 or nvfp4 weights, not ",
-                     WeightFormatName(spec.format)));
-  }
-  if (absl::Status status = spec.Validate(); !status.ok()) return status;
   const int64_t groups = spec.groups();
-  const auto is_nan = [&spec](uint8_t code) {
-    return spec.format == WeightFormat::kMxfp4 ? code == kE8m0Nan
-                                               : IsE4m3Nan(code);
-  };
-  // A branch-free scan first (it vectorizes), the search only on failure.
-  bool any_nan = false;
-  for (int64_t i = 0; i < groups * spec.n; ++i)
-    any_nan |= is_nan(scale_codes[i]);
-  if (any_nan) {
-    const int64_t i =
-        std::find_if(scale_codes, scale_codes + groups * spec.n, is_nan) -
-        scale_codes;
+  if (const int64_t i =
+          FirstNanScaleCode(spec.format, scale_codes, groups * spec.n);
+      i >= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "scale of column %d, group %d is NaN (%s code 0x%02x): scales must be "
         "finite",
         i / groups, i % groups,
         spec.format == WeightFormat::kMxfp4 ? "E8M0" : "E4M3", scale_codes[i]));
   }
-
   PackedWeight packed;
   packed.spec_ = spec;
-  packed.panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
-  const int64_t words = spec.k / kCodesPerWord;
-  packed.codes_.resize(words * packed.panels_ * kPanelWidth);
+  packed.panels_ = codes.panels_;
   packed.scales_.resize(groups * packed.panels_ * kPanelWidth);
   const std::array<uint16_t, 256> kernel_scales = KernelScaleTable(spec.format);
   for (int64_t panel = 0; panel < packed.panels_; ++panel) {
-    const int64_t first_col = panel * kPanelWidth;
-    const int64_t width = std::min(kPanelWidth, spec.n - first_col);
-    const uint8_t* panel_codes = codes + first_col * words * 4;
-    ColumnsToPanel(
-        [&](int64_t lane, int64_t word) {
-          uint32_t value;
-          std::memcpy(&value, panel_codes + (lane * words + word) * 4,
-                      sizeof(value));
-          return ReorderCodes(value);
-        },
-        words, width, packed.codes_.data() + panel * words * kPanelWidth);
-    const uint8_t* panel_scales = scale_codes + first_col * groups;
+    const uint8_t* panel_scales = scale_codes + panel * kPanelWidth * groups;
     ColumnsToPanel(
         [&](int64_t lane, int64_t group) {
           return kernel_scales[panel_scales[lane * groups + group]];
         },
-        groups, width, packed.scales_.data() + panel * groups * kPanelWidth);
+        groups, std::min(kPanelWidth, spec.n - panel * kPanelWidth),
+        packed.scales_.data() + panel * groups * kPanelWidth);
   }
+  packed.codes_ = std::move(codes.codes_);
+  packed.activation_order_ = std::move(activation_order);
   return packed;
+}
+
+PanelCodeWriter::PanelCodeWriter(const WeightSpec& spec, CodeLayout layout)
+    : spec_(spec),
+      layout_(layout),
+      panels_((spec.n + PackedWeight::kPanelWidth - 1) /
+              PackedWeight::kPanelWidth) {
+  codes_.resize(spec.k / kCodesPerWord * panels_ * PackedWeight::kPanelWidth);
+}
+
+int64_t PanelCodeWriter::units() const {
+  return layout_ == CodeLayout::kCanonical ? spec_.k / kCodesPerWord : panels_;
+}
+
+int64_t PanelCodeWriter::UnitBytes() const {
+  if (layout_ == CodeLayout::kCanonical) return spec_.n * sizeof(uint32_t);
+  const int64_t width =
+      std::min(PackedWeight::kPanelWidth,
+               spec_.n - units_done_ * PackedWeight::kPanelWidth);
+  return width * (spec_.k / 2);
+}
+
+void PanelCodeWriter::Append(absl::string_view bytes) {
+  received_ += static_cast<int64_t>(bytes.size());
+  while (!bytes.empty() && units_done_ < units()) {
+    const auto unit_bytes = static_cast<size_t>(UnitBytes());
+    if (partial_unit_.empty() && bytes.size() >= unit_bytes) {
+      PackUnit(reinterpret_cast<const uint8_t*>(bytes.data()));
+      bytes.remove_prefix(unit_bytes);
+      continue;
+    }
+    const size_t taken =
+        std::min(bytes.size(), unit_bytes - partial_unit_.size());
+    partial_unit_.append(bytes.data(), taken);
+    bytes.remove_prefix(taken);
+    if (partial_unit_.size() == unit_bytes) {
+      PackUnit(reinterpret_cast<const uint8_t*>(partial_unit_.data()));
+      partial_unit_.clear();
+    }
+  }
+}
+
+void PanelCodeWriter::PackUnit(const uint8_t* unit) {
+  constexpr int64_t kWidth = PackedWeight::kPanelWidth;
+  const int64_t words = spec_.k / kCodesPerWord;
+  if (layout_ == CodeLayout::kColumns) {
+    const int64_t panel = units_done_++;
+    ColumnCodesToPanel(unit, words, std::min(kWidth, spec_.n - panel * kWidth),
+                       codes_.data() + panel * words * kWidth);
+    return;
+  }
+  const int64_t row = units_done_++;
+  // A whole panel's 16 words are 64 contiguous bytes of the row.
+  const int64_t whole_panels = spec_.n / kWidth;
+  for (int64_t panel = 0; panel < whole_panels; ++panel) {
+    const auto* from = reinterpret_cast<const __m128i*>(
+        unit + panel * kWidth * sizeof(uint32_t));
+    auto* to = reinterpret_cast<__m128i*>(codes_.data() +
+                                          (panel * words + row) * kWidth);
+    for (int i = 0; i < 4; ++i) {
+      _mm_storeu_si128(to + i, ReorderCodes4(_mm_loadu_si128(from + i)));
+    }
+  }
+  for (int64_t panel = whole_panels; panel < panels_; ++panel) {
+    uint32_t* to = codes_.data() + (panel * words + row) * kWidth;
+    const int64_t width = spec_.n - panel * kWidth;
+    for (int64_t lane = 0; lane < kWidth; ++lane) {
+      uint32_t word = 0;
+      if (lane < width) {
+        std::memcpy(&word, unit + (panel * kWidth + lane) * sizeof(uint32_t),
+                    sizeof(word));
+      }
+      to[lane] = ReorderCodes(word);
+    }
+  }
+}
+
+absl::StatusOr<PackedWeight> PackedWeight::PackColumns(
+    const Fp4Columns& columns) {
+  const WeightSpec& spec = columns.spec;
+  if (!HasColumnLayout(spec.format)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PackColumns takes mxfp4 or nvfp4 weights, not ",
+                     WeightFormatName(spec.format)));
+  }
+  if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  PanelCodeWriter codes(spec, CodeLayout::kColumns);
+  codes.Append(absl::string_view(reinterpret_cast<const char*>(columns.codes),
+                                 columns.code_bytes()));
+  return PackWithColumnScales(std::move(codes), columns.scale_codes);
 }
 
 }  // namespace nibble

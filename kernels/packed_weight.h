@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "kernels/bulk_allocator.h"
 #include "kernels/dtype.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/weight_format.h"
 
 namespace nibble {
@@ -58,15 +59,19 @@ class PackedWeight {
   static absl::StatusOr<PackedWeight> PackWithCodes(
       PanelCodeWriter codes, const QuantizedWeight& rest);
 
-  // Packs a kMxfp4 or kNvfp4 weight straight from the layout their
-  // checkpoints store, column by column, without a canonical weight (whose
-  // transpose would cost as much as packing): `codes` [N][K/2] bytes, codes
-  // k and k + 1 in the low and high nibble of byte k/2 of column n, and
-  // `scale_codes` [N][K/group], an E8M0 or E4M3 code each. Fails on a NaN
-  // scale code, as Pack does.
-  static absl::StatusOr<PackedWeight> PackColumns(const WeightSpec& spec,
-                                                  const uint8_t* codes,
-                                                  const uint8_t* scale_codes);
+  // PackWithCodes for a kMxfp4 or kNvfp4 weight whose 8-bit scale codes come
+  // in the column layout (fp4_columns.h), [N][K/group], which go straight
+  // into panels. Fails on a NaN scale code, an activation order that is not
+  // a permutation of 0..K-1 (empty for none), and when not every byte of the
+  // codes arrived.
+  static absl::StatusOr<PackedWeight> PackWithColumnScales(
+      PanelCodeWriter codes, const uint8_t* scale_codes,
+      std::vector<int32_t> activation_order = {});
+
+  // Packs a kMxfp4 or kNvfp4 weight straight from the column layout their
+  // checkpoints store, without a canonical weight, whose transpose would cost
+  // as much as packing. Fails as PackWithColumnScales does.
+  static absl::StatusOr<PackedWeight> PackColumns(const Fp4Columns& columns);
 
   const WeightSpec& spec() const { return spec_; }
   int64_t panels() const { return panels_; }
@@ -95,6 +100,8 @@ class PackedWeight {
 
  private:
   PackedWeight() = default;
+  // OK when `codes` received every byte of the weight's codes.
+  static absl::Status CheckAllCodesArrived(const PanelCodeWriter& codes);
   // Sets the spec and packs the scales, zero points and activation order of
   // `weight`, whose codes the caller packs.
   void PackAllButCodes(const QuantizedWeight& weight);
@@ -107,35 +114,42 @@ class PackedWeight {
   std::vector<int32_t> activation_order_;
 };
 
-// Packs a weight's canonical qweight as it arrives, in pieces of any size in
-// order (an upload), straight into panels, so that the canonical qweight is
-// never held: each complete row of words goes to its panels at once.
+// Packs a weight's codes as they arrive, in pieces of any size in order (an
+// upload), straight into panels, so that the whole codes are never held in
+// another layout: each complete row of canonical words, or each complete
+// panel's columns in CodeLayout::kColumns, goes to its panels at once.
 //
 // Example:
-//   nibble::PanelCodeWriter codes(spec);
+//   nibble::PanelCodeWriter codes(spec, nibble::CodeLayout::kCanonical);
 //   codes.Append(first_bytes);
 //   codes.Append(more_bytes);  // ... every byte of qweight, in order
 //   absl::StatusOr<nibble::PackedWeight> packed =
 //       nibble::PackedWeight::PackWithCodes(std::move(codes), scales_only);
 class PanelCodeWriter {
  public:
-  // Allocates the panels: a weight's whole codes.
-  explicit PanelCodeWriter(const WeightSpec& spec);
+  // Allocates the panels: a weight's whole codes. kColumns only for
+  // formats with HasColumnLayout.
+  PanelCodeWriter(const WeightSpec& spec, CodeLayout layout);
 
-  // The next bytes of qweight; at most qweight_bytes() in all.
+  // The next bytes of the codes; at most qweight_bytes() in all (bytes past
+  // that are counted but not packed, so that PackWithCodes refuses them).
   void Append(absl::string_view bytes);
   int64_t received_bytes() const { return received_; }
 
  private:
   friend class PackedWeight;
-  void PackRow(const uint8_t* row);
+  // A unit is a row of words (kCanonical) or a panel's columns (kColumns).
+  int64_t units() const;
+  int64_t UnitBytes() const;
+  void PackUnit(const uint8_t* unit);
 
   WeightSpec spec_;
+  CodeLayout layout_;
   int64_t panels_ = 0;
   std::vector<uint32_t, BulkAllocator<uint32_t>> codes_;
-  // The start of a row that a piece ended in.
-  std::string partial_row_;
-  int64_t rows_done_ = 0;
+  // The start of a unit that a piece ended in.
+  std::string partial_unit_;
+  int64_t units_done_ = 0;
   int64_t received_ = 0;
 };
 

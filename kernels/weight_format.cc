@@ -139,13 +139,11 @@ absl::Status CheckArrayBytes(absl::string_view what, size_t got_bytes,
 }
 
 // Whether some slot has a ScaleProblem. Validate scans every scale of every
-// upload, so each format gets a loop without branches, which vectorizes;
+// upload, so each format gets a loop of its own without branches;
 // ScaleProblem then names the first bad slot.
 bool AnyScaleProblem(WeightFormat format, absl::Span<const uint16_t> slots) {
   const auto any = [slots](auto is_bad) {
-    bool found = false;
-    for (uint16_t slot : slots) found |= is_bad(slot);
-    return found;
+    return AnyBranchFree(slots, is_bad);
   };
   switch (format) {
     case WeightFormat::kMxfp4:
@@ -242,6 +240,49 @@ absl::Status QuantizedWeight::ValidateAllButCodes() const {
                      bad - zeros.begin(), " is out of range 0..15"));
   }
   return ValidateActivationOrder(activation_order, spec.k);
+}
+
+bool HasColumnLayout(WeightFormat format) {
+  return format == WeightFormat::kMxfp4 || format == WeightFormat::kNvfp4;
+}
+
+int64_t ScalesBytes(const WeightSpec& spec, CodeLayout layout) {
+  return layout == CodeLayout::kColumns ? spec.groups() * spec.n
+                                        : spec.scales_bytes();
+}
+
+absl::Status WeightBytes::CheckSizes() const {
+  if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  if (layout == CodeLayout::kColumns && !HasColumnLayout(spec.format)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "only mxfp4 and nvfp4 weights come in the column layout, not ",
+        WeightFormatName(spec.format)));
+  }
+  if (absl::Status s =
+          CheckArrayBytes("qweight", qweight.size(), spec.qweight_bytes());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckArrayBytes("scales", scales.size(), ScalesBytes(spec, layout));
+      !s.ok()) {
+    return s;
+  }
+  return CheckArrayBytes("zeros", zeros.size(), spec.zeros_bytes());
+}
+
+WeightBytes BytesOf(const QuantizedWeight& weight) {
+  const auto bytes = [](const auto& array) {
+    return absl::string_view(reinterpret_cast<const char*>(array.data()),
+                             array.size() * sizeof(array[0]));
+  };
+  WeightBytes result;
+  result.spec = weight.spec;
+  result.qweight = bytes(weight.qweight);
+  result.scales = bytes(weight.scales);
+  result.zeros = bytes(weight.zeros);
+  result.activation_order = weight.activation_order;
+  return result;
 }
 
 absl::Status ValidateActivationOrder(absl::Span<const int32_t> order,

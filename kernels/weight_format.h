@@ -121,6 +121,49 @@ struct QuantizedWeight {
   absl::Status ValidateAllButCodes() const;
 };
 
+// How an upload lays out a weight's codes and scales: the canonical layout
+// above, or for kMxfp4 and kNvfp4 the column layout their checkpoints store
+// (fp4_columns.h).
+enum class CodeLayout { kCanonical, kColumns };
+
+// Whether weights of `format` may come in CodeLayout::kColumns: kMxfp4 and
+// kNvfp4, whose scales are 8-bit codes.
+bool HasColumnLayout(WeightFormat format);
+
+// Bytes of a weight's scales in `layout`: 16-bit slots in the canonical
+// layout, one 8-bit code each in the column layout.
+int64_t ScalesBytes(const WeightSpec& spec, CodeLayout layout);
+
+// A weight's tensors as bytes in memory it does not own: what an upload
+// sends, from a QuantizedWeight or straight from a checkpoint's file.
+struct WeightBytes {
+  WeightSpec spec;
+  CodeLayout layout = CodeLayout::kCanonical;
+  absl::string_view qweight;
+  absl::string_view scales;
+  absl::string_view zeros;
+  absl::Span<const int32_t> activation_order;
+
+  // OK when the layout suits the format and every tensor has the bytes the
+  // spec and the layout call for; INVALID_ARGUMENT saying which does not.
+  // Values are not looked at.
+  absl::Status CheckSizes() const;
+};
+
+// The tensors of `weight`, which must outlive the result.
+WeightBytes BytesOf(const QuantizedWeight& weight);
+
+// Whether `is_bad` holds for some value, by a loop without branches that
+// compilers vectorize (a bool accumulator keeps GCC from it), for scans of
+// every scale of a weight; callers look for the first bad value only when
+// there is one.
+template <typename T, typename IsBad>
+bool AnyBranchFree(absl::Span<const T> values, IsBad is_bad) {
+  uint8_t found = 0;
+  for (const T& value : values) found |= is_bad(value) ? 1 : 0;
+  return found != 0;
+}
+
 // OK when `order` is empty or a permutation of 0..k-1; INVALID_ARGUMENT
 // saying which entry is wrong otherwise, e.g. "activation_order[5] = 7
 // appears twice (also at 2): it must be a permutation of 0..K-1".

@@ -38,6 +38,25 @@ v1::DType ToProto(DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
+v1::CodeLayout ToProto(CodeLayout layout) {
+  return layout == CodeLayout::kColumns ? v1::CODE_LAYOUT_COLUMNS
+                                        : v1::CODE_LAYOUT_CANONICAL;
+}
+
+absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout) {
+  switch (layout) {
+    case v1::CODE_LAYOUT_CANONICAL:
+      return CodeLayout::kCanonical;
+    case v1::CODE_LAYOUT_COLUMNS:
+      return CodeLayout::kColumns;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("code layout ", static_cast<int>(layout),
+                       " is not supported: use CODE_LAYOUT_CANONICAL (unset) "
+                       "or CODE_LAYOUT_COLUMNS"));
+  }
+}
+
 absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
   switch (format) {
     case v1::WEIGHT_FORMAT_FP4:

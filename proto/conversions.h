@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/dtype.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.pb.h"
 
@@ -27,6 +28,10 @@ v1::DType ToProto(DType dtype);
 // values.
 absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format);
 absl::StatusOr<DType> FromProto(v1::DType dtype);
+
+v1::CodeLayout ToProto(CodeLayout layout);
+// INVALID_ARGUMENT, listing the valid values, for unknown values.
+absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout);
 
 // A proto's global_scale: 1 when unset (0), as every format but NVFP4 has.
 float GlobalScaleFromProto(float global_scale);

@@ -30,11 +30,11 @@ class RefusedStream final
 
 // What an upload of `spec` is reserved in --max_weight_bytes: the larger of
 // what it buffers (the canonical tensors and activation order, which
-// UploadAssembler holds without slack) and what it will hold resident once
-// packed. Both layouts coexist only at the commit, while the weight is packed
-// and written, so memory stays below twice the budget however many uploads
-// run; reserving their sum instead would refuse a weight that fits the budget
-// once packed.
+// UploadAssembler holds without slack; MXFP4 and NVFP4 columns take no more)
+// and what it will hold resident once packed. Two layouts coexist only at the
+// end, while columns are transposed or the weight is packed and written, so
+// memory stays below twice the budget however many uploads run; reserving
+// their sum instead would refuse a weight that fits the budget once packed.
 int64_t UploadReservationBytes(const WeightSpec& spec,
                                bool has_activation_order) {
   const int64_t order_bytes =
@@ -95,9 +95,13 @@ absl::Status NibbleServiceImpl::Upload(
       absl::StatusOr<std::vector<int32_t>> activation_order =
           ActivationOrderFromProto(request.header());
       if (!activation_order.ok()) return activation_order.status();
+      absl::StatusOr<CodeLayout> layout =
+          FromProto(request.header().code_layout());
+      if (!layout.ok()) return layout.status();
       const bool has_activation_order = !activation_order->empty();
-      if (absl::Status status = upload.OnHeader(request.header().name(), *spec,
-                                                *std::move(activation_order));
+      if (absl::Status status =
+              upload.OnHeader(request.header().name(), *spec,
+                              *std::move(activation_order), *layout);
           !status.ok()) {
         return status;
       }

@@ -23,9 +23,9 @@ constexpr WeightTensorKind kTensorOrder[] = {WeightTensorKind::kQweight,
 // with the chunks could leave up to twice its bytes allocated, past what the
 // upload reserved in the budget. Not at the header, which the server checks
 // against the budget first: a header may name 512 GiB.
-template <typename T>
-void AppendBytes(std::vector<T>& array, int64_t expected, int64_t received,
-                 absl::string_view data) {
+template <typename T, typename Allocator>
+void AppendBytes(std::vector<T, Allocator>& array, int64_t expected,
+                 int64_t received, absl::string_view data) {
   if (received == 0) ReserveBulk(array, (expected + sizeof(T) - 1) / sizeof(T));
   const size_t total = received + data.size();
   array.resize((total + sizeof(T) - 1) / sizeof(T));
@@ -52,7 +52,7 @@ int64_t UploadAssembler::ExpectedBytes(WeightTensorKind tensor) const {
     case WeightTensorKind::kQweight:
       return weight_.spec.qweight_bytes();
     case WeightTensorKind::kScales:
-      return weight_.spec.scales_bytes();
+      return ScalesBytes(weight_.spec, layout_);
     case WeightTensorKind::kZeros:
       return weight_.spec.zeros_bytes();
   }
@@ -61,7 +61,8 @@ int64_t UploadAssembler::ExpectedBytes(WeightTensorKind tensor) const {
 
 absl::Status UploadAssembler::OnHeader(absl::string_view name,
                                        const WeightSpec& spec,
-                                       std::vector<int32_t> activation_order) {
+                                       std::vector<int32_t> activation_order,
+                                       CodeLayout layout) {
   if (has_header_) {
     return absl::InvalidArgumentError(
         "upload sent a second header: send one header, then chunks");
@@ -74,8 +75,15 @@ absl::Status UploadAssembler::OnHeader(absl::string_view name,
       !status.ok()) {
     return status;
   }
+  if (layout == CodeLayout::kColumns && !HasColumnLayout(spec.format)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("code_layout COLUMNS is for mxfp4 and nvfp4 weights, not ",
+                     WeightFormatName(spec.format),
+                     ": send its qweight and scales in the canonical layout"));
+  }
   has_header_ = true;
   name_ = std::string(name);
+  layout_ = layout;
   weight_.spec = spec;
   weight_.activation_order = std::move(activation_order);
   return absl::OkStatus();
@@ -122,14 +130,20 @@ absl::Status UploadAssembler::OnChunk(WeightTensorKind tensor, uint64_t offset,
   switch (tensor) {
     case WeightTensorKind::kQweight:
       if (pack_codes_) {
-        if (!codes_.has_value()) codes_.emplace(weight_.spec);
+        if (!codes_.has_value()) codes_.emplace(weight_.spec, layout_);
         codes_->Append(data);
+      } else if (layout_ == CodeLayout::kColumns) {
+        AppendBytes(column_codes_, expected, received_[index], data);
       } else {
         AppendBytes(weight_.qweight, expected, received_[index], data);
       }
       break;
     case WeightTensorKind::kScales:
-      AppendBytes(weight_.scales, expected, received_[index], data);
+      if (layout_ == CodeLayout::kColumns) {
+        AppendBytes(column_scale_codes_, expected, received_[index], data);
+      } else {
+        AppendBytes(weight_.scales, expected, received_[index], data);
+      }
       break;
     case WeightTensorKind::kZeros:
       AppendBytes(weight_.zeros, expected, received_[index], data);
@@ -161,6 +175,14 @@ absl::StatusOr<QuantizedWeight> UploadAssembler::Finish() {
     return absl::InternalError("Finish on an upload that packs its codes");
   }
   if (absl::Status status = CheckComplete(); !status.ok()) return status;
+  if (layout_ == CodeLayout::kColumns) {
+    QuantizedWeight canonical = CanonicalFromColumns(
+        {weight_.spec, column_codes_.data(), column_scale_codes_.data()});
+    column_codes_ = {};
+    column_scale_codes_ = {};
+    weight_.qweight = std::move(canonical.qweight);
+    weight_.scales = std::move(canonical.scales);
+  }
   if (absl::Status status = weight_.Validate(); !status.ok()) return status;
   return std::move(weight_);
 }
@@ -170,6 +192,11 @@ absl::StatusOr<PackedWeight> UploadAssembler::FinishPacked() {
     return absl::InternalError("FinishPacked on an upload of canonical codes");
   }
   if (absl::Status status = CheckComplete(); !status.ok()) return status;
+  if (layout_ == CodeLayout::kColumns) {
+    return PackedWeight::PackWithColumnScales(
+        *std::move(codes_), column_scale_codes_.data(),
+        std::move(weight_.activation_order));
+  }
   return PackedWeight::PackWithCodes(*std::move(codes_), weight_);
 }
 

@@ -1,8 +1,10 @@
 // The state machine of one weight upload: a header, then every byte of the
 // weight's tensors in order (qweight, scales, zeros), each chunk at the offset
-// where the previous one ended. It builds the weight in the canonical layout,
-// or for a server that keeps no canonical weights packs its codes straight
-// into the CPU kernels' panels as they arrive, and hands it over only when
+// where the previous one ended, in the canonical layout or, for MXFP4 and
+// NVFP4, the column layout their checkpoints store (fp4_columns.h). It builds
+// the weight in the canonical layout, or for a server that keeps no canonical
+// weights packs its codes straight into the CPU kernels' panels as they
+// arrive, and hands it over only when
 // every byte has arrived; until then nothing is visible anywhere, so an
 // abandoned upload leaves no trace.
 //
@@ -24,6 +26,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/bulk_allocator.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
 
@@ -40,10 +44,12 @@ class UploadAssembler {
   // otherwise.
   explicit UploadAssembler(bool pack_codes = false) : pack_codes_(pack_codes) {}
 
-  // INVALID_ARGUMENT for a second header, a bad name, an invalid spec or an
-  // activation order that is not a permutation of 0..K-1 (empty for none).
+  // INVALID_ARGUMENT for a second header, a bad name, an invalid spec, an
+  // activation order that is not a permutation of 0..K-1 (empty for none) or
+  // kColumns for a format without a column layout.
   absl::Status OnHeader(absl::string_view name, const WeightSpec& spec,
-                        std::vector<int32_t> activation_order = {});
+                        std::vector<int32_t> activation_order = {},
+                        CodeLayout layout = CodeLayout::kCanonical);
 
   // INVALID_ARGUMENT, saying what was expected, for a chunk before the
   // header, of a tensor the format lacks, out of order, at the wrong offset,
@@ -69,9 +75,15 @@ class UploadAssembler {
   const bool pack_codes_;
   bool has_header_ = false;
   std::string name_;
+  CodeLayout layout_ = CodeLayout::kCanonical;
   // Filled in place as chunks arrive; sized to the bytes received so far,
-  // with capacity for exactly the spec's bytes.
+  // with capacity for exactly the spec's bytes. With kColumns, its qweight
+  // and scales come from the columns at the end.
   QuantizedWeight weight_;
+  // With kColumns: the codes (unless pack_codes_) and the scale codes, as
+  // they arrive.
+  std::vector<uint8_t, BulkAllocator<uint8_t>> column_codes_;
+  std::vector<uint8_t, BulkAllocator<uint8_t>> column_scale_codes_;
   // With pack_codes_: qweight's panels, from its first chunk on (not at the
   // header, which the server checks against the budget first).
   std::optional<PanelCodeWriter> codes_;

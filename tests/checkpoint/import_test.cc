@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -23,6 +24,7 @@
 #include "kernels/activation_order.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dtype.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
 #include "kernels/reference.h"
@@ -711,6 +713,57 @@ TEST(PlanImportTest, ImportsMxfp4ExpertsAndNvfp4LayersExactly) {
                               "group=16,")));
 }
 
+// The canonical weight that `weight`'s bytes hold, in either layout.
+QuantizedWeight CanonicalOf(const WeightBytes& weight) {
+  const auto* qweight = reinterpret_cast<const uint8_t*>(weight.qweight.data());
+  const auto* scales = reinterpret_cast<const uint8_t*>(weight.scales.data());
+  if (weight.layout == CodeLayout::kColumns) {
+    return CanonicalFromColumns({weight.spec, qweight, scales});
+  }
+  QuantizedWeight canonical;
+  canonical.spec = weight.spec;
+  canonical.qweight.resize(weight.qweight.size() / sizeof(uint32_t));
+  std::memcpy(canonical.qweight.data(), qweight, weight.qweight.size());
+  canonical.scales.resize(weight.scales.size() / sizeof(uint16_t));
+  std::memcpy(canonical.scales.data(), scales, weight.scales.size());
+  canonical.zeros.assign(weight.zeros.begin(), weight.zeros.end());
+  return canonical;
+}
+
+bool IsFp4Layer(const ImportLayer& layer) {
+  return layer.layout == CheckpointLayout::kMxfp4 ||
+         layer.layout == CheckpointLayout::kNvfp4;
+}
+
+// Checks that ExecuteImport handed the plan's layers for which `apart` holds
+// (`apart_count` of them) to the function that `handed_apart` records, each
+// other layer to the one that `canonical` records, and all of them in plan
+// order (`order`).
+template <typename Weights>
+void ExpectLayersHandedApart(
+    const ImportPlan& plan, bool (*apart)(const ImportLayer&),
+    size_t apart_count, const Weights& handed_apart,
+    const std::map<std::string, QuantizedWeight>& canonical,
+    const std::vector<std::string>& order) {
+  std::vector<std::string> planned;
+  for (const ImportLayer& layer : plan.layers) {
+    planned.push_back(layer.name);
+    EXPECT_EQ(handed_apart.contains(layer.name), apart(layer)) << layer.name;
+    EXPECT_EQ(canonical.contains(layer.name), !apart(layer)) << layer.name;
+  }
+  EXPECT_EQ(order, planned);
+  EXPECT_EQ(handed_apart.size(), apart_count);
+}
+
+// The canonical weight of an MXFP4 or NVFP4 layer of the plan.
+absl::StatusOr<QuantizedWeight> ConvertFp4Layer(const SafetensorsFile& file,
+                                                const ImportLayer& layer) {
+  return layer.layout == CheckpointLayout::kMxfp4
+             ? checkpoint::ConvertMxfp4Weight(
+                   file, layer.prefix, std::max<int64_t>(layer.expert, 0))
+             : checkpoint::ConvertNvfp4Weight(file, layer.prefix);
+}
+
 TEST(ExecuteImportTest, HandsPackedFp4LayersToUploadPacked) {
   constexpr uint64_t kSeed = 12;
   SCOPED_TRACE(absl::StrCat("seed=", kSeed));
@@ -738,27 +791,78 @@ TEST(ExecuteImportTest, HandsPackedFp4LayersToUploadPacked) {
       progress);
   ASSERT_TRUE(report.status.ok()) << report.status;
 
-  std::vector<std::string> planned;
+  ExpectLayersHandedApart(*plan, IsFp4Layer, 5, packed, canonical, order);
   for (const ImportLayer& layer : plan->layers) {
-    planned.push_back(layer.name);
-    const bool is_fp4 = layer.layout == CheckpointLayout::kMxfp4 ||
-                        layer.layout == CheckpointLayout::kNvfp4;
-    EXPECT_EQ(packed.contains(layer.name), is_fp4) << layer.name;
-    EXPECT_EQ(canonical.contains(layer.name), !is_fp4) << layer.name;
-    if (!is_fp4) continue;
+    if (!IsFp4Layer(layer)) continue;
     SCOPED_TRACE(layer.name);
     const absl::StatusOr<QuantizedWeight> converted =
-        layer.layout == CheckpointLayout::kMxfp4
-            ? checkpoint::ConvertMxfp4Weight(file, layer.prefix,
-                                             std::max<int64_t>(layer.expert, 0))
-            : checkpoint::ConvertNvfp4Weight(file, layer.prefix);
+        ConvertFp4Layer(file, layer);
     ASSERT_TRUE(converted.ok()) << converted.status();
     const absl::StatusOr<PackedWeight> want = PackedWeight::Pack(*converted);
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_TRUE(testing::SamePanels(packed.at(layer.name), *want));
   }
-  EXPECT_EQ(order, planned);
-  EXPECT_EQ(packed.size(), 5u);
+}
+
+TEST(ExecuteImportTest, HandsFileBytesToUploadBytes) {
+  constexpr uint64_t kSeed = 13;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const Fp4Model model(kSeed);
+  const SafetensorsFile file = MakeFile(model.tensors);
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // The codes handed over must be the file's own bytes.
+  const absl::string_view file_bytes(
+      reinterpret_cast<const char*>(file.bytes().data()), file.bytes().size());
+
+  std::map<std::string, QuantizedWeight> canonical;
+  std::map<std::string, QuantizedWeight> from_bytes;
+  std::vector<std::string> order;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view name) {
+        canonical.emplace(name, weight);
+        order.emplace_back(name);
+        return absl::OkStatus();
+      },
+      [&](const WeightBytes& weight, absl::string_view name) {
+        EXPECT_TRUE(weight.CheckSizes().ok()) << name << weight.CheckSizes();
+        EXPECT_GE(weight.qweight.data(), file_bytes.data()) << name;
+        EXPECT_LE(weight.qweight.data() + weight.qweight.size(),
+                  file_bytes.data() + file_bytes.size())
+            << name;
+        from_bytes.emplace(name, CanonicalOf(weight));
+        order.emplace_back(name);
+        return absl::OkStatus();
+      },
+      progress);
+  ASSERT_TRUE(report.status.ok()) << report.status;
+
+  const auto from_file = [](const ImportLayer& layer) {
+    return IsFp4Layer(layer) || layer.layout == CheckpointLayout::kGptq;
+  };
+  // 5 FP4 layers and 2 GPTQ ones.
+  ExpectLayersHandedApart(*plan, +from_file, 7, from_bytes, canonical, order);
+  for (const ImportLayer& layer : plan->layers) {
+    if (!from_file(layer)) continue;
+    SCOPED_TRACE(layer.name);
+    absl::StatusOr<QuantizedWeight> want;
+    if (IsFp4Layer(layer)) {
+      want = ConvertFp4Layer(file, layer);
+    } else {
+      absl::StatusOr<checkpoint::GptqWeight> gptq =
+          checkpoint::ConvertGptqWeight(file, layer.prefix);
+      ASSERT_TRUE(gptq.ok()) << gptq.status();
+      want = std::move(gptq->weight);
+    }
+    ASSERT_TRUE(want.ok()) << want.status();
+    const QuantizedWeight& got = from_bytes.at(layer.name);
+    EXPECT_EQ(got.spec, want->spec);
+    EXPECT_EQ(got.qweight, want->qweight);
+    EXPECT_EQ(got.scales, want->scales);
+    EXPECT_EQ(got.zeros, want->zeros);
+  }
 }
 
 TEST(PlanImportTest, RefusesABadNvfp4LayerBeforeUploading) {

@@ -15,12 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
 #include "inference/grpc_predict_v2.pb.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/tuning_table.h"
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.pb.h"
 #include "proto/conversions.h"
 #include "server/weight_file.h"
 #include "tests/fuzz/fuzz_messages.h"
+#include "tests/kernels/column_layout.h"
 
 namespace {
 
@@ -61,16 +63,26 @@ std::string Bytes(const std::vector<T>& array) {
                      array.size() * sizeof(T));
 }
 
-// An upload as a client sends it, each tensor in two chunks.
-std::vector<std::string> UploadMessages(const nibble::QuantizedWeight& weight) {
+// An upload as a client sends it, each tensor in two chunks; MXFP4 and NVFP4
+// weights in `layout`.
+std::vector<std::string> UploadMessages(
+    const nibble::QuantizedWeight& weight,
+    nibble::CodeLayout layout = nibble::CodeLayout::kCanonical) {
   v1::UploadWeightRequest header;
   nibble::FillWeightHeader("seed", weight.spec, weight.activation_order,
                            header.mutable_header());
+  header.mutable_header()->set_code_layout(nibble::ToProto(layout));
   std::vector<std::string> messages = {header.SerializeAsString()};
-  const std::pair<v1::WeightTensor, std::string> tensors[] = {
+  std::pair<v1::WeightTensor, std::string> tensors[] = {
       {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},
       {v1::WEIGHT_TENSOR_SCALES, Bytes(weight.scales)},
       {v1::WEIGHT_TENSOR_ZEROS, Bytes(weight.zeros)}};
+  if (layout == nibble::CodeLayout::kColumns) {
+    const nibble::testing::ColumnLayout columns =
+        nibble::testing::ToColumns(weight);
+    tensors[0].second = Bytes(columns.codes);
+    tensors[1].second = Bytes(columns.scale_codes);
+  }
   for (const auto& [tensor, bytes] : tensors) {
     const size_t half = bytes.size() / 2;
     for (size_t offset : {size_t{0}, half}) {
@@ -172,6 +184,11 @@ int main(int argc, char** argv) {
                          nibble::server::SerializeWeightFile("seed", weight));
     written &= WriteSeed(uploads, SeedName(spec),
                          nibble::fuzz::JoinMessages(UploadMessages(weight)));
+    if (nibble::HasColumnLayout(spec.format)) {
+      written &= WriteSeed(uploads, SeedName(spec) + "_columns",
+                           nibble::fuzz::JoinMessages(UploadMessages(
+                               weight, nibble::CodeLayout::kColumns)));
+    }
   }
   // A GPTQ act-order weight: version 2 files, headers with an order.
   nibble::QuantizedWeight act_order =

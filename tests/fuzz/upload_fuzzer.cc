@@ -3,7 +3,8 @@
 // UploadAssembler the way NibbleServiceImpl::Upload feeds it, and to one that
 // packs its codes as they arrive, which must answer every message alike. A
 // weight they complete must match its header, hold exactly the bytes the
-// chunks carried, and pack into the same panels both ways.
+// chunks carried (transposed, for MXFP4 and NVFP4 columns), and pack into the
+// same panels both ways.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
 #include "nibble/v1/nibble.pb.h"
 #include "proto/conversions.h"
@@ -23,6 +25,7 @@
 
 namespace {
 
+using nibble::CodeLayout;
 using nibble::QuantizedWeight;
 using nibble::WeightSpec;
 using nibble::server::UploadAssembler;
@@ -68,6 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   UploadAssembler packing(/*pack_codes=*/true);
   WeightSpec header_spec;
   std::vector<int32_t> header_order;
+  CodeLayout header_layout = CodeLayout::kCanonical;
   std::string sent[3];  // the chunks' bytes, by WeightTensorKind
   for (absl::string_view message : nibble::fuzz::SplitMessages(
            absl::string_view(reinterpret_cast<const char*>(data), size))) {
@@ -79,14 +83,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       absl::StatusOr<std::vector<int32_t>> order =
           nibble::ActivationOrderFromProto(request.header());
       if (!order.ok()) return 0;
+      absl::StatusOr<CodeLayout> layout =
+          nibble::FromProto(request.header().code_layout());
+      if (!layout.ok()) return 0;
       const absl::Status status =
-          upload.OnHeader(request.header().name(), *spec, *order);
-      FUZZ_CHECK(status ==
-                 packing.OnHeader(request.header().name(), *spec, *order));
+          upload.OnHeader(request.header().name(), *spec, *order, *layout);
+      FUZZ_CHECK(status == packing.OnHeader(request.header().name(), *spec,
+                                            *order, *layout));
       if (!status.ok()) return 0;
       if (spec->canonical_bytes() > kBudgetBytes) return 0;
       header_spec = *spec;
       header_order = *std::move(order);
+      header_layout = *layout;
     } else if (request.has_chunk()) {
       absl::StatusOr<WeightTensorKind> tensor =
           nibble::server::TensorFromProto(request.chunk().tensor());
@@ -109,12 +117,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(weight->spec == header_spec);
   FUZZ_CHECK(weight->activation_order == header_order);
   FUZZ_CHECK(weight->Validate().ok());
-  FUZZ_CHECK(BytesOf(weight->qweight) == sent[0]);
-  FUZZ_CHECK(BytesOf(weight->scales) == sent[1]);
+  if (header_layout == CodeLayout::kColumns) {
+    const nibble::Fp4Columns columns{
+        header_spec, reinterpret_cast<const uint8_t*>(sent[0].data()),
+        reinterpret_cast<const uint8_t*>(sent[1].data())};
+    FUZZ_CHECK(static_cast<int64_t>(sent[0].size()) == columns.code_bytes());
+    FUZZ_CHECK(static_cast<int64_t>(sent[1].size()) ==
+               columns.scale_code_bytes());
+    const QuantizedWeight canonical = nibble::CanonicalFromColumns(columns);
+    FUZZ_CHECK(weight->qweight == canonical.qweight);
+    FUZZ_CHECK(weight->scales == canonical.scales);
+  } else {
+    FUZZ_CHECK(BytesOf(weight->qweight) == sent[0]);
+    FUZZ_CHECK(BytesOf(weight->scales) == sent[1]);
+    FUZZ_CHECK(static_cast<int64_t>(sent[0].size() + sent[1].size() +
+                                    sent[2].size()) ==
+               header_spec.canonical_bytes());
+  }
   FUZZ_CHECK(BytesOf(weight->zeros) == sent[2]);
-  FUZZ_CHECK(
-      static_cast<int64_t>(sent[0].size() + sent[1].size() + sent[2].size()) ==
-      header_spec.canonical_bytes());
   absl::StatusOr<nibble::PackedWeight> canonical_packed =
       nibble::PackedWeight::Pack(*weight);
   FUZZ_CHECK(canonical_packed.ok());

@@ -472,6 +472,23 @@ std::vector<BadInput> UploadRows() {
                        }));
        },
        INVALID_ARGUMENT, "weight format 77 is not supported"},
+      {"Upload_Hostile_UnknownCodeLayout",
+       [](Clients& c) {
+         return Upload(c, Edited(GoodUpload("layout-9"), [](auto& m) {
+                         m[0].mutable_header()->set_code_layout(
+                             static_cast<v1::CodeLayout>(9));
+                       }));
+       },
+       INVALID_ARGUMENT, "code layout 9 is not supported"},
+      {"Upload_Invalid_ColumnLayoutOfAFormatWithout",
+       [](Clients& c) {
+         return Upload(
+             c, Edited(GoodUpload("u4b8-columns"), [](auto& m) {
+               m[0].mutable_header()->set_code_layout(v1::CODE_LAYOUT_COLUMNS);
+             }));
+       },
+       INVALID_ARGUMENT,
+       "code_layout COLUMNS is for mxfp4 and nvfp4 weights, not u4b8"},
       {"Upload_Hostile_NameDotDotSlash",
        [](Clients& c) { return Upload(c, GoodUpload("../x")); },
        INVALID_ARGUMENT, "weight name \"../x\" must not start with '.'"},

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,9 +28,13 @@ namespace {
 
 using ::nibble::checkpoint::testing::AwqTensors;
 using ::nibble::checkpoint::testing::FloatWeightTensor;
+using ::nibble::checkpoint::testing::Fp4ProducerWeight;
 using ::nibble::checkpoint::testing::GIdxTensor;
 using ::nibble::checkpoint::testing::GptqTensors;
+using ::nibble::checkpoint::testing::Mxfp4Tensors;
+using ::nibble::checkpoint::testing::Nvfp4Tensors;
 using ::nibble::checkpoint::testing::ProducerWeight;
+using ::nibble::checkpoint::testing::RandomFp4ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
 using ::nibble::checkpoint::testing::SerializeTensors;
 using ::nibble::checkpoint::testing::Tensor;
@@ -60,6 +65,22 @@ class CliTest : public ::testing::TestWithParam<std::tuple<WeightFormat, int>> {
     return testing::RunCommand(absl::StrCat(NIBBLE_CLI_PATH, " ", args,
                                             " --target=", server_->target()),
                                &output_);
+  }
+
+  // C of `nibble matmul` on weight `name` for f32 activations `a` [m, K],
+  // through files; empty when the command fails, output_ saying why.
+  std::vector<double> MatmulThroughFiles(const std::string& name,
+                                         const testing::Activations& a,
+                                         int64_t m) {
+    const std::string input = absl::StrCat(dir_, "/", name, ".a");
+    const std::string output = absl::StrCat(dir_, "/", name, ".c");
+    testing::WriteFile(input, a.bytes);
+    if (Nibble(absl::StrCat("matmul --name=", name, " --m=", m,
+                            " --dtype=f32 --input=", input,
+                            " --output=", output)) != 0) {
+      return {};
+    }
+    return testing::OutputValues(ReadFile(output), DType::kF32);
   }
 
   std::unique_ptr<testing::NibbledProcess> server_;
@@ -294,16 +315,8 @@ TEST_F(CliWorkflowTest, ImportMultipliesLikeTheCheckpoint) {
     SCOPED_TRACE(weight.name);
     const testing::Activations a =
         testing::RandomActivations(kM, kK, DType::kF32, kSeed + 3);
-    const std::string input = absl::StrCat(dir_, "/", weight.name, ".a");
-    const std::string output = absl::StrCat(dir_, "/", weight.name, ".c");
-    testing::WriteFile(input, a.bytes);
-    ASSERT_EQ(Nibble(absl::StrCat("matmul --name=", weight.name, " --m=", kM,
-                                  " --dtype=f32 --input=", input,
-                                  " --output=", output)),
-              0)
-        << output_;
-    const std::vector<double> c =
-        testing::OutputValues(ReadFile(output), DType::kF32);
+    const std::vector<double> c = MatmulThroughFiles(weight.name, a, kM);
+    ASSERT_FALSE(c.empty()) << output_;
     EXPECT_LE(MaxRelativeError(
                   c, Float64Matmul(a.values, kM, kK, weight.n, weight.b)),
               1e-4);
@@ -386,6 +399,65 @@ TEST_F(CliWorkflowTest, ImportsAnActOrderLayerThatMultipliesLikeTheCheckpoint) {
             2)
       << output_;
   EXPECT_THAT(output_, HasSubstr("act-order"));
+}
+
+TEST_F(CliWorkflowTest,
+       ImportsMxfp4AndNvfp4LayersThatMultiplyLikeTheCheckpoint) {
+  constexpr uint64_t kSeed = 47;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const std::vector<Fp4ProducerWeight> experts = {
+      RandomFp4ProducerWeight(kSeed, 24, 128, 32),
+      RandomFp4ProducerWeight(kSeed + 1, 24, 128, 32)};
+  // K = 80: 10 words a column, not a whole number of 4-word runs.
+  const Fp4ProducerWeight nvfp4 =
+      RandomFp4ProducerWeight(kSeed + 2, 37, 80, 16);
+  std::vector<Tensor> tensors =
+      Mxfp4Tensors("model.layers.0.mlp.experts.down_proj", experts);
+  for (Tensor& tensor :
+       Nvfp4Tensors("model.layers.0.self_attn.o_proj", nvfp4)) {
+    tensors.push_back(std::move(tensor));
+  }
+  const std::string path = absl::StrCat(dir_, "/fp4.safetensors");
+  testing::WriteFile(path, SerializeTensors(tensors));
+  const std::pair<std::string, const Fp4ProducerWeight*> imported[] = {
+      {"model.layers.0.mlp.experts.down_proj.0", &experts[0]},
+      {"model.layers.0.mlp.experts.down_proj.1", &experts[1]},
+      {"model.layers.0.self_attn.o_proj", &nvfp4}};
+
+  // The columns go to a server that packs them as they arrive, then to one
+  // that keeps canonical weights (--data_dir) and transposes them.
+  for (const bool keeps_canonical : {false, true}) {
+    SCOPED_TRACE(keeps_canonical ? "with --data_dir" : "without --data_dir");
+    if (keeps_canonical) {
+      server_.reset();
+      absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+          testing::NibbledProcess::Start(
+              NIBBLED_PATH,
+              {"--threads=2",
+               "--data_dir=" + testing::FreshDirectory("fp4_import")});
+      ASSERT_TRUE(server.ok()) << server.status();
+      server_ = *std::move(server);
+    }
+    ASSERT_EQ(Nibble(absl::StrCat("import --file=", path)), 0) << output_;
+    EXPECT_THAT(output_,
+                AllOf(HasSubstr("(mxfp4 → mxfp4, k=128 n=24 group=32,"),
+                      HasSubstr("(nvfp4 → nvfp4, k=80 n=37 group=16,"),
+                      HasSubstr("imported: 3 layers from ")));
+    constexpr int64_t kM = 3;
+    for (const auto& [name, weight] : imported) {
+      SCOPED_TRACE(name);
+      const testing::Activations a =
+          testing::RandomActivations(kM, weight->k, DType::kF32, kSeed + 3);
+      const std::vector<double> c = MatmulThroughFiles(name, a, kM);
+      ASSERT_FALSE(c.empty()) << output_;
+      EXPECT_LE(MaxRelativeError(
+                    c, Float64Matmul(a.values, kM, weight->k, weight->n,
+                                     [&](int64_t row, int64_t col) {
+                                       return weight->Dequantized(row, col);
+                                     })),
+                1e-4);
+    }
+  }
 }
 
 TEST_F(CliWorkflowTest, HealthIsServing) {

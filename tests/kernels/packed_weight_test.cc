@@ -1,6 +1,6 @@
 // Tests that PackedWeight::Pack regroups the canonical layout into panels,
 // and that PackColumns and PanelCodeWriter make the same panels from
-// checkpoint columns and from codes arriving in pieces.
+// checkpoint columns and from codes arriving in pieces, in either layout.
 #include "kernels/packed_weight.h"
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernels/dequant.h"
 #include "kernels/weight_format.h"
+#include "tests/kernels/column_layout.h"
 #include "tests/kernels/same_panels.h"
 
 namespace nibble {
@@ -159,31 +160,6 @@ TEST(PackedWeightPackTest, KeepsTheActivationOrderAndCountsIt) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// `weight`'s codes and 8-bit scale codes as MXFP4 and NVFP4 checkpoints
-// store them: [N][K/2] bytes and [N][K/group].
-struct ColumnLayout {
-  std::vector<uint8_t> codes;
-  std::vector<uint8_t> scale_codes;
-};
-
-ColumnLayout ToColumns(const QuantizedWeight& weight) {
-  const WeightSpec& spec = weight.spec;
-  ColumnLayout columns;
-  columns.codes.resize(spec.n * spec.k / 2);
-  columns.scale_codes.resize(spec.n * spec.groups());
-  for (int64_t col = 0; col < spec.n; ++col) {
-    for (int64_t row = 0; row < spec.k; row += 2) {
-      columns.codes[(col * spec.k + row) / 2] = static_cast<uint8_t>(
-          weight.Code(row, col) | weight.Code(row + 1, col) << 4);
-    }
-    for (int64_t group = 0; group < spec.groups(); ++group) {
-      columns.scale_codes[col * spec.groups() + group] =
-          static_cast<uint8_t>(weight.scales[group * spec.n + col]);
-    }
-  }
-  return columns;
-}
-
 TEST(PackedWeightPackColumnsTest, PacksAsPackDoesFromTheCanonicalWeight) {
   constexpr uint64_t kSeed = 41;
   for (const WeightSpec& spec :
@@ -194,10 +170,10 @@ TEST(PackedWeightPackColumnsTest, PacksAsPackDoesFromTheCanonicalWeight) {
         WeightSpec{WeightFormat::kNvfp4, 4096, 72, 16, 0.25f}}) {
     SCOPED_TRACE(absl::StrCat(spec.DebugString(), ", seed ", kSeed));
     const QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
-    const ColumnLayout columns = ToColumns(weight);
+    const testing::ColumnLayout columns = testing::ToColumns(weight);
     const absl::StatusOr<PackedWeight> want = PackedWeight::Pack(weight);
-    const absl::StatusOr<PackedWeight> got = PackedWeight::PackColumns(
-        spec, columns.codes.data(), columns.scale_codes.data());
+    const absl::StatusOr<PackedWeight> got =
+        PackedWeight::PackColumns(columns.View(spec));
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(testing::SamePanels(*got, *want));
@@ -206,52 +182,113 @@ TEST(PackedWeightPackColumnsTest, PacksAsPackDoesFromTheCanonicalWeight) {
 
 TEST(PackedWeightPackColumnsTest, RefusesNaNScalesAndOtherFormats) {
   const WeightSpec spec{WeightFormat::kNvfp4, 64, 24, 16, 0.25f};
-  ColumnLayout columns = ToColumns(RandomQuantizedWeight(spec, /*seed=*/3));
+  testing::ColumnLayout columns =
+      testing::ToColumns(RandomQuantizedWeight(spec, /*seed=*/3));
   columns.scale_codes[5 * spec.groups() + 2] = 0xff;
-  absl::Status status = PackedWeight::PackColumns(spec, columns.codes.data(),
-                                                  columns.scale_codes.data())
-                            .status();
+  absl::Status status = PackedWeight::PackColumns(columns.View(spec)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "scale of column 5, group 2 is NaN (E4M3 code 0xff): scales must "
             "be finite");
 
   const WeightSpec fp4{WeightFormat::kFp4, 64, 24, 32};
-  status = PackedWeight::PackColumns(fp4, columns.codes.data(),
-                                     columns.scale_codes.data())
-               .status();
+  status = PackedWeight::PackColumns(columns.View(fp4)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "PackColumns takes mxfp4 or nvfp4 weights, not fp4");
 }
 
-// Writes `weight`'s qweight to `codes` in pieces of random sizes, from one
-// byte to three rows, so that pieces end inside words and rows.
-void AppendInPieces(const QuantizedWeight& weight, uint64_t seed,
+TEST(PackedWeightPackColumnsTest,
+     KeepsAnActivationOrderAndRefusesMissingCodes) {
+  constexpr uint64_t kSeed = 9;
+  SCOPED_TRACE(absl::StrCat("seed ", kSeed));
+  const WeightSpec spec{WeightFormat::kMxfp4, 64, 24, 32};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+  const testing::ColumnLayout columns = testing::ToColumns(weight);
+  const absl::string_view code_bytes(
+      reinterpret_cast<const char*>(columns.codes.data()),
+      columns.codes.size());
+  const auto codes_of = [&spec](absl::string_view bytes) {
+    PanelCodeWriter codes(spec, CodeLayout::kColumns);
+    codes.Append(bytes);
+    return codes;
+  };
+
+  const absl::StatusOr<PackedWeight> got = PackedWeight::PackWithColumnScales(
+      codes_of(code_bytes), columns.scale_codes.data(),
+      weight.activation_order);
+  const absl::StatusOr<PackedWeight> want = PackedWeight::Pack(weight);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(testing::SamePanels(*got, *want));
+  EXPECT_EQ(got->activation_order(), want->activation_order());
+
+  std::vector<int32_t> repeated = weight.activation_order;
+  repeated[1] = repeated[2];
+  EXPECT_EQ(PackedWeight::PackWithColumnScales(
+                codes_of(code_bytes), columns.scale_codes.data(), repeated)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  const absl::Status short_codes =
+      PackedWeight::PackWithColumnScales(codes_of(code_bytes.substr(0, 100)),
+                                         columns.scale_codes.data())
+          .status();
+  EXPECT_EQ(short_codes.message(),
+            "qweight has 100 bytes, the shape needs 768");
+}
+
+// Writes `bytes` to `codes` in pieces of random sizes, from one byte to three
+// units (rows of words, or panels' columns), so that pieces end inside words
+// and units.
+void AppendInPieces(absl::string_view bytes, size_t unit_bytes, uint64_t seed,
                     PanelCodeWriter& codes) {
-  const std::string bytes(reinterpret_cast<const char*>(weight.qweight.data()),
-                          weight.qweight.size() * sizeof(uint32_t));
-  const size_t row_bytes = weight.spec.n * sizeof(uint32_t);
   std::mt19937_64 rng(seed);
   for (size_t offset = 0; offset < bytes.size();) {
     const size_t size =
-        std::min(bytes.size() - offset, size_t{1} + rng() % (3 * row_bytes));
-    codes.Append(absl::string_view(bytes).substr(offset, size));
+        std::min(bytes.size() - offset, size_t{1} + rng() % (3 * unit_bytes));
+    codes.Append(bytes.substr(offset, size));
     offset += size;
   }
 }
 
+absl::string_view QweightBytes(const QuantizedWeight& weight) {
+  return absl::string_view(reinterpret_cast<const char*>(weight.qweight.data()),
+                           weight.qweight.size() * sizeof(uint32_t));
+}
+
 TEST(PanelCodeWriterTest, PacksCodesArrivingInPiecesAsPackDoes) {
-  for (const WeightSpec& spec :
-       {WeightSpec{WeightFormat::kU4b8, 128, 40, 32},
-        WeightSpec{WeightFormat::kU4, 256, 16, 64},
-        WeightSpec{WeightFormat::kFp4, 64, 33, 32},
-        WeightSpec{WeightFormat::kNvfp4, 96, 24, 16, 0.5f}}) {
+  struct Case {
+    WeightSpec spec;
+    CodeLayout layout;
+  };
+  for (const auto& [spec, layout] : {
+           Case{{WeightFormat::kU4b8, 128, 40, 32}, CodeLayout::kCanonical},
+           Case{{WeightFormat::kU4, 256, 16, 64}, CodeLayout::kCanonical},
+           Case{{WeightFormat::kFp4, 64, 33, 32}, CodeLayout::kCanonical},
+           Case{{WeightFormat::kNvfp4, 96, 24, 16, 0.5f},
+                CodeLayout::kCanonical},
+           Case{{WeightFormat::kMxfp4, 128, 40, 32}, CodeLayout::kColumns},
+           Case{{WeightFormat::kNvfp4, 48, 37, 16, 0.5f}, CodeLayout::kColumns},
+           Case{{WeightFormat::kNvfp4, 64, 16, 16, 2.0f}, CodeLayout::kColumns},
+       }) {
     for (uint64_t seed = 1; seed <= 3; ++seed) {
-      SCOPED_TRACE(absl::StrCat(spec.DebugString(), ", seed ", seed));
+      SCOPED_TRACE(absl::StrCat(
+          spec.DebugString(), layout == CodeLayout::kColumns ? ", columns" : "",
+          ", seed ", seed));
       const QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
-      PanelCodeWriter codes(spec);
-      AppendInPieces(weight, seed, codes);
+      const testing::ColumnLayout columns = testing::ToColumns(weight);
+      PanelCodeWriter codes(spec, layout);
+      if (layout == CodeLayout::kColumns) {
+        AppendInPieces(absl::string_view(
+                           reinterpret_cast<const char*>(columns.codes.data()),
+                           columns.codes.size()),
+                       kWidth * spec.k / 2, seed, codes);
+      } else {
+        AppendInPieces(QweightBytes(weight), spec.n * sizeof(uint32_t), seed,
+                       codes);
+      }
       EXPECT_EQ(codes.received_bytes(), spec.qweight_bytes());
       QuantizedWeight rest = weight;
       rest.qweight.clear();
@@ -268,9 +305,8 @@ TEST(PanelCodeWriterTest, PacksCodesArrivingInPiecesAsPackDoes) {
 TEST(PanelCodeWriterTest, RefusesMissingCodesAndWhatPackRefuses) {
   const WeightSpec spec{WeightFormat::kU4, 64, 40, 32};
   const QuantizedWeight weight = RandomQuantizedWeight(spec, /*seed=*/7);
-  PanelCodeWriter short_codes(spec);
-  short_codes.Append(absl::string_view(
-      reinterpret_cast<const char*>(weight.qweight.data()), 100));
+  PanelCodeWriter short_codes(spec, CodeLayout::kCanonical);
+  short_codes.Append(QweightBytes(weight).substr(0, 100));
   absl::Status status =
       PackedWeight::PackWithCodes(std::move(short_codes), weight).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
@@ -278,8 +314,9 @@ TEST(PanelCodeWriterTest, RefusesMissingCodesAndWhatPackRefuses) {
 
   QuantizedWeight large_zero = weight;
   large_zero.zeros.back() = 16;
-  PanelCodeWriter codes(spec);
-  AppendInPieces(weight, /*seed=*/7, codes);
+  PanelCodeWriter codes(spec, CodeLayout::kCanonical);
+  AppendInPieces(QweightBytes(weight), spec.n * sizeof(uint32_t), /*seed=*/7,
+                 codes);
   status = PackedWeight::PackWithCodes(std::move(codes), large_zero).status();
   EXPECT_EQ(status, PackedWeight::Pack(large_zero).status());
 }

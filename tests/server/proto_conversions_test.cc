@@ -52,6 +52,20 @@ TEST(WeightFormatProtoTest, EveryFormatRoundTrips) {
               HasSubstr("WEIGHT_FORMAT_MXFP4 or WEIGHT_FORMAT_NVFP4"));
 }
 
+TEST(CodeLayoutProtoTest, EveryLayoutRoundTripsAndUnsetIsCanonical) {
+  for (CodeLayout layout : {CodeLayout::kCanonical, CodeLayout::kColumns}) {
+    const absl::StatusOr<CodeLayout> back = FromProto(ToProto(layout));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, layout);
+  }
+  EXPECT_EQ(*FromProto(v1::WeightHeader().code_layout()),
+            CodeLayout::kCanonical);
+  EXPECT_THAT(
+      FromProto(static_cast<v1::CodeLayout>(9)).status().message(),
+      HasSubstr("code layout 9 is not supported: use "
+                "CODE_LAYOUT_CANONICAL (unset) or CODE_LAYOUT_COLUMNS"));
+}
+
 TEST(WeightFormatProtoTest, AnUnsetGlobalScaleIsOne) {
   v1::WeightHeader header;
   header.set_format(v1::WEIGHT_FORMAT_NVFP4);

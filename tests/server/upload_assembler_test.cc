@@ -5,12 +5,15 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
+#include "tests/kernels/column_layout.h"
 #include "tests/kernels/same_panels.h"
 
 namespace nibble::server {
@@ -62,6 +65,18 @@ absl::Status SendWeightInChunks(UploadAssembler& upload,
                       rng, 5);
 }
 
+// Checks that `upload`, complete, hands over the panels that Pack makes of
+// `sent`, with its activation order.
+void ExpectPacksAsPackDoes(UploadAssembler& upload,
+                           const QuantizedWeight& sent) {
+  absl::StatusOr<PackedWeight> received = upload.FinishPacked();
+  ASSERT_TRUE(received.ok()) << received.status();
+  absl::StatusOr<PackedWeight> want = PackedWeight::Pack(sent);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(nibble::testing::SamePanels(*received, *want));
+  EXPECT_EQ(received->activation_order(), want->activation_order());
+}
+
 class UploadAssemblerRoundTripTest
     : public ::testing::TestWithParam<WeightFormat> {};
 
@@ -99,12 +114,7 @@ TEST_P(UploadAssemblerRoundTripTest, PacksTheCodesAsTheyArrive) {
   // Chunks up to three rows of qweight, ending inside words and rows.
   ASSERT_TRUE(SendWeightInChunks(upload, sent, rng, 3 * 4 * spec.n).ok());
   EXPECT_EQ(upload.Finish().status().code(), absl::StatusCode::kInternal);
-  absl::StatusOr<PackedWeight> received = upload.FinishPacked();
-  ASSERT_TRUE(received.ok()) << received.status();
-  absl::StatusOr<PackedWeight> want = PackedWeight::Pack(sent);
-  ASSERT_TRUE(want.ok()) << want.status();
-  EXPECT_TRUE(nibble::testing::SamePanels(*received, *want));
-  EXPECT_EQ(received->activation_order(), want->activation_order());
+  ExpectPacksAsPackDoes(upload, sent);
 }
 
 TEST(UploadAssemblerTest, KeepsTheHeadersActivationOrder) {
@@ -150,6 +160,58 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, UploadAssemblerRoundTripTest,
                          [](const auto& info) {
                            return std::string(WeightFormatName(info.param));
                          });
+
+// MXFP4 and NVFP4 weights in the column layout of their checkpoints, into an
+// assembler that keeps the canonical weight or one that packs the codes.
+class UploadAssemblerColumnsTest
+    : public ::testing::TestWithParam<std::tuple<WeightFormat, bool>> {};
+
+TEST_P(UploadAssemblerColumnsTest, TakesTheCheckpointsColumns) {
+  const auto [format, pack_codes] = GetParam();
+  const uint64_t seed = 31;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  // N = 37: the last panel is short.
+  const WeightSpec spec = format == WeightFormat::kMxfp4
+                              ? WeightSpec{format, 256, 37, 32}
+                              : WeightSpec{format, 240, 37, 16, 0.5f};
+  QuantizedWeight sent = RandomQuantizedWeight(spec, seed);
+  sent.activation_order = RandomActivationOrder(spec.k, seed);
+  const nibble::testing::ColumnLayout columns =
+      nibble::testing::ToColumns(sent);
+  std::mt19937_64 rng(seed);
+  UploadAssembler upload(pack_codes);
+  ASSERT_TRUE(
+      upload.OnHeader("w", spec, sent.activation_order, CodeLayout::kColumns)
+          .ok());
+  // Chunks up to three panels of columns, ending inside columns and panels.
+  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kQweight,
+                           Bytes(columns.codes), rng,
+                           3 * PackedWeight::kPanelWidth * spec.k / 2)
+                  .ok());
+  ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kScales,
+                           Bytes(columns.scale_codes), rng, 13)
+                  .ok());
+  if (pack_codes) {
+    ExpectPacksAsPackDoes(upload, sent);
+  } else {
+    absl::StatusOr<QuantizedWeight> received = upload.Finish();
+    ASSERT_TRUE(received.ok()) << received.status();
+    EXPECT_EQ(received->spec, spec);
+    EXPECT_EQ(received->qweight, sent.qweight);
+    EXPECT_EQ(received->scales, sent.scales);
+    EXPECT_EQ(received->activation_order, sent.activation_order);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fp4Formats, UploadAssemblerColumnsTest,
+    ::testing::Combine(::testing::Values(WeightFormat::kMxfp4,
+                                         WeightFormat::kNvfp4),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return absl::StrCat(WeightFormatName(std::get<0>(info.param)),
+                          std::get<1>(info.param) ? "_packing" : "_canonical");
+    });
 
 class UploadAssemblerErrorTest : public ::testing::Test {
  protected:
@@ -258,6 +320,33 @@ TEST_F(UploadAssemblerErrorTest, ZeroPointOutOfRange) {
   ASSERT_TRUE(upload.OnChunk(WeightTensorKind::kZeros, 0, zeros).ok());
   EXPECT_THAT(upload.Finish().status().message(),
               HasSubstr("zero point 16 at index 3"));
+}
+
+TEST_F(UploadAssemblerErrorTest, ColumnsOnlyForMxfp4AndNvfp4) {
+  UploadAssembler upload;
+  const absl::Status status =
+      upload.OnHeader("w", spec_, {}, CodeLayout::kColumns);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "code_layout COLUMNS is for mxfp4 and nvfp4 weights, not u4: send "
+            "its qweight and scales in the canonical layout");
+  EXPECT_FALSE(upload.has_header());
+}
+
+TEST_F(UploadAssemblerErrorTest, ColumnScalesAreOneByteEach) {
+  const WeightSpec spec{WeightFormat::kNvfp4, 64, 8, 16, 0.5f};
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, 5);
+  UploadAssembler upload;
+  ASSERT_TRUE(upload.OnHeader("w", spec, {}, CodeLayout::kColumns).ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kQweight, 0, Bytes(weight.qweight))
+          .ok());
+  // The canonical scales: two bytes a scale.
+  EXPECT_THAT(
+      upload.OnChunk(WeightTensorKind::kScales, 0, Bytes(weight.scales))
+          .message(),
+      HasSubstr("upload sent 64 bytes of scales but nvfp4 k=64 n=8 group=16 "
+                "global_scale=0.5 needs 32"));
 }
 
 }  // namespace
