@@ -23,9 +23,14 @@ build: configure
 GPU_PRESENT := $(shell nvidia-smi -L 2>/dev/null | grep -c GPU)
 CTEST_GPU_FILTER := $(if $(filter-out 0,$(GPU_PRESENT)),,-LE gpu)
 
+# The tests' scratch files (gtest's TempDir()) go to a folder of the build,
+# emptied before each run, instead of piling up in /tmp.
+TEST_SCRATCH := $(abspath $(BUILD_DIR))/test-scratch
+
 test: build
-	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --output-on-failure --timeout 300 \
-	  $(CTEST_GPU_FILTER)
+	rm -rf $(TEST_SCRATCH) && mkdir -p $(TEST_SCRATCH)
+	TEST_TMPDIR=$(TEST_SCRATCH) ctest --test-dir $(BUILD_DIR) -j $(JOBS) \
+	  --output-on-failure --timeout 300 $(CTEST_GPU_FILTER)
 
 demo: build
 	deploy/demo.sh $(BUILD_DIR)/bin
