@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -15,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "kernels/file_contents.h"
 #include "nlohmann/json.hpp"
@@ -215,6 +217,58 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& prefix,
   return tensor;
 }
 
+constexpr absl::string_view kIndexSuffix = ".index.json";
+
+// What a sharded checkpoint's index says.
+struct ShardIndex {
+  // Tensor name → the name of its file, beside the index.
+  std::map<std::string, std::string> shard_of_tensor;
+  // The index's "metadata", each value as a string (total_size is a number).
+  std::map<std::string, std::string> metadata;
+};
+
+absl::StatusOr<ShardIndex> ParseShardIndex(absl::string_view text,
+                                           const std::string& path) {
+  constexpr absl::string_view kShape =
+      "an index is a JSON object whose \"weight_map\" maps tensor names to "
+      "the safetensors files beside it that hold them";
+  Json index;
+  try {
+    index = Json::parse(text);
+  } catch (const Json::exception& error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not valid JSON (", error.what(), "); ", kShape));
+  }
+  if (!index.is_object() || !index.contains("weight_map") ||
+      !index["weight_map"].is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": no \"weight_map\" object; ", kShape));
+  }
+  ShardIndex parsed;
+  for (const auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": weight_map entry \"", tensor, "\" is a ",
+                       shard.type_name(), ", not a file name; ", kShape));
+    }
+    const std::string name = shard.get<std::string>();
+    if (name.empty() || name == "." || name == ".." ||
+        name.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": weight_map puts tensor \"", tensor, "\" in \"", name,
+          "\", which is no file name: shards must lie beside the index"));
+    }
+    parsed.shard_of_tensor[tensor] = name;
+  }
+  if (index.contains("metadata") && index["metadata"].is_object()) {
+    for (const auto& [key, value] : index["metadata"].items()) {
+      parsed.metadata[key] =
+          value.is_string() ? value.get<std::string>() : value.dump();
+    }
+  }
+  return parsed;
+}
+
 }  // namespace
 
 absl::string_view SafetensorsDtypeName(SafetensorsDtype dtype) {
@@ -240,6 +294,12 @@ int64_t TensorInfo::num_elements() const {
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  if (absl::EndsWith(path, kIndexSuffix)) return OpenIndex(path);
+  return OpenFile(path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenFile(
+    const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return FileError("open", path, errno);
   struct stat info;
@@ -275,6 +335,64 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   return file;
 }
 
+absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenIndex(
+    const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileContents(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<ShardIndex> index = ParseShardIndex(*text, path);
+  if (!index.ok()) return index.status();
+
+  SafetensorsFile checkpoint(path);
+  checkpoint.metadata_ = std::move(index->metadata);
+  const std::filesystem::path directory =
+      std::filesystem::path(path).parent_path();
+  std::vector<std::string> shard_names;
+  for (const auto& [tensor, shard] : index->shard_of_tensor) {
+    shard_names.push_back(shard);
+  }
+  std::sort(shard_names.begin(), shard_names.end());
+  shard_names.erase(std::unique(shard_names.begin(), shard_names.end()),
+                    shard_names.end());
+  for (const std::string& name : shard_names) {
+    absl::StatusOr<SafetensorsFile> shard =
+        OpenFile((directory / name).string());
+    if (!shard.ok()) {
+      return absl::Status(
+          shard.status().code(),
+          absl::StrCat(path, ": shard ", name, ": ", shard.status().message()));
+    }
+    for (TensorInfo tensor : shard->tensors()) {
+      tensor.shard = static_cast<int32_t>(checkpoint.shards_.size());
+      checkpoint.tensors_.push_back(std::move(tensor));
+    }
+    checkpoint.shards_.push_back(*std::move(shard));
+  }
+  std::stable_sort(
+      checkpoint.tensors_.begin(), checkpoint.tensors_.end(),
+      [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+  for (size_t i = 1; i < checkpoint.tensors_.size(); ++i) {
+    const TensorInfo& first = checkpoint.tensors_[i - 1];
+    const TensorInfo& second = checkpoint.tensors_[i];
+    if (first.name == second.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor \"", first.name, "\" is in both ",
+          shard_names[first.shard], " and ", shard_names[second.shard]));
+    }
+  }
+  for (const auto& [name, shard] : index->shard_of_tensor) {
+    const TensorInfo* tensor = checkpoint.Find(name);
+    if (tensor == nullptr || shard_names[tensor->shard] != shard) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": weight_map puts tensor \"", name, "\" in ", shard,
+          ", which has no such tensor",
+          tensor == nullptr
+              ? ""
+              : absl::StrCat(" (", shard_names[tensor->shard], " has it)")));
+    }
+  }
+  return checkpoint;
+}
+
 absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(
     std::string bytes, absl::string_view source_name) {
   SafetensorsFile file{std::string(source_name)};
@@ -290,6 +408,7 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
       owned_bytes_(std::move(other.owned_bytes_)),
       data_start_(other.data_start_),
       tensors_(std::move(other.tensors_)),
+      shards_(std::move(other.shards_)),
       metadata_(std::move(other.metadata_)) {}
 
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
@@ -301,6 +420,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     owned_bytes_ = std::move(other.owned_bytes_);
     data_start_ = other.data_start_;
     tensors_ = std::move(other.tensors_);
+    shards_ = std::move(other.shards_);
     metadata_ = std::move(other.metadata_);
   }
   return *this;
@@ -334,10 +454,12 @@ const TensorInfo* SafetensorsFile::Find(absl::string_view name) const {
 
 absl::Span<const uint8_t> SafetensorsFile::Data(
     const TensorInfo& tensor) const {
+  if (!shards_.empty()) return shards_[tensor.shard].Data(tensor);
   return bytes().subspan(data_start_ + tensor.begin, tensor.num_bytes());
 }
 
 void SafetensorsFile::Prefetch(const TensorInfo& tensor) const {
+  if (!shards_.empty()) return shards_[tensor.shard].Prefetch(tensor);
   if (mapped_ == nullptr || tensor.num_bytes() == 0) return;
   // madvise wants a page-aligned start; the advice is only a hint, so its
   // errors do not matter.

@@ -14,6 +14,12 @@
 // header; the operating system's errors as ReadFileContents reports them.
 // Every message names the file (its path, or FromBytes' source_name).
 //
+// A sharded checkpoint (Hugging Face's model.safetensors.index.json, whose
+// "weight_map" names the file of each tensor) opens as one SafetensorsFile
+// through its index: the shards beside it are mapped and validated each, and
+// tensors() lists the tensors of all of them, so that one layer may take its
+// tensors from different shards.
+//
 // Example:
 //   absl::StatusOr<nibble::checkpoint::SafetensorsFile> file =
 //       nibble::checkpoint::SafetensorsFile::Open("model.safetensors");
@@ -92,6 +98,9 @@ struct TensorInfo {
   // The tensor's bytes are [begin, end) of the data section.
   int64_t begin = 0;
   int64_t end = 0;
+  // For a sharded checkpoint, which of its shards holds the tensor (in the
+  // order of their file names); 0 in a single file.
+  int32_t shard = 0;
 
   // The product of `shape` (1 for a scalar). Cannot overflow for a tensor
   // of a SafetensorsFile, whose sizes are checked.
@@ -106,8 +115,14 @@ struct TensorInfo {
 // valid until the object is destroyed, also across moves.
 class SafetensorsFile {
  public:
-  // Maps `path` read-only and validates its header. The file must not be
-  // truncated or rewritten while it is open: a mapped page that no longer
+  // Opens a sharded checkpoint when `path` ends in ".index.json": the index
+  // must be a JSON object whose "weight_map" maps each tensor's name to the
+  // name of a file in the index's directory; every file it names opens as
+  // below, each tensor must be in the file the map names, and no tensor may
+  // be in two. INVALID_ARGUMENT names the index and what is wrong with it.
+  //
+  // Otherwise maps `path` read-only and validates its header. The file must not
+  // be truncated or rewritten while it is open: a mapped page that no longer
   // exists faults (SIGBUS) when read. NOT_FOUND, PERMISSION_DENIED,
   // FAILED_PRECONDITION (not a regular file) or UNAVAILABLE when the file
   // cannot be mapped; DATA_LOSS or INVALID_ARGUMENT (above) when it is not a
@@ -142,16 +157,23 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const {
     return metadata_;
   }
-  // The whole file: length prefix, header and data section.
+  // The whole file: length prefix, header and data section; empty for a
+  // sharded checkpoint.
   absl::Span<const uint8_t> bytes() const;
   // Where the data section starts in bytes(): 8 + the header's length.
   int64_t data_start() const { return data_start_; }
+  // The files of a sharded checkpoint, in the order of TensorInfo::shard;
+  // empty for a single file.
+  const std::vector<SafetensorsFile>& shards() const { return shards_; }
 
  private:
   explicit SafetensorsFile(std::string source_name)
       : source_name_(std::move(source_name)) {}
   // Fills data_start_, tensors_ and metadata_ from bytes().
   absl::Status ParseHeader();
+  // Open of a single file, and of an index.
+  static absl::StatusOr<SafetensorsFile> OpenFile(const std::string& path);
+  static absl::StatusOr<SafetensorsFile> OpenIndex(const std::string& path);
   void Unmap();
 
   std::string source_name_;
@@ -164,6 +186,7 @@ class SafetensorsFile {
 
   int64_t data_start_ = 0;
   std::vector<TensorInfo> tensors_;
+  std::vector<SafetensorsFile> shards_;
   std::map<std::string, std::string> metadata_;
 };
 

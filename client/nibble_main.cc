@@ -71,7 +71,8 @@ ABSL_FLAG(std::optional<std::string>, output, std::nullopt,
 ABSL_FLAG(bool, check, false,
           "compare C with a float64 reference computed locally");
 ABSL_FLAG(std::optional<std::string>, file, std::nullopt,
-          "safetensors checkpoint to import");
+          "safetensors checkpoint to import, or the index of a sharded one "
+          "(model.safetensors.index.json)");
 ABSL_FLAG(std::vector<std::string>, layer, {},
           "layer prefixes to import, comma-separated, e.g. "
           "model.layers.0.mlp.up_proj; every layer when not given");

@@ -119,8 +119,9 @@ ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
 ABSL_FLAG(std::vector<std::string>, import, {},
-          "safetensors checkpoints, comma-separated, whose linear layers are "
-          "put in the weight store at start, before nibbled listens, as "
+          "safetensors checkpoints, comma-separated (a sharded one by its "
+          "*.index.json), whose linear layers are put in the weight store at "
+          "start, before nibbled listens, as "
           "`nibble import` would upload them; any failure stops nibbled "
           "(exit 1) before it listens. With --data_dir they are written "
           "there like uploads, replacing weights of the same name.");

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -244,6 +245,136 @@ TEST_F(SafetensorsOpenTest, MapsARealFileAndSurvivesMoves) {
       *SafetensorsFile::FromBytes(FileWithHeader("{}", ""), "x");
   other = std::move(file);
   ExpectHolds(other, tensors, metadata);
+}
+
+// A sharded checkpoint in a directory of its own: shard files and an index.
+class ShardedCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/sharded-", getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(absl::string_view name, absl::string_view bytes) {
+    const std::string path = absl::StrCat(dir_, "/", name);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), bytes.size());
+    EXPECT_TRUE(out.good()) << path;
+    return path;
+  }
+  void WriteShard(absl::string_view name,
+                  const std::vector<RandomTensor>& tensors) {
+    absl::StatusOr<std::string> bytes = SerializeSafetensors(Views(tensors));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    Write(name, *bytes);
+  }
+  absl::Status OpenIndex(absl::string_view json) {
+    return SafetensorsFile::Open(Write("model.safetensors.index.json", json))
+        .status();
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ShardedCheckpointTest, OpensEveryShardThroughTheIndex) {
+  std::mt19937_64 rng(23);
+  // Names interleave across the shards, as a layer split over two would.
+  const std::vector<RandomTensor> first = {
+      MakeRandomTensor(rng, "layer.a.qweight", SafetensorsDtype::kI32),
+      MakeRandomTensor(rng, "layer.b.qweight", SafetensorsDtype::kI32)};
+  const std::vector<RandomTensor> second = {
+      MakeRandomTensor(rng, "layer.a.scales", SafetensorsDtype::kF16),
+      MakeRandomTensor(rng, "layer.b.scales", SafetensorsDtype::kF16),
+      MakeRandomTensor(rng, "norm", SafetensorsDtype::kBF16)};
+  WriteShard("model-00002-of-00002.safetensors", second);
+  WriteShard("model-00001-of-00002.safetensors", first);
+  const std::string index = Write("model.safetensors.index.json", R"({
+    "metadata": {"total_size": 1234, "format": "pt"},
+    "weight_map": {
+      "layer.a.qweight": "model-00001-of-00002.safetensors",
+      "layer.a.scales": "model-00002-of-00002.safetensors",
+      "layer.b.qweight": "model-00001-of-00002.safetensors",
+      "layer.b.scales": "model-00002-of-00002.safetensors",
+      "norm": "model-00002-of-00002.safetensors"}})");
+
+  absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(index);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  SafetensorsFile checkpoint = *std::move(opened);
+  std::vector<RandomTensor> all = first;
+  all.insert(all.end(), second.begin(), second.end());
+  const std::map<std::string, std::string> metadata = {{"total_size", "1234"},
+                                                       {"format", "pt"}};
+  ExpectHolds(checkpoint, all, metadata);
+  EXPECT_EQ(checkpoint.source_name(), index);
+  EXPECT_TRUE(checkpoint.bytes().empty());
+  ASSERT_EQ(checkpoint.shards().size(), 2u);
+  EXPECT_THAT(checkpoint.shards()[0].source_name(),
+              ::testing::EndsWith("/model-00001-of-00002.safetensors"));
+  EXPECT_EQ(checkpoint.Find("layer.a.qweight")->shard, 0);
+  EXPECT_EQ(checkpoint.Find("layer.a.scales")->shard, 1);
+  for (size_t i = 1; i < checkpoint.tensors().size(); ++i) {
+    EXPECT_LT(checkpoint.tensors()[i - 1].name, checkpoint.tensors()[i].name);
+  }
+  for (const TensorInfo& tensor : checkpoint.tensors()) {
+    checkpoint.Prefetch(tensor);
+  }
+  SafetensorsFile moved = std::move(checkpoint);
+  ExpectHolds(moved, all, metadata);
+}
+
+TEST_F(ShardedCheckpointTest, RefusesAnIndexThatDisagreesWithItsShards) {
+  std::mt19937_64 rng(29);
+  WriteShard("a.safetensors",
+             {MakeRandomTensor(rng, "x", SafetensorsDtype::kU8),
+              MakeRandomTensor(rng, "y", SafetensorsDtype::kU8)});
+  WriteShard("b.safetensors",
+             {MakeRandomTensor(rng, "y", SafetensorsDtype::kU8)});
+  struct Case {
+    const char* json;
+    absl::StatusCode code;
+    std::vector<std::string> message_parts;
+  };
+  const Case cases[] = {
+      {"{", absl::StatusCode::kInvalidArgument, {"not valid JSON"}},
+      {"[]", absl::StatusCode::kInvalidArgument, {"no \"weight_map\""}},
+      {R"({"weight_map": ["a.safetensors"]})",
+       absl::StatusCode::kInvalidArgument,
+       {"no \"weight_map\""}},
+      {R"({"weight_map": {"x": 7}})",
+       absl::StatusCode::kInvalidArgument,
+       {"entry \"x\" is a number, not a file name"}},
+      {R"({"weight_map": {"x": "../a.safetensors"}})",
+       absl::StatusCode::kInvalidArgument,
+       {"\"../a.safetensors\"", "beside the index"}},
+      {R"({"weight_map": {"x": "missing.safetensors"}})",
+       absl::StatusCode::kNotFound,
+       {"shard missing.safetensors", "/missing.safetensors"}},
+      {R"({"weight_map": {"x": "a.safetensors", "z": "a.safetensors"}})",
+       absl::StatusCode::kInvalidArgument,
+       {"puts tensor \"z\" in a.safetensors, which has no such tensor"}},
+      {R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})",
+       absl::StatusCode::kInvalidArgument,
+       {"tensor \"y\" is in both a.safetensors and b.safetensors"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    const absl::Status status = OpenIndex(c.json);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(status.message(), HasSubstr("model.safetensors.index.json"));
+    for (const std::string& part : c.message_parts) {
+      EXPECT_THAT(status.message(), HasSubstr(part));
+    }
+  }
+  WriteShard("c.safetensors",
+             {MakeRandomTensor(rng, "w", SafetensorsDtype::kU8)});
+  const absl::Status misplaced = OpenIndex(
+      R"({"weight_map": {"x": "a.safetensors", "w": "a.safetensors",
+                         "z": "c.safetensors"}})");
+  EXPECT_THAT(misplaced.message(),
+              HasSubstr("puts tensor \"w\" in a.safetensors, which has no such "
+                        "tensor (c.safetensors has it)"));
 }
 
 TEST_F(SafetensorsOpenTest, ReportsMissingAndUnreadableFiles) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
@@ -457,6 +458,70 @@ TEST_F(CliWorkflowTest,
                                      })),
                 1e-4);
     }
+  }
+}
+
+TEST_F(CliWorkflowTest, ImportsAShardedCheckpointWhoseLayersSpanItsShards) {
+  constexpr uint64_t kSeed = 53;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const ProducerWeight gptq = RandomProducerWeight(kSeed, 128, 40, 32, 8, 8);
+  const Fp4ProducerWeight nvfp4 =
+      RandomFp4ProducerWeight(kSeed + 1, 24, 64, 16);
+  std::vector<Tensor> tensors = GptqTensors(
+      "model.layers.3.mlp.up_proj", gptq, checkpoint::GptqZeroConvention::kV1);
+  for (Tensor& tensor : Nvfp4Tensors("model.layers.3.mlp.down_proj", nvfp4)) {
+    tensors.push_back(std::move(tensor));
+  }
+  // As save_pretrained splits at tensor boundaries: each layer's codes in the
+  // first shard, the rest of it in the second.
+  std::vector<Tensor> shards[2];
+  std::vector<std::string> weight_map;
+  for (Tensor& tensor : tensors) {
+    const bool codes = tensor.name.ends_with(".qweight") ||
+                       tensor.name.ends_with("down_proj.weight");
+    const std::string file =
+        absl::StrCat("model-0000", codes ? 1 : 2, "-of-00002.safetensors");
+    weight_map.push_back(absl::StrCat("\"", tensor.name, "\": \"", file, "\""));
+    shards[codes ? 0 : 1].push_back(std::move(tensor));
+  }
+  ASSERT_FALSE(shards[0].empty());
+  ASSERT_FALSE(shards[1].empty());
+  testing::WriteFile(absl::StrCat(dir_, "/model-00001-of-00002.safetensors"),
+                     SerializeTensors(shards[0]));
+  testing::WriteFile(absl::StrCat(dir_, "/model-00002-of-00002.safetensors"),
+                     SerializeTensors(shards[1]));
+  const std::string index = absl::StrCat(dir_, "/model.safetensors.index.json");
+  testing::WriteFile(
+      index,
+      absl::StrCat(R"({"metadata": {"total_size": 1},)", R"( "weight_map": {)",
+                   absl::StrJoin(weight_map, ", "), "}}"));
+
+  ASSERT_EQ(Nibble(absl::StrCat("import --file=", index)), 0) << output_;
+  EXPECT_THAT(output_, AllOf(HasSubstr("(nvfp4 → nvfp4, k=64 n=24 group=16,"),
+                             HasSubstr("(gptq → u4b8, k=128 n=40 group=32,"),
+                             HasSubstr("imported: 2 layers from ")));
+  struct Imported {
+    std::string name;
+    int64_t k;
+    int64_t n;
+    std::function<double(int64_t, int64_t)> b;
+  };
+  const Imported imported[] = {
+      {"model.layers.3.mlp.up_proj", gptq.k, gptq.n,
+       [&](int64_t row, int64_t col) { return gptq.Dequantized(row, col); }},
+      {"model.layers.3.mlp.down_proj", nvfp4.k, nvfp4.n,
+       [&](int64_t row, int64_t col) { return nvfp4.Dequantized(row, col); }},
+  };
+  constexpr int64_t kM = 2;
+  for (const Imported& weight : imported) {
+    SCOPED_TRACE(weight.name);
+    const testing::Activations a =
+        testing::RandomActivations(kM, weight.k, DType::kF32, kSeed + 2);
+    const std::vector<double> c = MatmulThroughFiles(weight.name, a, kM);
+    ASSERT_FALSE(c.empty()) << output_;
+    EXPECT_LE(MaxRelativeError(
+                  c, Float64Matmul(a.values, kM, weight.k, weight.n, weight.b)),
+              1e-4);
   }
 }
 
