@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
@@ -179,6 +180,45 @@ TEST_F(ImportAtStartTest, ServesTheLayersFromTheFirstCall) {
   // Every layer is stored before nibbled listens.
   EXPECT_LT(logged.find("msg=\"import done\""),
             logged.find("msg=\"listening\""));
+}
+
+TEST_F(ImportAtStartTest, ImportsAShardedCheckpointThroughItsIndex) {
+  // The checkpoint's tensors dealt over two shards in name order, which
+  // splits the GPTQ layer's tensors between them.
+  absl::StatusOr<checkpoint::SafetensorsFile> file =
+      checkpoint::SafetensorsFile::Open(checkpoint_);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<checkpoint::NamedTensorBytes> shards[2];
+  std::vector<std::string> weight_map;
+  for (size_t i = 0; i < file->tensors().size(); ++i) {
+    const checkpoint::TensorInfo& tensor = file->tensors()[i];
+    const absl::Span<const uint8_t> bytes = file->Data(tensor);
+    shards[i % 2].push_back(
+        {tensor.name, tensor.dtype, tensor.shape,
+         absl::string_view(reinterpret_cast<const char*>(bytes.data()),
+                           bytes.size())});
+    weight_map.push_back(absl::StrCat("\"", tensor.name, "\": \"shard-", i % 2,
+                                      ".safetensors\""));
+  }
+  for (int shard = 0; shard < 2; ++shard) {
+    absl::StatusOr<std::string> bytes =
+        checkpoint::SerializeSafetensors(shards[shard]);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    testing::WriteFile(absl::StrCat(dir_, "/shard-", shard, ".safetensors"),
+                       *bytes);
+  }
+  const std::string index = dir_ + "/model.safetensors.index.json";
+  testing::WriteFile(index,
+                     absl::StrCat(R"({"weight_map": {)",
+                                  absl::StrJoin(weight_map, ", "), "}}"));
+
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, dir_ + "/nibbled.stderr",
+      {"--import=" + index, "--import_name_map=model.layers.0.=L0."});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->startup_line(), HasSubstr(", 2 layers imported"));
+  ExpectServesTheImport((*server)->target());
+  EXPECT_EQ((*server)->Stop(), 0);
 }
 
 TEST_F(ImportAtStartTest, WithDataDirItReplacesAWeightOfTheNameAndPersists) {
