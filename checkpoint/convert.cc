@@ -581,7 +581,9 @@ absl::StatusOr<GptqWeight> GptqWithoutCodes(
             "zero "
             "point 16, beyond 4 bits. AutoGPTQ writes this for a true zero "
             "point of 0, corrupting the rest of the word; if the checkpoint "
-            "is gptq_v2 (stored = zero point), use GptqZeroConvention::kV2"));
+            "is GPTQModel's gptq_v2 (stored = zero point), import it with "
+            "nibble import --gptq_zeros=v2 or nibbled "
+            "--import_gptq_zeros=v2"));
       }
       weight.zeros[group * spec.n + col] = zero;
       all_eight = all_eight && zero == 8;
@@ -1373,14 +1375,14 @@ absl::StatusOr<LayerCheck> CheckLayer(const SafetensorsFile& file,
                                       absl::string_view prefix,
                                       CheckpointLayout layout,
                                       WeightFormat float_format,
-                                      int64_t float_group_size,
-                                      int64_t expert) {
+                                      int64_t float_group_size, int64_t expert,
+                                      GptqZeroConvention gptq_zeros) {
   switch (layout) {
     case CheckpointLayout::kGptq: {
       absl::StatusOr<PackedTensors> tensors = CheckGptqTensors(file, prefix);
       if (!tensors.ok()) return tensors.status();
       absl::StatusOr<GptqWeight> gptq =
-          GptqWithoutCodes(file, *tensors, GptqZeroConvention::kV1);
+          GptqWithoutCodes(file, *tensors, gptq_zeros);
       if (!gptq.ok()) return gptq.status();
       return LayerCheck{gptq->weight.spec, !gptq->activation_order.empty()};
     }

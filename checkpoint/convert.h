@@ -245,16 +245,15 @@ struct LayerCheck {
 // every value a conversion refuses (scales, zero points, g_idx; for float
 // layers NaN or infinite elements and fp16 scales that overflow). It reads
 // only the small tensors, except for float layers, whose elements it scans
-// once. A layer it accepts converts without error (GPTQ as
-// GptqZeroConvention::kV1; MXFP4's `expert`; float layers as
+// once. A layer it accepts converts without error (GPTQ with
+// `gptq_zeros`; MXFP4's `expert`; float layers as
 // QuantizeFloatWeight with `float_format` and `float_group_size`); it
 // refuses with the converter's own errors.
-absl::StatusOr<LayerCheck> CheckLayer(const SafetensorsFile& file,
-                                      absl::string_view prefix,
-                                      CheckpointLayout layout,
-                                      WeightFormat float_format,
-                                      int64_t float_group_size,
-                                      int64_t expert = 0);
+absl::StatusOr<LayerCheck> CheckLayer(
+    const SafetensorsFile& file, absl::string_view prefix,
+    CheckpointLayout layout, WeightFormat float_format,
+    int64_t float_group_size, int64_t expert = 0,
+    GptqZeroConvention gptq_zeros = GptqZeroConvention::kV1);
 
 }  // namespace nibble::checkpoint
 

@@ -186,7 +186,7 @@ absl::StatusOr<checkpoint::LayerCheck> CheckLayer(
   absl::StatusOr<checkpoint::LayerCheck> check = checkpoint::CheckLayer(
       file, layer.prefix, layer.layout, quantize.format,
       is_float ? FloatGroupSize(file, layer.prefix, quantize) : 0,
-      std::max<int64_t>(layer.expert, 0));
+      std::max<int64_t>(layer.expert, 0), layer.gptq_zeros);
   if (!check.ok() && is_float) {
     return WithQuantizeHint(check.status(), quantize);
   }
@@ -201,7 +201,7 @@ absl::StatusOr<QuantizedWeight> ConvertLayer(const SafetensorsFile& file,
   switch (layer.layout) {
     case CheckpointLayout::kGptq: {
       absl::StatusOr<checkpoint::GptqWeight> gptq =
-          checkpoint::ConvertGptqWeight(file, prefix);
+          checkpoint::ConvertGptqWeight(file, prefix, layer.gptq_zeros);
       if (!gptq.ok()) return gptq.status();
       gptq->weight.activation_order = std::move(gptq->activation_order);
       return std::move(gptq->weight);
@@ -243,7 +243,8 @@ absl::StatusOr<ConvertedWeight> ConvertLayerFor(const SafetensorsFile& file,
   if (destination == Destination::kUploadBytes &&
       layer.layout == CheckpointLayout::kGptq && !layer.has_activation_order) {
     absl::StatusOr<checkpoint::GptqFileWeight> gptq =
-        checkpoint::GptqWeightWithFileCodes(file, layer.prefix);
+        checkpoint::GptqWeightWithFileCodes(file, layer.prefix,
+                                            layer.gptq_zeros);
     if (!gptq.ok()) return gptq.status();
     return *std::move(gptq);
   }
@@ -393,6 +394,17 @@ ImportReport ConvertAndUpload(const SafetensorsFile& file,
 
 }  // namespace
 
+absl::StatusOr<checkpoint::GptqZeroConvention> ParseGptqZeros(
+    absl::string_view text) {
+  if (text == "v1") return checkpoint::GptqZeroConvention::kV1;
+  if (text == "v2") return checkpoint::GptqZeroConvention::kV2;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", text,
+      "\" is neither v1 (AutoGPTQ's and GPTQModel's \"gptq\" format: qzeros "
+      "store the zero point - 1) nor v2 (GPTQModel's \"gptq_v2\": qzeros "
+      "store the zero point)"));
+}
+
 absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text) {
   const size_t colon = text.find(':');
   if (colon == absl::string_view::npos) {
@@ -505,6 +517,7 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
       ImportLayer& layer = plan.layers.emplace_back();
       layer.prefix = prefix;
       layer.layout = *layout;
+      layer.gptq_zeros = options.gptq_zeros;
       layer.expert = expert;
       // Experts share their tensors evenly.
       layer.file_bytes = file_bytes / std::max<int64_t>(experts, 1);

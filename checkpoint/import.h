@@ -65,6 +65,11 @@ absl::StatusOr<QuantizeSpec> ParseQuantizeSpec(absl::string_view text);
 // The text ParseQuantizeSpec reads back: "u4b8:128", "fp4:k".
 std::string QuantizeSpecName(const QuantizeSpec& spec);
 
+// "v1" or "v2", the values of --gptq_zeros and --import_gptq_zeros;
+// INVALID_ARGUMENT saying what each means otherwise.
+absl::StatusOr<checkpoint::GptqZeroConvention> ParseGptqZeros(
+    absl::string_view text);
+
 // One rule of `nibble import --name_map`: a layer whose prefix starts with
 // `from` is uploaded under that prefix with `from` replaced by `to`.
 struct NameMapRule {
@@ -90,6 +95,11 @@ struct ImportOptions {
   std::vector<NameMapRule> name_map;
   // For float layers; GPTQ and AWQ layers keep their own format.
   QuantizeSpec quantize;
+  // How GPTQ layers store their zero points: kV1 (AutoGPTQ's and GPTQModel's
+  // default "gptq" format, stored = zero point - 1) or kV2 (GPTQModel's
+  // "gptq_v2", stored = zero point). Files do not say which.
+  checkpoint::GptqZeroConvention gptq_zeros =
+      checkpoint::GptqZeroConvention::kV1;
 };
 
 // One layer to import, checked.
@@ -97,6 +107,9 @@ struct ImportLayer {
   // e.g. "model.layers.0.self_attn.q_proj".
   std::string prefix;
   checkpoint::CheckpointLayout layout = checkpoint::CheckpointLayout::kFloat;
+  // For a GPTQ layer: ImportOptions::gptq_zeros.
+  checkpoint::GptqZeroConvention gptq_zeros =
+      checkpoint::GptqZeroConvention::kV1;
   // For an MXFP4 layer that holds several weights (experts [E, N, K/32, 16]):
   // which one, its index in the leading dimensions flattened; the weight is
   // named NAME.<expert>. -1 for a layer of one weight.

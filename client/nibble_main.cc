@@ -83,6 +83,10 @@ ABSL_FLAG(std::string, quantize, "u4b8:128",
           "FORMAT:GROUP that float layers are quantized to: FORMAT fp4, u4b8 "
           "or u4, GROUP 32, 64, 128 or k (one scale per column); or mxfp4:32 "
           "or nvfp4:16, whose groups are fixed");
+ABSL_FLAG(std::string, gptq_zeros, "v1",
+          "how GPTQ layers store their zero points: v1 (AutoGPTQ's and "
+          "GPTQModel's gptq format, zero point - 1) or v2 (GPTQModel's "
+          "gptq_v2, the zero point); checkpoints do not say which");
 ABSL_FLAG(std::optional<double>, tolerance, std::nullopt,
           "largest max relative error --check accepts; 1e-4 for f32 and "
           "1e-2 for f16 and bf16 when not given");
@@ -424,6 +428,13 @@ int RunImport(NibbleClient& client) {
     return UsageError(absl::StrCat("--quantize ", quantize.status().message()));
   }
   options.quantize = *quantize;
+  absl::StatusOr<checkpoint::GptqZeroConvention> gptq_zeros =
+      ParseGptqZeros(absl::GetFlag(FLAGS_gptq_zeros));
+  if (!gptq_zeros.ok()) {
+    return UsageError(
+        absl::StrCat("--gptq_zeros ", gptq_zeros.status().message()));
+  }
+  options.gptq_zeros = *gptq_zeros;
 
   absl::StatusOr<checkpoint::SafetensorsFile> file =
       checkpoint::SafetensorsFile::Open(*path);
@@ -519,9 +530,11 @@ constexpr Subcommand kSubcommands[] = {
      "order, which the server applies to A before every matmul. A layer is\n"
      "a prefix P with a tensor P.qweight, P_blocks or P.blocks (MXFP4; one\n"
      "weight P.<e> per expert e), a U8 P.weight (NVFP4) or a 2-D float\n"
-     "P.weight, and is named P after --name_map.",
+     "P.weight, and is named P after --name_map. FILE may be the\n"
+     "model.safetensors.index.json of a sharded checkpoint.",
      "--file FILE [--layer PREFIX[,PREFIX...]]\n"
-     "[--name_map FROM=TO[,FROM=TO...]] [--quantize FORMAT:GROUP]",
+     "[--name_map FROM=TO[,FROM=TO...]] [--quantize FORMAT:GROUP]\n"
+     "[--gptq_zeros v1|v2]",
      RunImport},
     {"list", "Show the resident weights.", "", RunList},
     {"get", "Show one resident weight.", "--name NAME", RunGet},

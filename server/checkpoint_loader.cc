@@ -96,7 +96,7 @@ absl::Status CheckFitsLimits(absl::Span<const PlannedCheckpoint> checkpoints,
 
 absl::StatusOr<ImportOptions> ImportOptionsFromFlags(
     std::vector<std::string> layers, absl::Span<const std::string> name_map,
-    absl::string_view quantize) {
+    absl::string_view quantize, absl::string_view gptq_zeros) {
   ImportOptions options;
   options.layers = std::move(layers);
   absl::StatusOr<std::vector<NameMapRule>> rules = ParseNameMap(name_map);
@@ -111,6 +111,13 @@ absl::StatusOr<ImportOptions> ImportOptionsFromFlags(
         absl::StrCat("--import_quantize ", spec.status().message()));
   }
   options.quantize = *spec;
+  absl::StatusOr<checkpoint::GptqZeroConvention> zeros =
+      ParseGptqZeros(gptq_zeros);
+  if (!zeros.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--import_gptq_zeros ", zeros.status().message()));
+  }
+  options.gptq_zeros = *zeros;
   return options;
 }
 

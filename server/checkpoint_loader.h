@@ -8,7 +8,7 @@
 //
 // Example:
 //   absl::StatusOr<ImportOptions> options =
-//       ImportOptionsFromFlags({}, {"model.layers.=L"}, "u4b8:128");
+//       ImportOptionsFromFlags({}, {"model.layers.=L"}, "u4b8:128", "v1");
 //   absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
 //       PlanCheckpoints({"model.safetensors"}, *options,
 //                       {.max_resident_bytes = 1 << 30});
@@ -33,11 +33,12 @@
 
 namespace nibble::server {
 
-// --import_layer, --import_name_map and --import_quantize as ImportOptions;
-// INVALID_ARGUMENT naming the flag and what it takes otherwise.
+// --import_layer, --import_name_map, --import_quantize and
+// --import_gptq_zeros as ImportOptions; INVALID_ARGUMENT naming the flag and
+// what it takes otherwise.
 absl::StatusOr<ImportOptions> ImportOptionsFromFlags(
     std::vector<std::string> layers, absl::Span<const std::string> name_map,
-    absl::string_view quantize);
+    absl::string_view quantize, absl::string_view gptq_zeros);
 
 // One --import file, open, and the layers to take from it.
 struct PlannedCheckpoint {

@@ -136,6 +136,10 @@ ABSL_FLAG(std::string, import_quantize, "u4b8:128",
           "with --import: FORMAT:GROUP that float layers are quantized to: "
           "FORMAT fp4, u4b8 or u4, GROUP 32, 64, 128 or k (one scale per "
           "column)");
+ABSL_FLAG(std::string, import_gptq_zeros, "v1",
+          "with --import: how GPTQ layers store their zero points, as "
+          "nibble import --gptq_zeros: v1 (zero point - 1) or v2 (gptq_v2, "
+          "the zero point)");
 
 // NIBBLED_FLAG_NAME in the environment sets --flag_name.
 constexpr absl::string_view kEnvironmentPrefix = "NIBBLED_";
@@ -358,7 +362,8 @@ int main(int argc, char** argv) {
       nibble::server::ImportOptionsFromFlags(
           absl::GetFlag(FLAGS_import_layer),
           absl::GetFlag(FLAGS_import_name_map),
-          absl::GetFlag(FLAGS_import_quantize));
+          absl::GetFlag(FLAGS_import_quantize),
+          absl::GetFlag(FLAGS_import_gptq_zeros));
   if (!import_options.ok()) {
     absl::FPrintF(stderr, "nibbled: %s\n", import_options.status().message());
     return 2;

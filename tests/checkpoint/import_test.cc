@@ -180,6 +180,19 @@ TEST(ParseQuantizeSpecTest, Mxfp4AndNvfp4KeepTheirGroups) {
   }
 }
 
+TEST(ParseGptqZerosTest, ReadsV1AndV2AndExplainsBoth) {
+  EXPECT_EQ(*ParseGptqZeros("v1"), GptqZeroConvention::kV1);
+  EXPECT_EQ(*ParseGptqZeros("v2"), GptqZeroConvention::kV2);
+  for (const char* text : {"", "V2", "gptq_v2", "2"}) {
+    SCOPED_TRACE(text);
+    const absl::Status status = ParseGptqZeros(text).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr(absl::StrCat("\"", text, "\"")),
+                      HasSubstr("zero point - 1"), HasSubstr("gptq_v2")));
+  }
+}
+
 TEST(NameMapTest, ParsesRulesInOrder) {
   EXPECT_THAT(
       ParseNameMap({"model.layers.=L", "lm_head=head", "x.=", "a=b=c"}).value(),
@@ -862,6 +875,54 @@ TEST(ExecuteImportTest, HandsFileBytesToUploadBytes) {
     EXPECT_EQ(got.qweight, want->qweight);
     EXPECT_EQ(got.scales, want->scales);
     EXPECT_EQ(got.zeros, want->zeros);
+  }
+}
+
+TEST(ImportGptqZerosTest, AGptqV2LayerImportsWithItsOptionAndIsRefusedWithout) {
+  constexpr uint64_t kSeed = 19;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  constexpr absl::string_view kLayer = "model.layers.0.mlp.up_proj";
+  // Zero points over the whole 4-bit range, 0 and 15 among them.
+  const ProducerWeight w = RandomProducerWeight(kSeed, kK, kN, 32, 0, 15);
+  ASSERT_NE(std::find(w.zeros.begin(), w.zeros.end(), 15), w.zeros.end());
+  const SafetensorsFile file =
+      MakeFile(GptqTensors(kLayer, w, GptqZeroConvention::kV2));
+
+  // Read as v1, a stored 15 is zero point 16: refused, saying what to do.
+  const absl::Status as_v1 = PlanImport(file, {}).status();
+  EXPECT_EQ(as_v1.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(as_v1.message(), HasSubstr("nibble import --gptq_zeros=v2"));
+
+  ImportOptions options;
+  options.gptq_zeros = GptqZeroConvention::kV2;
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->layers.size(), 1u);
+  EXPECT_EQ(plan->layers[0].spec.format, WeightFormat::kU4);
+  // Both ways a GPTQ layer leaves: converted, and as the file's codes.
+  std::vector<QuantizedWeight> imported;
+  std::ostringstream progress;
+  const auto keep = [&](const QuantizedWeight& weight, absl::string_view) {
+    imported.push_back(weight);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(ExecuteImport(file, *plan, keep, progress).status.ok());
+  ASSERT_TRUE(ExecuteImport(
+                  file, *plan, keep,
+                  [&](const WeightBytes& weight, absl::string_view name) {
+                    return keep(CanonicalOf(weight), name);
+                  },
+                  progress)
+                  .status.ok());
+  ASSERT_EQ(imported.size(), 2u);
+  for (const QuantizedWeight& weight : imported) {
+    const std::vector<double> b = ReferenceDequantize(weight);
+    for (int64_t row = 0; row < kK; ++row) {
+      for (int64_t col = 0; col < kN; ++col) {
+        ASSERT_EQ(b[row * kN + col], w.Dequantized(row, col))
+            << "row " << row << " column " << col;
+      }
+    }
   }
 }
 

@@ -525,6 +525,34 @@ TEST_F(CliWorkflowTest, ImportsAShardedCheckpointWhoseLayersSpanItsShards) {
   }
 }
 
+TEST_F(CliWorkflowTest, GptqZerosV2ImportsAGptqV2Layer) {
+  constexpr uint64_t kSeed = 61;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const ProducerWeight w = RandomProducerWeight(kSeed, 128, 24, 32, 0, 15);
+  const std::string path = absl::StrCat(dir_, "/gptq_v2.safetensors");
+  testing::WriteFile(
+      path, SerializeTensors(GptqTensors("model.layers.0.mlp.up_proj", w,
+                                         checkpoint::GptqZeroConvention::kV2)));
+
+  EXPECT_EQ(Nibble(absl::StrCat("import --file=", path, " --gptq_zeros=v3")),
+            2);
+  EXPECT_THAT(output_, HasSubstr("--gptq_zeros \"v3\" is neither v1"));
+  ASSERT_EQ(Nibble(absl::StrCat("import --file=", path, " --gptq_zeros=v2")), 0)
+      << output_;
+  EXPECT_THAT(output_, HasSubstr("(gptq → u4, k=128 n=24 group=32,"));
+  constexpr int64_t kM = 2;
+  const testing::Activations a =
+      testing::RandomActivations(kM, w.k, DType::kF32, kSeed + 1);
+  const std::vector<double> c =
+      MatmulThroughFiles("model.layers.0.mlp.up_proj", a, kM);
+  ASSERT_FALSE(c.empty()) << output_;
+  EXPECT_LE(MaxRelativeError(c, Float64Matmul(a.values, kM, w.k, w.n,
+                                              [&](int64_t row, int64_t col) {
+                                                return w.Dequantized(row, col);
+                                              })),
+            1e-4);
+}
+
 TEST_F(CliWorkflowTest, HealthIsServing) {
   EXPECT_EQ(Nibble("health"), 0) << output_;
   EXPECT_THAT(output_, HasSubstr("SERVING"));

@@ -74,7 +74,7 @@ std::vector<float> RandomFloats(int64_t count, uint64_t seed) {
 
 ImportOptions Options(std::vector<std::string> layers = {}) {
   absl::StatusOr<ImportOptions> options = ImportOptionsFromFlags(
-      std::move(layers), {"model.layers.=L"}, "u4b8:128");
+      std::move(layers), {"model.layers.=L"}, "u4b8:128", "v1");
   EXPECT_TRUE(options.ok()) << options.status();
   return *options;
 }
@@ -322,21 +322,28 @@ TEST_F(CheckpointLoaderTest, AStoreFailureStopsTheImportNamingTheLayer) {
 
 TEST(ImportOptionsFromFlagsTest, BadValuesNameTheirFlag) {
   absl::StatusOr<ImportOptions> options =
-      ImportOptionsFromFlags({"a.b"}, {"x=y"}, "u4:32");
+      ImportOptionsFromFlags({"a.b"}, {"x=y"}, "u4:32", "v2");
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_THAT(options->layers, ElementsAre("a.b"));
   EXPECT_EQ(options->name_map, (std::vector<NameMapRule>{{"x", "y"}}));
   EXPECT_EQ(options->quantize,
             (QuantizeSpec{.format = WeightFormat::kU4, .group_size = 32}));
+  EXPECT_EQ(options->gptq_zeros, checkpoint::GptqZeroConvention::kV2);
 
   absl::StatusOr<ImportOptions> bad_quantize =
-      ImportOptionsFromFlags({}, {}, "u4:96");
+      ImportOptionsFromFlags({}, {}, "u4:96", "v1");
   EXPECT_EQ(bad_quantize.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad_quantize.status().message(), HasSubstr("--import_quantize"));
   absl::StatusOr<ImportOptions> bad_map =
-      ImportOptionsFromFlags({}, {"=L"}, "u4b8:128");
+      ImportOptionsFromFlags({}, {"=L"}, "u4b8:128", "v1");
   EXPECT_EQ(bad_map.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad_map.status().message(), HasSubstr("--import_name_map"));
+  absl::StatusOr<ImportOptions> bad_zeros =
+      ImportOptionsFromFlags({}, {}, "u4b8:128", "gptq_v2");
+  EXPECT_EQ(bad_zeros.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_zeros.status().message(),
+              AllOf(HasSubstr("--import_gptq_zeros \"gptq_v2\""),
+                    HasSubstr("v2 (GPTQModel's \"gptq_v2\"")));
 }
 
 }  // namespace
