@@ -140,7 +140,7 @@ k8s-check:
 # crashers stay there (tests/fuzz/run_fuzzers.sh).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := weight_file_fuzzer tuning_table_fuzzer upload_fuzzer \
-  rpc_messages_fuzzer safetensors_fuzzer
+  rpc_messages_fuzzer safetensors_fuzzer shard_index_fuzzer
 .PHONY: fuzz
 fuzz:
 	@deploy/install-deps.sh build test fuzz

@@ -219,56 +219,6 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& prefix,
 
 constexpr absl::string_view kIndexSuffix = ".index.json";
 
-// What a sharded checkpoint's index says.
-struct ShardIndex {
-  // Tensor name → the name of its file, beside the index.
-  std::map<std::string, std::string> shard_of_tensor;
-  // The index's "metadata", each value as a string (total_size is a number).
-  std::map<std::string, std::string> metadata;
-};
-
-absl::StatusOr<ShardIndex> ParseShardIndex(absl::string_view text,
-                                           const std::string& path) {
-  constexpr absl::string_view kShape =
-      "an index is a JSON object whose \"weight_map\" maps tensor names to "
-      "the safetensors files beside it that hold them";
-  Json index;
-  try {
-    index = Json::parse(text);
-  } catch (const Json::exception& error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not valid JSON (", error.what(), "); ", kShape));
-  }
-  if (!index.is_object() || !index.contains("weight_map") ||
-      !index["weight_map"].is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": no \"weight_map\" object; ", kShape));
-  }
-  ShardIndex parsed;
-  for (const auto& [tensor, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": weight_map entry \"", tensor, "\" is a ",
-                       shard.type_name(), ", not a file name; ", kShape));
-    }
-    const std::string name = shard.get<std::string>();
-    if (name.empty() || name == "." || name == ".." ||
-        name.find('/') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": weight_map puts tensor \"", tensor, "\" in \"", name,
-          "\", which is no file name: shards must lie beside the index"));
-    }
-    parsed.shard_of_tensor[tensor] = name;
-  }
-  if (index.contains("metadata") && index["metadata"].is_object()) {
-    for (const auto& [key, value] : index["metadata"].items()) {
-      parsed.metadata[key] =
-          value.is_string() ? value.get<std::string>() : value.dump();
-    }
-  }
-  return parsed;
-}
-
 }  // namespace
 
 absl::string_view SafetensorsDtypeName(SafetensorsDtype dtype) {
@@ -333,6 +283,48 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenFile(
   // On an error `file` is destroyed here, which unmaps it.
   if (absl::Status status = file.ParseHeader(); !status.ok()) return status;
   return file;
+}
+
+absl::StatusOr<ShardIndex> ParseShardIndex(absl::string_view text,
+                                           const std::string& path) {
+  constexpr absl::string_view kShape =
+      "an index is a JSON object whose \"weight_map\" maps tensor names to "
+      "the safetensors files beside it that hold them";
+  Json index;
+  try {
+    index = Json::parse(text);
+  } catch (const Json::exception& error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not valid JSON (", error.what(), "); ", kShape));
+  }
+  if (!index.is_object() || !index.contains("weight_map") ||
+      !index["weight_map"].is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": no \"weight_map\" object; ", kShape));
+  }
+  ShardIndex parsed;
+  for (const auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": weight_map entry \"", tensor, "\" is a ",
+                       shard.type_name(), ", not a file name; ", kShape));
+    }
+    const std::string name = shard.get<std::string>();
+    if (name.empty() || name == "." || name == ".." ||
+        name.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": weight_map puts tensor \"", tensor, "\" in \"", name,
+          "\", which is no file name: shards must lie beside the index"));
+    }
+    parsed.shard_of_tensor[tensor] = name;
+  }
+  if (index.contains("metadata") && index["metadata"].is_object()) {
+    for (const auto& [key, value] : index["metadata"].items()) {
+      parsed.metadata[key] =
+          value.is_string() ? value.get<std::string>() : value.dump();
+    }
+  }
+  return parsed;
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenIndex(

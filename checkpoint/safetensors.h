@@ -190,6 +190,21 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// What a sharded checkpoint's index says (model.safetensors.index.json).
+struct ShardIndex {
+  // Tensor name → the name of the file that holds it, beside the index:
+  // never empty, ".", ".." or with a '/'.
+  std::map<std::string, std::string> shard_of_tensor;
+  // The index's "metadata", each value as a string (total_size is a number).
+  std::map<std::string, std::string> metadata;
+};
+
+// The index text of a sharded checkpoint, which SafetensorsFile::Open reads
+// for a path ending in ".index.json"; INVALID_ARGUMENT starting with `path`
+// when it is not a JSON object with a "weight_map" of file names.
+absl::StatusOr<ShardIndex> ParseShardIndex(absl::string_view text,
+                                           const std::string& path);
+
 // One tensor to write. `bytes` is not owned: it must outlive the call.
 struct NamedTensorBytes {
   std::string name;

@@ -261,6 +261,19 @@ int main(int argc, char** argv) {
   }
   written &= WriteSeed(safetensors, "every_dtype", SafetensorsSeed(every, {}));
 
+  // Indexes as save_pretrained writes them, one layer over two shards.
+  const fs::path indexes = corpus / "shard_index_fuzzer";
+  written &= WriteSeed(
+      indexes, "two_shards",
+      R"({"metadata": {"total_size": 2097152},)"
+      R"( "weight_map": {)"
+      R"("model.layers.0.mlp.up_proj.qweight": "model-00001-of-00002.safetensors",)"
+      R"( "model.layers.0.mlp.up_proj.qzeros": "model-00002-of-00002.safetensors",)"
+      R"( "model.layers.0.mlp.up_proj.scales": "model-00002-of-00002.safetensors"}})");
+  written &=
+      WriteSeed(indexes, "no_metadata",
+                R"({"weight_map": {"lm_head.weight": "model.safetensors"}})");
+
   if (!written) {
     std::fprintf(stderr, "nibble_fuzz_seeds: could not write under %s\n",
                  corpus.c_str());
