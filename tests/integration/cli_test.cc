@@ -51,6 +51,21 @@ void WriteFile(const std::string& path, const std::vector<T>& array) {
              array.size() * sizeof(T));
 }
 
+// C [m, N] = A [m, K] · B, B given element by element, in float64.
+std::vector<double> Float64Matmul(
+    const std::vector<double>& a, int64_t m, int64_t k, int64_t n,
+    const std::function<double(int64_t row, int64_t col)>& b) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t row = 0; row < k; ++row) {
+      for (int64_t col = 0; col < n; ++col) {
+        c[i * n + col] += a[i * k + row] * b(row, col);
+      }
+    }
+  }
+  return c;
+}
+
 class CliTest : public ::testing::TestWithParam<std::tuple<WeightFormat, int>> {
  protected:
   void SetUp() override {
@@ -82,6 +97,21 @@ class CliTest : public ::testing::TestWithParam<std::tuple<WeightFormat, int>> {
       return {};
     }
     return testing::OutputValues(ReadFile(output), DType::kF32);
+  }
+
+  // Checks C of `nibble matmul` on weight `name` [k, n] for m random f32
+  // activations (`seed`) against the float64 product with B given element
+  // by element.
+  void ExpectMultipliesLike(const std::string& name, int64_t m, int64_t k,
+                            int64_t n,
+                            const std::function<double(int64_t, int64_t)>& b,
+                            uint64_t seed) {
+    SCOPED_TRACE(name);
+    const testing::Activations a =
+        testing::RandomActivations(m, k, DType::kF32, seed);
+    const std::vector<double> c = MatmulThroughFiles(name, a, m);
+    ASSERT_FALSE(c.empty()) << output_;
+    EXPECT_LE(MaxRelativeError(c, Float64Matmul(a.values, m, k, n, b)), 1e-4);
   }
 
   std::unique_ptr<testing::NibbledProcess> server_;
@@ -221,21 +251,6 @@ TEST_F(CliWorkflowTest, MissingFileIsAClearError) {
                                 "/absent.scales")),
             0);
   EXPECT_THAT(output_, HasSubstr("absent.qweight"));
-}
-
-// C [m, N] = A [m, K] · B, B given element by element, in float64.
-std::vector<double> Float64Matmul(
-    const std::vector<double>& a, int64_t m, int64_t k, int64_t n,
-    const std::function<double(int64_t row, int64_t col)>& b) {
-  std::vector<double> c(m * n, 0.0);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t row = 0; row < k; ++row) {
-      for (int64_t col = 0; col < n; ++col) {
-        c[i * n + col] += a[i * k + row] * b(row, col);
-      }
-    }
-  }
-  return c;
 }
 
 TEST_F(CliWorkflowTest, ImportMultipliesLikeTheCheckpoint) {
@@ -444,19 +459,13 @@ TEST_F(CliWorkflowTest,
                 AllOf(HasSubstr("(mxfp4 → mxfp4, k=128 n=24 group=32,"),
                       HasSubstr("(nvfp4 → nvfp4, k=80 n=37 group=16,"),
                       HasSubstr("imported: 3 layers from ")));
-    constexpr int64_t kM = 3;
     for (const auto& [name, weight] : imported) {
-      SCOPED_TRACE(name);
-      const testing::Activations a =
-          testing::RandomActivations(kM, weight->k, DType::kF32, kSeed + 3);
-      const std::vector<double> c = MatmulThroughFiles(name, a, kM);
-      ASSERT_FALSE(c.empty()) << output_;
-      EXPECT_LE(MaxRelativeError(
-                    c, Float64Matmul(a.values, kM, weight->k, weight->n,
-                                     [&](int64_t row, int64_t col) {
-                                       return weight->Dequantized(row, col);
-                                     })),
-                1e-4);
+      ExpectMultipliesLike(
+          name, /*m=*/3, weight->k, weight->n,
+          [&](int64_t row, int64_t col) {
+            return weight->Dequantized(row, col);
+          },
+          kSeed + 3);
     }
   }
 }
@@ -500,29 +509,14 @@ TEST_F(CliWorkflowTest, ImportsAShardedCheckpointWhoseLayersSpanItsShards) {
   EXPECT_THAT(output_, AllOf(HasSubstr("(nvfp4 → nvfp4, k=64 n=24 group=16,"),
                              HasSubstr("(gptq → u4b8, k=128 n=40 group=32,"),
                              HasSubstr("imported: 2 layers from ")));
-  struct Imported {
-    std::string name;
-    int64_t k;
-    int64_t n;
-    std::function<double(int64_t, int64_t)> b;
-  };
-  const Imported imported[] = {
-      {"model.layers.3.mlp.up_proj", gptq.k, gptq.n,
-       [&](int64_t row, int64_t col) { return gptq.Dequantized(row, col); }},
-      {"model.layers.3.mlp.down_proj", nvfp4.k, nvfp4.n,
-       [&](int64_t row, int64_t col) { return nvfp4.Dequantized(row, col); }},
-  };
-  constexpr int64_t kM = 2;
-  for (const Imported& weight : imported) {
-    SCOPED_TRACE(weight.name);
-    const testing::Activations a =
-        testing::RandomActivations(kM, weight.k, DType::kF32, kSeed + 2);
-    const std::vector<double> c = MatmulThroughFiles(weight.name, a, kM);
-    ASSERT_FALSE(c.empty()) << output_;
-    EXPECT_LE(MaxRelativeError(
-                  c, Float64Matmul(a.values, kM, weight.k, weight.n, weight.b)),
-              1e-4);
-  }
+  ExpectMultipliesLike(
+      "model.layers.3.mlp.up_proj", /*m=*/2, gptq.k, gptq.n,
+      [&](int64_t row, int64_t col) { return gptq.Dequantized(row, col); },
+      kSeed + 2);
+  ExpectMultipliesLike(
+      "model.layers.3.mlp.down_proj", /*m=*/2, nvfp4.k, nvfp4.n,
+      [&](int64_t row, int64_t col) { return nvfp4.Dequantized(row, col); },
+      kSeed + 2);
 }
 
 TEST_F(CliWorkflowTest, GptqZerosV2ImportsAGptqV2Layer) {
@@ -540,17 +534,10 @@ TEST_F(CliWorkflowTest, GptqZerosV2ImportsAGptqV2Layer) {
   ASSERT_EQ(Nibble(absl::StrCat("import --file=", path, " --gptq_zeros=v2")), 0)
       << output_;
   EXPECT_THAT(output_, HasSubstr("(gptq → u4, k=128 n=24 group=32,"));
-  constexpr int64_t kM = 2;
-  const testing::Activations a =
-      testing::RandomActivations(kM, w.k, DType::kF32, kSeed + 1);
-  const std::vector<double> c =
-      MatmulThroughFiles("model.layers.0.mlp.up_proj", a, kM);
-  ASSERT_FALSE(c.empty()) << output_;
-  EXPECT_LE(MaxRelativeError(c, Float64Matmul(a.values, kM, w.k, w.n,
-                                              [&](int64_t row, int64_t col) {
-                                                return w.Dequantized(row, col);
-                                              })),
-            1e-4);
+  ExpectMultipliesLike(
+      "model.layers.0.mlp.up_proj", /*m=*/2, w.k, w.n,
+      [&](int64_t row, int64_t col) { return w.Dequantized(row, col); },
+      kSeed + 1);
 }
 
 TEST_F(CliWorkflowTest, HealthIsServing) {
