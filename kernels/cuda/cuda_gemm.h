@@ -74,6 +74,9 @@ class CudaWeight final : public DeviceWeight {
 
  private:
   CudaWeight() = default;
+  // The element counts of DeviceLayout's arrays.
+  int64_t code_words() const { return padded_n_ * spec_.k / kCodesPerWord; }
+  int64_t scale_pairs() const { return spec_.groups() * padded_n_ / 2; }
 
   WeightSpec spec_;
   int64_t padded_n_ = 0;

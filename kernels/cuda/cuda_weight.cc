@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/cuda/arrange_weight.h"
 #include "kernels/cuda/cuda_gemm.h"
 #include "kernels/cuda/device_layout.h"
 
@@ -22,14 +23,6 @@ absl::Status Allocate(T** pointer, int64_t count, const std::string& what) {
                                static_cast<size_t>(count) * sizeof(T)),
                     absl::StrFormat("cudaMalloc of %d bytes for %s",
                                     count * sizeof(T), what));
-}
-
-template <typename T>
-absl::Status CopyToDevice(T* device, const std::vector<T>& host,
-                          const std::string& what) {
-  return CudaStatus(cudaMemcpy(device, host.data(), host.size() * sizeof(T),
-                               cudaMemcpyHostToDevice),
-                    absl::StrCat("copying ", what, " to the GPU"));
 }
 
 // Allocates `*to` and copies `count` elements of `from` into it, on the GPU.
@@ -123,46 +116,38 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
         spec.DebugString(), ": the CUDA kernels need K to be a multiple of ",
         kKMultiple));
   }
-  const DeviceLayout layout = MakeDeviceLayout(canonical);
+  const int64_t padded_n = PaddedN(spec.n);
+  const ScaleConversion conversion = MakeScaleConversion(canonical);
   std::unique_ptr<CudaWeight> weight(new CudaWeight());
   weight->spec_ = spec;
-  weight->padded_n_ = layout.padded_n;
-  weight->output_scale_ = layout.output_scale;
-  weight->bytes_ = layout.codes.size() * sizeof(uint32_t) +
-                   layout.scales.size() * sizeof(uint32_t) +
-                   layout.zeros.size() * sizeof(uint16_t);
+  weight->padded_n_ = padded_n;
+  weight->output_scale_ = conversion.output_scale;
+  const int64_t words = weight->code_words();
+  const int64_t pairs = weight->scale_pairs();
+  const bool has_zeros = HasZeros(spec.format);
+  weight->bytes_ = words * sizeof(uint32_t) + pairs * sizeof(uint32_t) +
+                   (has_zeros ? pairs * sizeof(uint16_t) : 0);
   const std::string name = spec.DebugString();
-  if (absl::Status status =
-          Allocate(&weight->codes_, layout.codes.size(), name + " codes");
+  if (absl::Status status = Allocate(&weight->codes_, words, name + " codes");
       !status.ok()) {
     return status;
   }
-  if (absl::Status status =
-          Allocate(&weight->scales_, layout.scales.size(), name + " scales");
+  if (absl::Status status = Allocate(&weight->scales_, pairs, name + " scales");
       !status.ok()) {
     return status;
   }
-  if (!layout.zeros.empty()) {
-    if (absl::Status status =
-            Allocate(&weight->zeros_, layout.zeros.size(), name + " zeros");
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status =
-            CopyToDevice(weight->zeros_, layout.zeros, name + " zeros");
+  if (has_zeros) {
+    if (absl::Status status = Allocate(&weight->zeros_, pairs, name + " zeros");
         !status.ok()) {
       return status;
     }
   }
   if (absl::Status status =
-          CopyToDevice(weight->codes_, layout.codes, name + " codes");
+          ArrangeOnDevice(canonical, conversion,
+                          {weight->codes_, weight->scales_, weight->zeros_});
       !status.ok()) {
-    return status;
-  }
-  if (absl::Status status =
-          CopyToDevice(weight->scales_, layout.scales, name + " scales");
-      !status.ok()) {
-    return status;
+    return absl::Status(status.code(),
+                        absl::StrCat(name, ": ", status.message()));
   }
   return weight;
 }
@@ -173,9 +158,8 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Copy() const {
   copy->padded_n_ = padded_n_;
   copy->output_scale_ = output_scale_;
   copy->bytes_ = bytes_;
-  // The element counts of MakeDeviceLayout's arrays.
-  const int64_t words = padded_n_ * spec_.k / kCodesPerWord;
-  const int64_t pairs = spec_.groups() * padded_n_ / 2;
+  const int64_t words = code_words();
+  const int64_t pairs = scale_pairs();
   const std::string name = spec_.DebugString();
   if (absl::Status status =
           CopyOnDevice(&copy->codes_, codes_, words, name + " codes");

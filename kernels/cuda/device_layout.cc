@@ -40,24 +40,17 @@ constexpr int kHalfExactMaxExponent = 13;
 // else the least move that fits them, or that keeps the largest exact when
 // nothing fits them all.
 int Mxfp4ExponentShift(const QuantizedWeight& canonical) {
-  const auto [min_code, max_code] =
-      std::minmax_element(canonical.scales.begin(), canonical.scales.end());
-  const int least = *max_code - kE8m0Bias - kHalfExactMaxExponent;
-  const int most = *min_code - kE8m0Bias - kHalfExactMinExponent;
-  return std::max(least, std::min(0, most));
-}
-
-// A canonical scale slot as the fp16 bits the kernels read.
-uint16_t DeviceScale(WeightFormat format, uint16_t slot, int mxfp4_shift) {
-  switch (format) {
-    case WeightFormat::kMxfp4:
-      return FloatToHalf(
-          std::ldexp(1.0f, static_cast<int>(slot) - kE8m0Bias - mxfp4_shift));
-    case WeightFormat::kNvfp4:
-      return FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(slot)));
-    default:
-      return slot;
+  // Values, not iterators, so that the loop vectorizes: it runs on every
+  // upload.
+  uint16_t min_code = 0xffff;
+  uint16_t max_code = 0;
+  for (const uint16_t code : canonical.scales) {
+    min_code = std::min(min_code, code);
+    max_code = std::max(max_code, code);
   }
+  const int least = max_code - kE8m0Bias - kHalfExactMaxExponent;
+  const int most = min_code - kE8m0Bias - kHalfExactMinExponent;
+  return std::max(least, std::min(0, most));
 }
 
 }  // namespace
@@ -71,10 +64,34 @@ FragmentSlot FragmentSlotOf(int row, int col) {
   return {g * 4 + t, low_or_high * 4 + n8_tile * 2 + b_register};
 }
 
+ScaleConversion MakeScaleConversion(const QuantizedWeight& canonical) {
+  const WeightSpec& spec = canonical.spec;
+  ScaleConversion conversion;
+  conversion.output_scale = spec.global_scale;
+  if (spec.format == WeightFormat::kMxfp4) {
+    const int shift = Mxfp4ExponentShift(canonical);
+    conversion.output_scale = std::ldexp(spec.global_scale, shift);
+    conversion.by_table = true;
+    for (int code = 0; code < 256; ++code) {
+      conversion.half_of_code[code] =
+          FloatToHalf(std::ldexp(1.0f, code - kE8m0Bias - shift));
+    }
+  } else if (spec.format == WeightFormat::kNvfp4) {
+    conversion.by_table = true;
+    for (int code = 0; code < 256; ++code) {
+      conversion.half_of_code[code] =
+          FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(code)));
+    }
+  }
+  return conversion;
+}
+
+int64_t PaddedN(int64_t n) { return (n + kTileN - 1) / kTileN * kTileN; }
+
 DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical) {
   const WeightSpec& spec = canonical.spec;
   DeviceLayout layout;
-  layout.padded_n = (spec.n + kTileN - 1) / kTileN * kTileN;
+  layout.padded_n = PaddedN(spec.n);
   layout.codes.assign(layout.padded_n * spec.k / kCodesPerWord, 0);
   for (int64_t row = 0; row < spec.k; ++row) {
     for (int64_t col = 0; col < spec.n; ++col) {
@@ -83,9 +100,8 @@ DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical) {
           uint32_t{canonical.Code(row, col)} << (4 * slot.code);
     }
   }
-  const int mxfp4_shift =
-      spec.format == WeightFormat::kMxfp4 ? Mxfp4ExponentShift(canonical) : 0;
-  layout.output_scale = std::ldexp(spec.global_scale, mxfp4_shift);
+  const ScaleConversion conversion = MakeScaleConversion(canonical);
+  layout.output_scale = conversion.output_scale;
   const int64_t pairs = spec.groups() * layout.padded_n / 2;
   layout.scales.assign(pairs, 0);
   if (HasZeros(spec.format)) layout.zeros.assign(pairs, 0);
@@ -93,10 +109,11 @@ DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical) {
     for (int64_t col = 0; col < spec.n; ++col) {
       const int shift = col % kBlock >= 8 ? 16 : 0;
       const int64_t row = group * spec.group_size;
-      layout.scales[PairIndex(layout.padded_n, group, col)] |=
-          uint32_t{
-              DeviceScale(spec.format, canonical.Scale(row, col), mxfp4_shift)}
-          << shift;
+      const uint16_t slot = canonical.Scale(row, col);
+      const uint16_t half =
+          conversion.by_table ? conversion.half_of_code[slot] : slot;
+      layout.scales[PairIndex(layout.padded_n, group, col)] |= uint32_t{half}
+                                                               << shift;
       if (!layout.zeros.empty()) {
         layout.zeros[PairIndex(layout.padded_n, group, col)] |=
             static_cast<uint16_t>(canonical.Zero(row, col) << (shift / 2));

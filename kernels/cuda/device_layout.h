@@ -1,6 +1,6 @@
-// The layout the CUDA kernels read, made on the host from the canonical
-// layout before the copy to the GPU. It is plain C++ so that it is tested
-// where there is no GPU.
+// The layout the CUDA kernels read. The GPU makes it from the canonical
+// layout (arrange_weight.h); this plain C++ reference makes it on the host, so
+// that it is tested where there is no GPU and the GPU's is tested against it.
 //
 // The unit is a 16 x 16 block of B (16 rows of K, 16 columns of N): one
 // 32-bit word per lane of a warp holds exactly the eight codes that lane
@@ -29,10 +29,11 @@
 //
 // Example:
 //   nibble::cuda::DeviceLayout layout = nibble::cuda::MakeDeviceLayout(w);
-//   // copy layout.codes, layout.scales, layout.zeros to the GPU
+//   uint8_t q = nibble::cuda::CodeAt(layout, w.spec.k, /*row=*/5, /*col=*/9);
 #ifndef NIBBLE_KERNELS_CUDA_DEVICE_LAYOUT_H_
 #define NIBBLE_KERNELS_CUDA_DEVICE_LAYOUT_H_
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -61,7 +62,24 @@ struct DeviceLayout {
   std::vector<uint16_t> zeros;   // [groups][padded_n/16][8] byte pairs
 };
 
-// Requires a weight that passes Validate() with K a multiple of kTileK.
+// How a weight's canonical scale slots become the fp16 bits the kernels
+// read (see above), shared by the host layout and the GPU's (arrange_weight.h).
+struct ScaleConversion {
+  float output_scale = 1.0f;
+  // Whether scales go through `half_of_code` (kMxfp4, kNvfp4) or stay the
+  // fp16 bits they are.
+  bool by_table = false;
+  std::array<uint16_t, 256> half_of_code{};
+};
+// Requires a weight that passes Validate().
+ScaleConversion MakeScaleConversion(const QuantizedWeight& canonical);
+
+// N rounded up to kTileN.
+int64_t PaddedN(int64_t n);
+
+// The reference layout, made on the host one code at a time: what the GPU's
+// (arrange_weight.h) is tested against. Requires a weight that passes
+// Validate() with K a multiple of kTileK.
 DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical);
 
 // Code (row, col) read back from `layout`; the tests' inverse of the above.

@@ -5,6 +5,7 @@
 // GPU exists, and each test skips itself without one.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -13,8 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/arrange_weight.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_gemm.h"
+#include "kernels/cuda/device_layout.h"
 #include "kernels/dtype.h"
 #include "kernels/reference.h"
 #include "kernels/thread_pool.h"
@@ -260,6 +263,80 @@ TEST(CudaKernelsTest, CopyRunsLikeTheUploadedWeight) {
         weight, seed + 1);
   }
 }
+
+template <typename T>
+std::vector<T> Download(const T* device, int64_t count) {
+  std::vector<T> host(count);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(T),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return host;
+}
+
+struct ArrangeCase {
+  WeightSpec spec;
+  int64_t staging_bytes;
+};
+
+class ArrangeOnDeviceTest : public ::testing::TestWithParam<ArrangeCase> {};
+
+// The GPU's arrangement against the host reference, word for word, padding
+// included: the arrays come poisoned, and a small staging buffer makes the
+// codes and scales come over in many pieces.
+TEST_P(ArrangeOnDeviceTest, MatchesTheHostLayoutWordForWord) {
+  SKIP_WITHOUT_GPU();
+  const ArrangeCase& arrange = GetParam();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed, " ", arrange.spec.DebugString(),
+                            " staging=", arrange.staging_bytes));
+  QuantizedWeight weight = RandomQuantizedWeight(arrange.spec, seed);
+  if (arrange.spec.format == WeightFormat::kMxfp4) {
+    // Exponents 2^-60 .. 2^20: the conversion must shift them.
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> code(67, 147);
+    for (uint16_t& scale : weight.scales) {
+      scale = static_cast<uint16_t>(code(rng));
+    }
+  }
+  const DeviceLayout want = MakeDeviceLayout(weight);
+  DeviceArray codes(want.codes.size() * 4), scales(want.scales.size() * 4),
+      zeros(std::max<size_t>(want.zeros.size() * 2, 1));
+  for (const DeviceArray* array : {&codes, &scales, &zeros}) {
+    ASSERT_EQ(cudaMemset(array->data(), 0xa5, array->bytes()), cudaSuccess);
+  }
+  const ScaleConversion conversion = MakeScaleConversion(weight);
+  EXPECT_EQ(conversion.output_scale, want.output_scale);
+  const ArrangedArrays to{
+      static_cast<uint32_t*>(codes.data()),
+      static_cast<uint32_t*>(scales.data()),
+      want.zeros.empty() ? nullptr : static_cast<uint16_t*>(zeros.data())};
+  const absl::Status status =
+      ArrangeOnDevice(weight, conversion, to, arrange.staging_bytes);
+  ASSERT_TRUE(status.ok()) << status;
+
+  const std::vector<uint32_t> got_codes =
+      Download(to.codes, static_cast<int64_t>(want.codes.size()));
+  for (size_t i = 0; i < want.codes.size(); ++i) {
+    ASSERT_EQ(got_codes[i], want.codes[i]) << "code word " << i;
+  }
+  EXPECT_EQ(Download(to.scales, static_cast<int64_t>(want.scales.size())),
+            want.scales);
+  if (!want.zeros.empty()) {
+    EXPECT_EQ(Download(to.zeros, static_cast<int64_t>(want.zeros.size())),
+              want.zeros);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ArrangeOnDeviceTest,
+    ::testing::Values(
+        ArrangeCase{{WeightFormat::kU4b8, 128, 16, 32}, kStagingBytes},
+        ArrangeCase{{WeightFormat::kU4, 256, 300, 64}, kStagingBytes},
+        ArrangeCase{{WeightFormat::kU4, 512, 200, 128}, 4096},
+        ArrangeCase{{WeightFormat::kFp4, 1024, 520, 1024}, 1},
+        ArrangeCase{{WeightFormat::kMxfp4, 640, 300, 32}, 20000},
+        ArrangeCase{{WeightFormat::kNvfp4, 384, 72, 16, 0.0123f}, 3000},
+        ArrangeCase{{WeightFormat::kU4b8, 4096, 4100, 128}, kStagingBytes}));
 
 // The GemmKernel path nibbled takes: host A and C, f32 included.
 TEST(CudaKernelsTest, RunOnHostOperandsMatchesTheReference) {

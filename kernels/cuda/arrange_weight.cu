@@ -1,0 +1,230 @@
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/arrange_weight.h"
+#include "kernels/cuda/cuda_gemm.h"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 8192;
+// Words of one lane per kTileK rows, and lanes per 16-column block.
+constexpr int64_t kWordsPerLane = 4;
+constexpr int64_t kLanes = 32;
+constexpr int64_t kWordRowsPerStep = kTileK / kCodesPerWord;
+
+struct HalfTable {
+  uint16_t half_of_code[256];
+};
+
+// One word of the device layout per iteration: [N/16][K/64][lane][4] words,
+// here the 64-row steps [first_step, first_step + steps) of every column
+// block, from `staged` [steps * 8 word rows, n] canonical words. By
+// device_layout.h, lane g * 4 + t's word for rows 16 b .. 16 b + 15 of
+// columns c and c + 8 (c = 16 block + g) takes byte t (rows 2t and 2t + 1)
+// of the four canonical words of word rows 2b, 2b + 1 and those columns:
+// their low nibbles are codes 0..3, their high nibbles codes 4..7.
+__global__ void ArrangeCodes(const uint32_t* __restrict__ staged, int64_t n,
+                             int64_t col_blocks, int64_t k_steps,
+                             int64_t first_step, int64_t steps,
+                             uint32_t* __restrict__ codes) {
+  const int64_t per_block = steps * kLanes * kWordsPerLane;
+  const int64_t total = col_blocks * per_block;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t col_block = i / per_block;
+    const int64_t step = (i % per_block) / (kLanes * kWordsPerLane);
+    const int lane = static_cast<int>(i / kWordsPerLane % kLanes);
+    const int word = static_cast<int>(i % kWordsPerLane);
+    const int64_t word_row = (step * kWordsPerLane + word) * 2;
+    const int64_t col = col_block * 16 + lane / 4;
+    const int byte_shift = 8 * (lane % 4);
+    uint32_t arranged = 0;
+    // Source m: word row 2b + m % 2 of column c + 8 (m / 2).
+    for (int m = 0; m < 4; ++m) {
+      const int64_t source_col = col + 8 * (m / 2);
+      const uint32_t source =
+          source_col < n ? staged[(word_row + m % 2) * n + source_col] : 0;
+      const uint32_t byte = (source >> byte_shift) & 0xffu;
+      arranged |= (byte & 0xfu) << (4 * m);
+      arranged |= (byte >> 4) << (16 + 4 * m);
+    }
+    codes[((col_block * k_steps + first_step + step) * kLanes + lane) *
+              kWordsPerLane +
+          word] = arranged;
+  }
+}
+
+// One scale pair (and zero-point pair) per iteration: [groups][N/16][8],
+// here groups [first_group, first_group + groups) from `scales` [groups, n]
+// slots and `zeros` [groups, n] (nullptr for none); pair g of a 16-column
+// block holds columns g and g + 8.
+__global__ void ArrangeScales(const uint16_t* __restrict__ scales,
+                              const uint8_t* __restrict__ zeros, int64_t n,
+                              int64_t col_blocks, int64_t first_group,
+                              int64_t groups, bool by_table, HalfTable table,
+                              uint32_t* __restrict__ scale_pairs,
+                              uint16_t* __restrict__ zero_pairs) {
+  const int64_t per_group = col_blocks * 8;
+  const int64_t total = groups * per_group;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t group = i / per_group;
+    const int64_t col = (i % per_group) / 8 * 16 + i % 8;
+    uint32_t scale_pair = 0;
+    uint16_t zero_pair = 0;
+    for (int half = 0; half < 2; ++half) {
+      const int64_t source_col = col + 8 * half;
+      if (source_col >= n) continue;
+      const uint16_t slot = scales[group * n + source_col];
+      scale_pair |= uint32_t{by_table ? table.half_of_code[slot & 0xffu] : slot}
+                    << (16 * half);
+      if (zeros != nullptr) {
+        zero_pair |=
+            static_cast<uint16_t>(zeros[group * n + source_col] << (8 * half));
+      }
+    }
+    const int64_t pair = (first_group * per_group) + i;
+    scale_pairs[pair] = scale_pair;
+    if (zeros != nullptr) zero_pairs[pair] = zero_pair;
+  }
+}
+
+unsigned BlocksFor(int64_t items) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+// A device buffer freed at scope exit.
+class Staging {
+ public:
+  ~Staging() { cudaFree(data_); }
+  absl::Status Allocate(int64_t bytes) {
+    return CudaStatus(cudaMalloc(&data_, static_cast<size_t>(bytes)),
+                      absl::StrCat("cudaMalloc of ", bytes,
+                                   " bytes to stage a weight's upload"));
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+};
+
+absl::Status CopyIn(void* to, const void* from, int64_t bytes,
+                    const std::string& what) {
+  return CudaStatus(
+      cudaMemcpy(to, from, static_cast<size_t>(bytes), cudaMemcpyHostToDevice),
+      absl::StrCat("copying ", what, " to the GPU"));
+}
+
+// Waits for the kernel just launched, so that its staging may be reused.
+absl::Status Finish(const std::string& what) {
+  if (absl::Status status =
+          CudaStatus(cudaGetLastError(), absl::StrCat("launching ", what));
+      !status.ok()) {
+    return status;
+  }
+  return CudaStatus(cudaStreamSynchronize(nullptr), what);
+}
+
+absl::Status ArrangeAllCodes(const QuantizedWeight& canonical,
+                             int64_t col_blocks, int64_t staging_bytes,
+                             uint32_t* codes) {
+  const WeightSpec& spec = canonical.spec;
+  const int64_t k_steps = spec.k / kTileK;
+  const int64_t step_bytes = kWordRowsPerStep * spec.n * 4;
+  const int64_t steps_at_once =
+      std::clamp<int64_t>(staging_bytes / step_bytes, 1, k_steps);
+  Staging staging;
+  if (absl::Status status = staging.Allocate(steps_at_once * step_bytes);
+      !status.ok()) {
+    return status;
+  }
+  for (int64_t first = 0; first < k_steps; first += steps_at_once) {
+    const int64_t steps = std::min(steps_at_once, k_steps - first);
+    if (absl::Status status =
+            CopyIn(staging.as<void>(),
+                   canonical.qweight.data() + first * kWordRowsPerStep * spec.n,
+                   steps * step_bytes, "codes");
+        !status.ok()) {
+      return status;
+    }
+    ArrangeCodes<<<BlocksFor(col_blocks * steps * kLanes * kWordsPerLane),
+                   kThreads>>>(staging.as<uint32_t>(), spec.n, col_blocks,
+                               k_steps, first, steps, codes);
+    if (absl::Status status = Finish("the codes' arrangement"); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ArrangeAllScales(const QuantizedWeight& canonical,
+                              const ScaleConversion& conversion,
+                              int64_t col_blocks, int64_t staging_bytes,
+                              const ArrangedArrays& to) {
+  const WeightSpec& spec = canonical.spec;
+  const bool has_zeros = HasZeros(spec.format);
+  const int64_t group_bytes = spec.n * (2 + (has_zeros ? 1 : 0));
+  const int64_t groups_at_once =
+      std::clamp<int64_t>(staging_bytes / group_bytes, 1, spec.groups());
+  Staging staging;
+  if (absl::Status status = staging.Allocate(groups_at_once * group_bytes);
+      !status.ok()) {
+    return status;
+  }
+  uint16_t* staged_scales = staging.as<uint16_t>();
+  uint8_t* staged_zeros =
+      has_zeros ? staging.as<uint8_t>() + groups_at_once * spec.n * 2 : nullptr;
+  HalfTable table;
+  std::copy(conversion.half_of_code.begin(), conversion.half_of_code.end(),
+            table.half_of_code);
+  for (int64_t first = 0; first < spec.groups(); first += groups_at_once) {
+    const int64_t groups = std::min(groups_at_once, spec.groups() - first);
+    if (absl::Status status =
+            CopyIn(staged_scales, canonical.scales.data() + first * spec.n,
+                   groups * spec.n * 2, "scales");
+        !status.ok()) {
+      return status;
+    }
+    if (has_zeros) {
+      if (absl::Status status =
+              CopyIn(staged_zeros, canonical.zeros.data() + first * spec.n,
+                     groups * spec.n, "zero points");
+          !status.ok()) {
+        return status;
+      }
+    }
+    ArrangeScales<<<BlocksFor(groups * col_blocks * 8), kThreads>>>(
+        staged_scales, staged_zeros, spec.n, col_blocks, first, groups,
+        conversion.by_table, table, to.scales, to.zeros);
+    if (absl::Status status = Finish("the scales' arrangement"); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ArrangeOnDevice(const QuantizedWeight& canonical,
+                             const ScaleConversion& conversion,
+                             const ArrangedArrays& to, int64_t staging_bytes) {
+  const int64_t col_blocks = PaddedN(canonical.spec.n) / 16;
+  if (absl::Status status =
+          ArrangeAllCodes(canonical, col_blocks, staging_bytes, to.codes);
+      !status.ok()) {
+    return status;
+  }
+  return ArrangeAllScales(canonical, conversion, col_blocks, staging_bytes, to);
+}
+
+}  // namespace nibble::cuda
