@@ -9,8 +9,8 @@
 // with a single bad layer is refused before anything is uploaded;
 // ExecuteImport then converts and uploads them in order, converting the next
 // two layers on threads of their own while one uploads (or two, for
-// `nibble import`), so that at most three (four) converted layers are held
-// in memory.
+// `nibble import` and for the canonical weights of `nibbled --import`), so
+// that at most three (four) converted layers are held in memory.
 //
 // Example:
 //   absl::StatusOr<checkpoint::SafetensorsFile> file =

@@ -7,10 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "checkpoint/convert.h"
 #include "server/log.h"
@@ -194,18 +196,25 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
              {"layers", plan.layers.size()},
              {"skipped_tensors", plan.skipped.size()},
              {"float_layers_as", QuantizeSpecName(plan.quantize)}});
-    size_t next = 0;
+    absl::flat_hash_map<absl::string_view, size_t> index_of_name;
+    for (size_t i = 0; i < plan.layers.size(); ++i) {
+      index_of_name.emplace(plan.layers[i].name, i);
+    }
+    absl::Mutex log_mutex;
     absl::Time layer_start = absl::Now();
-    // Logs the layer ExecuteImport just stored (it stores them in order).
+    // Logs a layer just stored, with the time since the one before; layers
+    // stored at once may finish out of order.
     const auto log_stored = [&](absl::string_view name, const WeightSpec& spec,
                                 bool has_activation_order) {
-      const ImportLayer& layer = plan.layers[next++];
+      const size_t index = index_of_name.at(name);
+      const ImportLayer& layer = plan.layers[index];
       const int64_t bytes = PackedResidentBytes(spec, has_activation_order);
+      absl::MutexLock lock(&log_mutex);
       report.resident_bytes += bytes;
       const absl::Time now = absl::Now();
       LogInfo("layer imported",
               {{"file", path},
-               {"layer", absl::StrCat(next, "/", plan.layers.size())},
+               {"layer", absl::StrCat(index + 1, "/", plan.layers.size())},
                {"prefix", layer.prefix},
                {"name", name},
                {"from", checkpoint::CheckpointLayoutName(layer.layout)},
@@ -238,11 +247,15 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
     };
     // The log lines replace ExecuteImport's text progress.
     std::ostream no_progress(nullptr);
+    // Storing a canonical weight packs it and, on the GPU, copies it there:
+    // two at once keep the cores busy while the next layers convert.
+    constexpr int kCanonicalLayersAtOnce = 2;
     const ImportReport imported =
         store.packed.has_value()
             ? ExecuteImport(checkpoint.file, plan, upload, upload_packed,
                             no_progress)
-            : ExecuteImport(checkpoint.file, plan, upload, no_progress);
+            : ExecuteImport(checkpoint.file, plan, upload, no_progress,
+                            kCanonicalLayersAtOnce);
     report.layers += static_cast<int64_t>(imported.uploaded.size());
     report.file_bytes += imported.file_bytes;
     if (!imported.status.ok()) {

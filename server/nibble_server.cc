@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -131,8 +132,11 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   }
   // Before listening, so that a failed import is never seen by a client.
   if (options.initial_weights) {
-    const auto remember = [&server](absl::Status stored,
-                                    absl::string_view name) {
+    // The import stores canonical weights two at a time.
+    absl::Mutex names_mutex;
+    const auto remember = [&server, &names_mutex](absl::Status stored,
+                                                  absl::string_view name) {
+      absl::MutexLock lock(&names_mutex);
       if (stored.ok()) server->initial_weights_names_.emplace(name);
       return stored;
     };

@@ -64,6 +64,7 @@ using StorePackedWeightFunction =
 
 // How ServerOptions::initial_weights stores weights. `packed` is set where
 // the server keeps no canonical weights (the CPU backend without data_dir).
+// Both are thread-safe: an import stores canonical weights two at a time.
 struct InitialWeightStore {
   StoreWeightFunction canonical;
   std::optional<StorePackedWeightFunction> packed = std::nullopt;
