@@ -46,14 +46,10 @@ std::vector<uint32_t> TransposeFp4Codes(const uint8_t* codes, int64_t k,
       const int64_t vector_words = words / 4 * 4;
       for (int64_t c = 0; c < vector_cols; c += 4) {
         for (int64_t w = 0; w < vector_words; w += 4) {
-          __m128i rows[4];
-          for (int r = 0; r < 4; ++r) {
-            rows[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                codes + (first_col + c + r) * row_bytes +
-                4 * (first_word + w)));
-          }
           __m128i columns[4];
-          TransposeWords4x4(rows, columns);
+          LoadTransposedWords4x4(
+              codes + (first_col + c) * row_bytes + 4 * (first_word + w),
+              row_bytes, columns);
           for (int i = 0; i < 4; ++i) {
             _mm_store_si128(reinterpret_cast<__m128i*>(&tile[w + i][c]),
                             columns[i]);

@@ -97,13 +97,9 @@ void ColumnCodesToPanel(const uint8_t* columns, int64_t words, int64_t width,
   const int64_t vector_words = words / 4 * 4;
   for (int64_t lane = 0; lane < vector_lanes; lane += 4) {
     for (int64_t word = 0; word < vector_words; word += 4) {
-      __m128i rows[4];
-      for (int r = 0; r < 4; ++r) {
-        rows[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-            columns + ((lane + r) * words + word) * sizeof(uint32_t)));
-      }
       __m128i by_word[4];
-      TransposeWords4x4(rows, by_word);
+      LoadTransposedWords4x4(columns + (lane * words + word) * sizeof(uint32_t),
+                             words * sizeof(uint32_t), by_word);
       for (int w = 0; w < 4; ++w) {
         _mm_storeu_si128(
             reinterpret_cast<__m128i*>(panel + (word + w) * kWidth + lane),
