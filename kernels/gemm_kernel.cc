@@ -21,7 +21,8 @@ absl::string_view KernelVariantName(KernelVariant variant) {
 std::string GemmProblem::DebugString() const {
   return absl::StrCat("m=", m, " n=", n, " k=", k, " ",
                       WeightFormatName(format), " group=", group_size, " ",
-                      DTypeName(dtype), " threads=", threads);
+                      DTypeName(dtype), " threads=", threads,
+                      cpu_panels ? "" : " without CPU panels");
 }
 
 GemmProblem MakeGemmProblem(const PackedWeight& weight, int64_t m, DType dtype,
@@ -33,7 +34,8 @@ GemmProblem MakeGemmProblem(const PackedWeight& weight, int64_t m, DType dtype,
                      .format = spec.format,
                      .group_size = spec.group_size,
                      .dtype = dtype,
-                     .threads = threads};
+                     .threads = threads,
+                     .cpu_panels = weight.has_panels()};
 }
 
 }  // namespace nibble

@@ -48,6 +48,9 @@ struct GemmProblem {
   int64_t group_size = 0;
   DType dtype = DType::kF32;
   int threads = 1;
+  // Whether B has the CPU kernels' panels: false for a weight that an
+  // accelerator serves whole (PackedWeight::WithoutPanels).
+  bool cpu_panels = true;
 
   // e.g. "m=4 n=4096 k=4096 u4b8 group=128 f32 threads=2".
   std::string DebugString() const;

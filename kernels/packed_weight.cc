@@ -202,6 +202,15 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
   return packed;
 }
 
+absl::StatusOr<PackedWeight> PackedWeight::WithoutPanels(
+    const QuantizedWeight& canonical) {
+  if (absl::Status status = canonical.Validate(); !status.ok()) return status;
+  PackedWeight weight;
+  weight.spec_ = canonical.spec;
+  weight.activation_order_ = canonical.activation_order;
+  return weight;
+}
+
 absl::StatusOr<PackedWeight> PackedWeight::PackWithCodes(
     PanelCodeWriter codes, const QuantizedWeight& rest) {
   if (absl::Status status = rest.ValidateAllButCodes(); !status.ok()) {

@@ -73,8 +73,17 @@ class PackedWeight {
   // as much as packing. Fails as PackWithColumnScales does.
   static absl::StatusOr<PackedWeight> PackColumns(const Fp4Columns& columns);
 
+  // The spec and activation order of `canonical` without panels, for a
+  // weight whose every matmul runs on an accelerator: the CPU kernels refuse
+  // it (GemmProblem::cpu_panels), and it holds only its activation order
+  // resident. Fails as Pack does.
+  static absl::StatusOr<PackedWeight> WithoutPanels(
+      const QuantizedWeight& canonical);
+
   const WeightSpec& spec() const { return spec_; }
   int64_t panels() const { return panels_; }
+  // False for WithoutPanels.
+  bool has_panels() const { return !codes_.empty(); }
   const uint32_t* panel_codes(int64_t panel) const {
     return codes_.data() + panel * (spec_.k / kCodesPerWord) * kPanelWidth;
   }

@@ -75,7 +75,8 @@ absl::Status NibbleServer::LoadWeights() {
             !status.ok()) {
           return status;
         }
-        absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(file.weight);
+        absl::StatusOr<PackedWeight> packed =
+            PackForBackend(backend_, file.weight);
         if (!packed.ok()) return packed.status();
         absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
             UploadToBackend(backend_, file.name, file.weight);

@@ -184,7 +184,7 @@ NibbleServiceImpl::StorePacked(PackedWeight packed, absl::string_view name) {
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(
     const std::string& name, const QuantizedWeight& weight,
     WeightStore::Reservation reservation) {
-  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  absl::StatusOr<PackedWeight> packed = PackForBackend(backend_, weight);
   if (!packed.ok()) return packed.status();
   return Insert(name, *std::move(packed), &weight, std::move(reservation));
 }

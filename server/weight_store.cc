@@ -73,11 +73,13 @@ absl::StatusOr<Backend> ResolveBackend(Backend requested, bool compiled_in,
   return Backend::kCuda;
 }
 
+bool AcceleratorServesWhole(Backend backend, const WeightSpec& spec) {
+  return backend == Backend::kCuda && cuda::SupportsSpec(spec);
+}
+
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
     Backend backend, absl::string_view name, const QuantizedWeight& canonical) {
-  if (backend != Backend::kCuda || !cuda::SupportsSpec(canonical.spec)) {
-    return nullptr;
-  }
+  if (!AcceleratorServesWhole(backend, canonical.spec)) return nullptr;
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
       cuda::UploadWeight(canonical);
   if (!device.ok()) {
@@ -87,6 +89,13 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
                      device.status().message()));
   }
   return device;
+}
+
+absl::StatusOr<PackedWeight> PackForBackend(Backend backend,
+                                            const QuantizedWeight& canonical) {
+  return AcceleratorServesWhole(backend, canonical.spec)
+             ? PackedWeight::WithoutPanels(canonical)
+             : PackedWeight::Pack(canonical);
 }
 
 int64_t PackedResidentBytes(const WeightSpec& spec, bool has_activation_order) {

@@ -1,8 +1,9 @@
 // The weights nibbled holds resident, by name: each one packed once, at
 // upload, into the layout its kernels read, and shared read-only with every
-// request that uses it. On the CUDA backend (nibbled --backend) a weight is
-// also copied once into GPU memory, beside its packed copy, which the CPU
-// kernels fall back to. A deleted weight stays alive until the last request
+// request that uses it. On the CUDA backend (nibbled --backend) a weight that
+// the GPU's kernels take lives in GPU memory alone; one they refuse is packed
+// for the CPU's kernels, as on the CPU backend. A deleted weight stays alive
+// until the last request
 // using it finishes. Optional limits cap the bytes held resident plus those
 // reserved by uploads in progress (nibbled --max_weight_bytes), and the
 // number of weights held and arriving (--max_weights); a weight that would
@@ -13,11 +14,14 @@
 //   absl::StatusOr<nibble::server::WeightStore::Reservation> reservation =
 //       store.Reserve("proj", nibble::server::PackedResidentBytes(
 //                                      spec, /*has_activation_order=*/false));
-//   ...  // receive the weight, pack it
+//   ...  // receive the weight
 //   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
 //       nibble::server::UploadToBackend(nibble::server::Backend::kCuda,
 //                                       "proj", canonical);
-//   ...  // answer !device.ok() with its status
+//   absl::StatusOr<nibble::PackedWeight> packed =
+//       nibble::server::PackForBackend(nibble::server::Backend::kCuda,
+//                                      canonical);
+//   ...  // answer !device.ok() or !packed.ok() with its status
 //   absl::Status s = store.Insert("proj", std::move(packed),
 //                                 *std::move(reservation), *std::move(device));
 //   absl::StatusOr<std::shared_ptr<const nibble::server::ResidentWeight>> w =
@@ -46,6 +50,7 @@ namespace nibble::server {
 
 struct ResidentWeight {
   std::string name;
+  // Without panels when `device` serves every matmul (PackForBackend).
   PackedWeight packed;
   // The copy in the backend's memory (see UploadToBackend); null on the CPU
   // backend and for shapes the accelerator's kernels refuse.
@@ -70,12 +75,22 @@ absl::StatusOr<Backend> ParseBackend(absl::string_view name);
 absl::StatusOr<Backend> ResolveBackend(Backend requested, bool compiled_in,
                                        int gpus);
 
+// Whether every matmul with a weight of `spec` runs on the accelerator of
+// `backend` (resolved): on the CUDA backend, for the shapes its kernels take.
+bool AcceleratorServesWhole(Backend backend, const WeightSpec& spec);
+
 // The copy of `canonical` that the kernels of `backend` (resolved) read from
-// the accelerator's memory: null on the CPU backend and for shapes the CUDA
-// kernels refuse. On failure nibble::cuda::UploadWeight's status, naming the
-// weight, e.g. RESOURCE_EXHAUSTED when GPU memory is short.
+// the accelerator's memory, where AcceleratorServesWhole; null elsewhere. On
+// failure nibble::cuda::UploadWeight's status, naming the weight, e.g.
+// RESOURCE_EXHAUSTED when GPU memory is short.
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
     Backend backend, absl::string_view name, const QuantizedWeight& canonical);
+
+// `canonical` packed for the CPU kernels, or without panels
+// (PackedWeight::WithoutPanels) where AcceleratorServesWhole, since no CPU
+// kernel would read them there. Fails as PackedWeight::Pack does.
+absl::StatusOr<PackedWeight> PackForBackend(Backend backend,
+                                            const QuantizedWeight& canonical);
 
 // The bytes PackedWeight::Pack would hold resident for a weight of `spec`
 // (its resident_bytes()), with or without an activation order (4 bytes per

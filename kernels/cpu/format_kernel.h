@@ -51,9 +51,10 @@ class FormatKernel : public GemmKernel {
 
   absl::string_view name() const override { return name_; }
   KernelVariant variant() const override { return variant_; }
-  // Any problem of the kernel's format with at least one row.
+  // Any problem of the kernel's format with at least one row and a weight
+  // packed into panels.
   bool Supports(const GemmProblem& problem) const override {
-    return problem.format == format_ && problem.m > 0;
+    return problem.format == format_ && problem.m > 0 && problem.cpu_panels;
   }
 
  protected:

@@ -321,6 +321,40 @@ TEST(PanelCodeWriterTest, RefusesMissingCodesAndWhatPackRefuses) {
   EXPECT_EQ(status, PackedWeight::Pack(large_zero).status());
 }
 
+TEST(PackedWeightWithoutPanelsTest, KeepsTheSpecAndActivationOrderOnly) {
+  constexpr uint64_t kSeed = 23;
+  const WeightSpec spec{WeightFormat::kU4, /*k=*/64, /*n=*/40,
+                        /*group_size=*/32};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+  const absl::StatusOr<PackedWeight> described =
+      PackedWeight::WithoutPanels(weight);
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_FALSE(described->has_panels());
+  EXPECT_EQ(described->panels(), 0);
+  EXPECT_EQ(described->spec(), spec);
+  EXPECT_EQ(std::vector<int32_t>(described->activation_order().begin(),
+                                 described->activation_order().end()),
+            weight.activation_order)
+      << "seed " << kSeed;
+  EXPECT_EQ(described->resident_bytes(), spec.k * int64_t{sizeof(int32_t)});
+  EXPECT_TRUE(PackedWeight::Pack(weight)->has_panels());
+}
+
+TEST(PackedWeightWithoutPanelsTest, RejectsWhatPackRejects) {
+  const WeightSpec spec{WeightFormat::kMxfp4, /*k=*/64, /*n=*/40,
+                        /*group_size=*/32};
+  QuantizedWeight nan_scale = RandomQuantizedWeight(spec, /*seed=*/4);
+  nan_scale.scales[5] = 0xff;  // E8M0's NaN
+  QuantizedWeight short_codes = RandomQuantizedWeight(spec, /*seed=*/4);
+  short_codes.qweight.pop_back();
+  for (const QuantizedWeight* weight : {&nan_scale, &short_codes}) {
+    const absl::Status status = PackedWeight::WithoutPanels(*weight).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status, PackedWeight::Pack(*weight).status());
+  }
+}
+
 TEST(PackedWeightPackTest, RejectsAnInvalidWeight) {
   const WeightSpec spec{WeightFormat::kU4, /*k=*/64, /*n=*/40,
                         /*group_size=*/32};

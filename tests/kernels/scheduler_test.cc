@@ -363,6 +363,20 @@ TEST(CpuSchedulerTest, Fp4CodedFormatsFollowTheFp4RulesOfTheDefaultTable) {
   }
 }
 
+// A weight kept only in an accelerator's memory has no panels to read.
+TEST(CpuSchedulerTest, NoCpuKernelTakesAWeightWithoutPanels) {
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::DetectIsa()}) {
+    const Scheduler scheduler(cpu::CpuKernels(isa));
+    for (WeightFormat format : kAllWeightFormats) {
+      GemmProblem problem = ProblemOfFormat(4, 4096, format);
+      problem.cpu_panels = false;
+      const absl::StatusOr<const GemmKernel*> kernel = scheduler.Pick(problem);
+      EXPECT_EQ(kernel.status().code(), absl::StatusCode::kNotFound);
+      EXPECT_THAT(kernel.status().message(), HasSubstr(" without CPU panels"));
+    }
+  }
+}
+
 TEST(CpuSchedulerTest, PicksTheScalarReferenceAtTheScalarLevel) {
   const Scheduler scheduler(cpu::CpuKernels(cpu::Isa::kScalar));
   for (WeightFormat format : kAllWeightFormats) {

@@ -88,6 +88,30 @@ TEST(UploadToBackendTest, CudaBackendWithoutAGpuCopiesNothing) {
   }
 }
 
+TEST(PackForBackendTest, PanelsOnlyWhereTheCpuRunsTheMatmuls) {
+  const WeightSpec spec{WeightFormat::kU4b8, 128, 64, 64};
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, 3);
+  absl::StatusOr<PackedWeight> on_cpu = PackForBackend(Backend::kCpu, weight);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_TRUE(on_cpu->has_panels());
+  EXPECT_FALSE(AcceleratorServesWhole(Backend::kCpu, spec));
+
+  // The GPU's kernels take this K (a multiple of 128) when compiled in.
+  EXPECT_EQ(AcceleratorServesWhole(Backend::kCuda, spec), cuda::CompiledIn());
+  absl::StatusOr<PackedWeight> on_gpu = PackForBackend(Backend::kCuda, weight);
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  EXPECT_EQ(on_gpu->has_panels(), !cuda::CompiledIn());
+  EXPECT_EQ(on_gpu->spec(), spec);
+
+  // They refuse this one, so the CPU's kernels need its panels.
+  const QuantizedWeight odd_k =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 96, 64, 32}, 4);
+  EXPECT_FALSE(AcceleratorServesWhole(Backend::kCuda, odd_k.spec));
+  absl::StatusOr<PackedWeight> fallback = PackForBackend(Backend::kCuda, odd_k);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_TRUE(fallback->has_panels());
+}
+
 // A device copy of `bytes` bytes, as a backend's UploadWeight would make.
 class FakeDeviceWeight final : public nibble::DeviceWeight {
  public:
