@@ -407,9 +407,11 @@ int RunHealth(NibbleClient& client) {
              : kExitFailure;
 }
 
-// Layers nibble import uploads at once: two, so that the server stores one
-// while the next arrives.
-constexpr int kUploadsAtOnce = 2;
+// Layers nibble import uploads at once, so that the server stores some while
+// others arrive. Four, not two: on the 16-core GPU server each stream's
+// server thread converts its own layer, and four at once took a 1 GB NVFP4
+// import from 1.85 to 1.44 s there; on 2 cores they cost nothing.
+constexpr int kUploadsAtOnce = 4;
 
 int RunImport(NibbleClient& client) {
   absl::StatusOr<std::string> path = Required(FLAGS_file);
