@@ -159,7 +159,10 @@ void PrintWeightInfo(const v1::WeightInfo& info) {
                  "gathered by it before every matmul)\n";
   }
   std::cout << "bytes:  " << info.canonical_bytes() << " canonical, "
-            << info.resident_bytes() << " resident\n";
+            << info.resident_bytes() << " resident";
+  if (info.gpu_bytes() > 0)
+    std::cout << ", " << info.gpu_bytes() << " on the GPU";
+  std::cout << "\n";
 }
 
 absl::StatusOr<WeightSpec> WeightSpecFromFlags() {
@@ -347,15 +350,16 @@ int RunMatmul(NibbleClient& client) {
 int RunList(NibbleClient& client) {
   absl::StatusOr<std::vector<v1::WeightInfo>> weights = client.ListWeights();
   if (!weights.ok()) return RpcFailure("listing weights", weights.status());
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "FORMAT", "K", "N", "GROUP", "BYTES", "RESIDENT", "ACT_ORDER"}};
+  std::vector<std::vector<std::string>> rows = {{"NAME", "FORMAT", "K", "N",
+                                                 "GROUP", "BYTES", "RESIDENT",
+                                                 "GPU", "ACT_ORDER"}};
   for (const v1::WeightInfo& info : *weights) {
-    rows.push_back({info.name(), FormatName(info.format()),
-                    absl::StrCat(info.k()), absl::StrCat(info.n()),
-                    absl::StrCat(info.group_size()),
-                    absl::StrCat(info.canonical_bytes()),
-                    absl::StrCat(info.resident_bytes()),
-                    info.activation_order() ? "yes" : "no"});
+    rows.push_back(
+        {info.name(), FormatName(info.format()), absl::StrCat(info.k()),
+         absl::StrCat(info.n()), absl::StrCat(info.group_size()),
+         absl::StrCat(info.canonical_bytes()),
+         absl::StrCat(info.resident_bytes()), absl::StrCat(info.gpu_bytes()),
+         info.activation_order() ? "yes" : "no"});
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const std::vector<std::string>& row : rows) {

@@ -37,6 +37,8 @@ void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info) {
   info->set_canonical_bytes(spec.canonical_bytes());
   info->set_resident_bytes(weight.packed.resident_bytes());
   info->set_activation_order(!weight.packed.activation_order().empty());
+  info->set_gpu_bytes(weight.device != nullptr ? weight.device->device_bytes()
+                                               : 0);
 }
 
 absl::StatusOr<ListPageRequest> ListPageFromProto(

@@ -14,6 +14,7 @@
 #include "kernels/device_weight.h"
 #include "kernels/weight_format.h"
 #include "server/nibble_server.h"
+#include "server/proto_conversions.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -147,6 +148,22 @@ TEST(WeightStoreDeviceTest, KeepsTheDeviceCopyAndCountsItsBytes) {
   EXPECT_EQ(store.device_bytes(), 0);
   // A request still holding the weight still holds its device copy.
   EXPECT_EQ((*gpu)->device->device_bytes(), 1000);
+}
+
+TEST(WeightStoreDeviceTest, InfoSaysWhereTheWeightLives) {
+  const WeightSpec spec{WeightFormat::kMxfp4, 128, 24, 32};
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, 5);
+  v1::WeightInfo on_gpu;
+  FillWeightInfo(ResidentWeight{"gpu", *PackedWeight::WithoutPanels(weight),
+                                std::make_shared<FakeDeviceWeight>(spec, 1000)},
+                 &on_gpu);
+  EXPECT_EQ(on_gpu.resident_bytes(), 0);
+  EXPECT_EQ(on_gpu.gpu_bytes(), 1000);
+  v1::WeightInfo on_cpu;
+  FillWeightInfo(ResidentWeight{"cpu", *PackedWeight::Pack(weight), nullptr},
+                 &on_cpu);
+  EXPECT_EQ(on_cpu.resident_bytes(), PackedResidentBytes(spec, false));
+  EXPECT_EQ(on_cpu.gpu_bytes(), 0);
 }
 
 TEST(WeightStoreDeviceTest, RefusedInsertCountsNoDeviceBytes) {
