@@ -134,15 +134,14 @@ void TransposeBytesToSlots(const uint8_t* codes, int64_t groups, int64_t n,
   }
 }
 
-// Scale codes [N][groups] as canonical scale slots [groups][N].
+}  // namespace
+
 std::vector<uint16_t> ScaleSlotsFromColumns(const uint8_t* scale_codes,
                                             int64_t groups, int64_t n) {
   std::vector<uint16_t> slots(groups * n);
   TransposeBytesToSlots(scale_codes, groups, n, slots.data());
   return slots;
 }
-
-}  // namespace
 
 WeightBytes Fp4Columns::bytes() const {
   WeightBytes bytes;

@@ -39,6 +39,11 @@ struct Fp4Columns {
 // validated.
 QuantizedWeight CanonicalFromColumns(const Fp4Columns& columns);
 
+// Scale codes [N][groups] as canonical scale slots [groups][N]: the scales
+// CanonicalFromColumns gives.
+std::vector<uint16_t> ScaleSlotsFromColumns(const uint8_t* scale_codes,
+                                            int64_t groups, int64_t n);
+
 }  // namespace nibble
 
 #endif  // NIBBLE_KERNELS_FP4_COLUMNS_H_

@@ -205,9 +205,19 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
 absl::StatusOr<PackedWeight> PackedWeight::WithoutPanels(
     const QuantizedWeight& canonical) {
   if (absl::Status status = canonical.Validate(); !status.ok()) return status;
+  return WithoutPanels(canonical.spec, canonical.activation_order);
+}
+
+absl::StatusOr<PackedWeight> PackedWeight::WithoutPanels(
+    const WeightSpec& spec, std::vector<int32_t> activation_order) {
+  if (absl::Status status = spec.Validate(); !status.ok()) return status;
+  if (absl::Status status = ValidateActivationOrder(activation_order, spec.k);
+      !status.ok()) {
+    return status;
+  }
   PackedWeight weight;
-  weight.spec_ = canonical.spec;
-  weight.activation_order_ = canonical.activation_order;
+  weight.spec_ = spec;
+  weight.activation_order_ = std::move(activation_order);
   return weight;
 }
 

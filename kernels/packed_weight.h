@@ -79,6 +79,11 @@ class PackedWeight {
   // resident. Fails as Pack does.
   static absl::StatusOr<PackedWeight> WithoutPanels(
       const QuantizedWeight& canonical);
+  // The same for a weight of `spec` whose arrays the accelerator took in
+  // another layout. Fails on an invalid spec and an activation order that is
+  // not a permutation of 0..K-1 (empty for none).
+  static absl::StatusOr<PackedWeight> WithoutPanels(
+      const WeightSpec& spec, std::vector<int32_t> activation_order);
 
   const WeightSpec& spec() const { return spec_; }
   int64_t panels() const { return panels_; }

@@ -28,6 +28,19 @@ class RefusedStream final
   void OnDone() override { delete this; }
 };
 
+// `device` as it is; a refusal is logged for the operator first.
+absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> Logged(
+    absl::string_view name, Backend backend,
+    absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device) {
+  if (!device.ok()) {
+    LogWarning("upload refused: not copied to the backend",
+               {{"name", name},
+                {"backend", BackendName(backend)},
+                {"error", device.status().message()}});
+  }
+  return device;
+}
+
 // What an upload of `spec` is reserved in --max_weight_bytes: the larger of
 // what it buffers (the canonical tensors and activation order, which
 // UploadAssembler holds without slack; MXFP4 and NVFP4 columns take no more)
@@ -134,15 +147,21 @@ absl::Status NibbleServiceImpl::Upload(
         "upload cancelled by the client; nothing was stored");
   }
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored;
-  if (KeepsCanonicalWeights()) {
+  if (!KeepsCanonicalWeights()) {
+    absl::StatusOr<PackedWeight> packed = upload.FinishPacked();
+    if (!packed.ok()) return packed.status();
+    stored = Insert(upload.name(), *std::move(packed), nullptr, nullptr,
+                    std::move(reservation));
+  } else if (upload.layout() == CodeLayout::kColumns && data_dir_ == nullptr &&
+             AcceleratorServesWhole(backend_, upload.spec())) {
+    absl::StatusOr<Fp4Columns> columns = upload.FinishColumns();
+    if (!columns.ok()) return columns.status();
+    stored = CommitColumns(upload.name(), *columns, upload.activation_order(),
+                           std::move(reservation));
+  } else {
     absl::StatusOr<QuantizedWeight> weight = upload.Finish();
     if (!weight.ok()) return weight.status();
     stored = Commit(upload.name(), *weight, std::move(reservation));
-  } else {
-    absl::StatusOr<PackedWeight> packed = upload.FinishPacked();
-    if (!packed.ok()) return packed.status();
-    stored = Insert(upload.name(), *std::move(packed), nullptr,
-                    std::move(reservation));
   }
   if (!stored.ok()) return stored.status();
   FillWeightInfo(**stored, response);
@@ -177,7 +196,7 @@ NibbleServiceImpl::StorePacked(PackedWeight packed, absl::string_view name) {
   absl::StatusOr<WeightStore::Reservation> reservation = ReserveBudget(
       *store_, name, packed.spec(), !packed.activation_order().empty());
   if (!reservation.ok()) return reservation.status();
-  return Insert(std::string(name), std::move(packed), nullptr,
+  return Insert(std::string(name), std::move(packed), nullptr, nullptr,
                 *std::move(reservation));
 }
 
@@ -186,35 +205,43 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(
     WeightStore::Reservation reservation) {
   absl::StatusOr<PackedWeight> packed = PackForBackend(backend_, weight);
   if (!packed.ok()) return packed.status();
-  return Insert(name, *std::move(packed), &weight, std::move(reservation));
+  // Before the commit, so that a weight the GPU cannot take leaves no file
+  // behind, and a slow copy delays no other upload.
+  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+      Logged(name, backend_, UploadToBackend(backend_, name, weight));
+  if (!device.ok()) return device.status();
+  return Insert(name, *std::move(packed), *std::move(device), &weight,
+                std::move(reservation));
+}
+
+absl::StatusOr<std::shared_ptr<const ResidentWeight>>
+NibbleServiceImpl::CommitColumns(const std::string& name,
+                                 const Fp4Columns& columns,
+                                 std::vector<int32_t> activation_order,
+                                 WeightStore::Reservation reservation) {
+  absl::StatusOr<PackedWeight> packed =
+      PackedWeight::WithoutPanels(columns.spec, std::move(activation_order));
+  if (!packed.ok()) return packed.status();
+  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+      Logged(name, backend_, UploadToBackend(backend_, name, columns));
+  if (!device.ok()) return device.status();
+  return Insert(name, *std::move(packed), *std::move(device), nullptr,
+                std::move(reservation));
 }
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Insert(
     const std::string& name, PackedWeight packed,
+    std::unique_ptr<nibble::DeviceWeight> device,
     const QuantizedWeight* canonical, WeightStore::Reservation reservation) {
-  std::unique_ptr<nibble::DeviceWeight> device;
-  if (canonical != nullptr) {
-    // Before the commit, so that a weight the GPU cannot take leaves no file
-    // behind, and a slow copy delays no other upload.
-    absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> uploaded =
-        UploadToBackend(backend_, name, *canonical);
-    if (!uploaded.ok()) {
-      LogWarning("upload refused: not copied to the backend",
-                 {{"name", name},
-                  {"backend", BackendName(backend_)},
-                  {"error", uploaded.status().message()}});
-      return uploaded.status();
-    }
-    device = *std::move(uploaded);
-  }
   absl::MutexLock lock(&commit_mutex_);
   // The budget needs no second check: the reservation covers the packed
   // weight, and Insert turns it into resident bytes.
   if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
     return status;
   }
-  // A weight packed without its canonical layout (StorePacked, or an upload
-  // that packed its codes) only comes where there is no data_dir.
+  // A weight without its canonical layout (StorePacked, an upload that
+  // packed its codes or one copied to the GPU as it arrived) only comes
+  // where there is no data_dir.
   if (data_dir_ != nullptr && canonical != nullptr) {
     if (absl::Status status = data_dir_->Save(name, *canonical); !status.ok()) {
       return absl::Status(

@@ -83,15 +83,22 @@ class NibbleServiceImpl final
   absl::Status Upload(grpc::ServerContext* context,
                       grpc::ServerReader<v1::UploadWeightRequest>* reader,
                       v1::WeightInfo* response);
-  // The last step of Upload and Store: packs `weight` and inserts it
-  // (Insert).
+  // The last step of Upload and Store: packs `weight` for the backend,
+  // copies it there and inserts it (Insert).
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Commit(
       const std::string& name, const QuantizedWeight& weight,
       WeightStore::Reservation reservation);
-  // Copies `canonical` (when not null) to the backend, writes its file and
-  // inserts `packed` within `reservation`.
+  // Commit for an upload in the column layout that goes to the GPU as it
+  // arrived, where no data_dir needs its canonical layout.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> CommitColumns(
+      const std::string& name, const Fp4Columns& columns,
+      std::vector<int32_t> activation_order,
+      WeightStore::Reservation reservation);
+  // Writes `canonical`'s file (when not null) and inserts `packed` and
+  // `device` within `reservation`.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Insert(
       const std::string& name, PackedWeight packed,
+      std::unique_ptr<nibble::DeviceWeight> device,
       const QuantizedWeight* canonical, WeightStore::Reservation reservation);
 
   WeightStore* store_;

@@ -187,6 +187,17 @@ absl::StatusOr<QuantizedWeight> UploadAssembler::Finish() {
   return std::move(weight_);
 }
 
+absl::StatusOr<Fp4Columns> UploadAssembler::FinishColumns() {
+  if (pack_codes_ || layout_ != CodeLayout::kColumns) {
+    return absl::InternalError(
+        "FinishColumns on an upload that packs its codes or is not in the "
+        "column layout");
+  }
+  if (absl::Status status = CheckComplete(); !status.ok()) return status;
+  return Fp4Columns{weight_.spec, column_codes_.data(),
+                    column_scale_codes_.data()};
+}
+
 absl::StatusOr<PackedWeight> UploadAssembler::FinishPacked() {
   if (!pack_codes_) {
     return absl::InternalError("FinishPacked on an upload of canonical codes");

@@ -62,9 +62,19 @@ class UploadAssembler {
   absl::StatusOr<QuantizedWeight> Finish();
   // The same, packed (PackedWeight::PackWithCodes), with `pack_codes`.
   absl::StatusOr<PackedWeight> FinishPacked();
+  // The complete weight as it arrived in CodeLayout::kColumns, in memory the
+  // assembler owns; fails as Finish does. For a server that copies it to the
+  // GPU as it is. Call once, instead of Finish, without `pack_codes`.
+  absl::StatusOr<Fp4Columns> FinishColumns();
 
   bool has_header() const { return has_header_; }
   const std::string& name() const { return name_; }
+  const WeightSpec& spec() const { return weight_.spec; }
+  CodeLayout layout() const { return layout_; }
+  // The header's; empty for none.
+  const std::vector<int32_t>& activation_order() const {
+    return weight_.activation_order;
+  }
 
  private:
   // Bytes of `tensor` the spec calls for.

@@ -77,11 +77,15 @@ bool AcceleratorServesWhole(Backend backend, const WeightSpec& spec) {
   return backend == Backend::kCuda && cuda::SupportsSpec(spec);
 }
 
-absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
-    Backend backend, absl::string_view name, const QuantizedWeight& canonical) {
-  if (!AcceleratorServesWhole(backend, canonical.spec)) return nullptr;
+namespace {
+
+// `source` (a canonical weight or columns) copied as UploadToBackend says.
+template <typename Source>
+absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadSource(
+    Backend backend, absl::string_view name, const Source& source) {
+  if (!AcceleratorServesWhole(backend, source.spec)) return nullptr;
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      cuda::UploadWeight(canonical);
+      cuda::UploadWeight(source);
   if (!device.ok()) {
     return absl::Status(
         device.status().code(),
@@ -89,6 +93,18 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
                      device.status().message()));
   }
   return device;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
+    Backend backend, absl::string_view name, const QuantizedWeight& canonical) {
+  return UploadSource(backend, name, canonical);
+}
+
+absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
+    Backend backend, absl::string_view name, const Fp4Columns& columns) {
+  return UploadSource(backend, name, columns);
 }
 
 absl::StatusOr<PackedWeight> PackForBackend(Backend backend,

@@ -42,6 +42,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/device_weight.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
 #include "kernels/weight_format.h"
 #include "proto/weight_name.h"
@@ -85,6 +86,10 @@ bool AcceleratorServesWhole(Backend backend, const WeightSpec& spec);
 // RESOURCE_EXHAUSTED when GPU memory is short.
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
     Backend backend, absl::string_view name, const QuantizedWeight& canonical);
+// The same for an MXFP4 or NVFP4 weight in its checkpoints' column layout,
+// which the GPU arranges without a transpose on the host.
+absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
+    Backend backend, absl::string_view name, const Fp4Columns& columns);
 
 // `canonical` packed for the CPU kernels, or without panels
 // (PackedWeight::WithoutPanels) where AcceleratorServesWhole, since no CPU

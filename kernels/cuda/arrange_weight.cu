@@ -22,39 +22,56 @@ struct HalfTable {
   uint16_t half_of_code[256];
 };
 
+// Where a piece of a weight's canonical words lies once staged: word rows
+// [first_step * 8, (first_step + steps) * 8) of columns [first_block * 16,
+// (first_block + blocks) * 16), word (r, c) at [(r - first_step * 8) *
+// row_stride + (c - first_block * 16) * col_stride]. The canonical layout
+// is [K/8][N] words (col_stride 1); the column layout's bytes are its
+// transpose, [N][K/8] words (row_stride 1).
+struct PieceShape {
+  int64_t row_stride;
+  int64_t col_stride;
+  int64_t first_block;
+  int64_t blocks;
+  int64_t first_step;
+  int64_t steps;
+};
+
 // One word of the device layout per iteration: [N/16][K/64][lane][4] words,
-// here the 64-row steps [first_step, first_step + steps) of every column
-// block, from `staged` [steps * 8 word rows, n] canonical words. By
-// device_layout.h, lane g * 4 + t's word for rows 16 b .. 16 b + 15 of
-// columns c and c + 8 (c = 16 block + g) takes byte t (rows 2t and 2t + 1)
-// of the four canonical words of word rows 2b, 2b + 1 and those columns:
-// their low nibbles are codes 0..3, their high nibbles codes 4..7.
-__global__ void ArrangeCodes(const uint32_t* __restrict__ staged, int64_t n,
-                             int64_t col_blocks, int64_t k_steps,
-                             int64_t first_step, int64_t steps,
+// here those of `piece`. By device_layout.h, lane g * 4 + t's word for rows
+// 16 b .. 16 b + 15 of columns c and c + 8 (c = 16 block + g) takes byte t
+// (rows 2t and 2t + 1) of the four canonical words of word rows 2b, 2b + 1
+// and those columns: their low nibbles are codes 0..3, their high nibbles
+// codes 4..7.
+__global__ void ArrangeCodes(const uint32_t* __restrict__ staged,
+                             PieceShape piece, int64_t n, int64_t k_steps,
                              uint32_t* __restrict__ codes) {
-  const int64_t per_block = steps * kLanes * kWordsPerLane;
-  const int64_t total = col_blocks * per_block;
+  const int64_t per_block = piece.steps * kLanes * kWordsPerLane;
+  const int64_t total = piece.blocks * per_block;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t col_block = i / per_block;
+    const int64_t block_in_piece = i / per_block;
     const int64_t step = (i % per_block) / (kLanes * kWordsPerLane);
     const int lane = static_cast<int>(i / kWordsPerLane % kLanes);
     const int word = static_cast<int>(i % kWordsPerLane);
     const int64_t word_row = (step * kWordsPerLane + word) * 2;
-    const int64_t col = col_block * 16 + lane / 4;
+    const int64_t col_in_piece = block_in_piece * 16 + lane / 4;
+    const int64_t col_block = piece.first_block + block_in_piece;
     const int byte_shift = 8 * (lane % 4);
     uint32_t arranged = 0;
     // Source m: word row 2b + m % 2 of column c + 8 (m / 2).
     for (int m = 0; m < 4; ++m) {
-      const int64_t source_col = col + 8 * (m / 2);
+      const int64_t source_col = col_in_piece + 8 * (m / 2);
       const uint32_t source =
-          source_col < n ? staged[(word_row + m % 2) * n + source_col] : 0;
+          piece.first_block * 16 + source_col < n
+              ? staged[(word_row + m % 2) * piece.row_stride +
+                       source_col * piece.col_stride]
+              : 0;
       const uint32_t byte = (source >> byte_shift) & 0xffu;
       arranged |= (byte & 0xfu) << (4 * m);
       arranged |= (byte >> 4) << (16 + 4 * m);
     }
-    codes[((col_block * k_steps + first_step + step) * kLanes + lane) *
+    codes[((col_block * k_steps + piece.first_step + step) * kLanes + lane) *
               kWordsPerLane +
           word] = arranged;
   }
@@ -135,6 +152,23 @@ absl::Status Finish(const std::string& what) {
   return CudaStatus(cudaStreamSynchronize(nullptr), what);
 }
 
+// Copies `piece_bytes` from `from` into `staging` and arranges them as
+// `piece` says.
+absl::Status ArrangePiece(const void* from, int64_t piece_bytes,
+                          const PieceShape& piece, const Staging& staging,
+                          const WeightSpec& spec, uint32_t* codes) {
+  if (absl::Status status =
+          CopyIn(staging.as<void>(), from, piece_bytes, "codes");
+      !status.ok()) {
+    return status;
+  }
+  ArrangeCodes<<<BlocksFor(piece.blocks * piece.steps * kLanes * kWordsPerLane),
+                 kThreads>>>(staging.as<uint32_t>(), piece, spec.n,
+                             spec.k / kTileK, codes);
+  return Finish("the codes' arrangement");
+}
+
+// The canonical qweight, a run of 64-row steps of every column at a time.
 absl::Status ArrangeAllCodes(const QuantizedWeight& canonical,
                              int64_t col_blocks, int64_t staging_bytes,
                              uint32_t* codes) {
@@ -150,17 +184,53 @@ absl::Status ArrangeAllCodes(const QuantizedWeight& canonical,
   }
   for (int64_t first = 0; first < k_steps; first += steps_at_once) {
     const int64_t steps = std::min(steps_at_once, k_steps - first);
-    if (absl::Status status =
-            CopyIn(staging.as<void>(),
-                   canonical.qweight.data() + first * kWordRowsPerStep * spec.n,
-                   steps * step_bytes, "codes");
+    if (absl::Status status = ArrangePiece(
+            canonical.qweight.data() + first * kWordRowsPerStep * spec.n,
+            steps * step_bytes,
+            {.row_stride = spec.n,
+             .col_stride = 1,
+             .first_block = 0,
+             .blocks = col_blocks,
+             .first_step = first,
+             .steps = steps},
+            staging, spec, codes);
         !status.ok()) {
       return status;
     }
-    ArrangeCodes<<<BlocksFor(col_blocks * steps * kLanes * kWordsPerLane),
-                   kThreads>>>(staging.as<uint32_t>(), spec.n, col_blocks,
-                               k_steps, first, steps, codes);
-    if (absl::Status status = Finish("the codes' arrangement"); !status.ok()) {
+  }
+  return absl::OkStatus();
+}
+
+// The column layout's codes, a run of 16-column blocks at a time.
+absl::Status ArrangeAllCodes(const Fp4Columns& columns, int64_t col_blocks,
+                             int64_t staging_bytes, uint32_t* codes) {
+  const WeightSpec& spec = columns.spec;
+  const int64_t column_bytes = spec.k / 2;
+  const int64_t block_bytes = 16 * column_bytes;
+  const int64_t blocks_at_once =
+      std::clamp<int64_t>(staging_bytes / block_bytes, 1, col_blocks);
+  Staging staging;
+  if (absl::Status status = staging.Allocate(blocks_at_once * block_bytes);
+      !status.ok()) {
+    return status;
+  }
+  const int64_t word_rows = spec.k / kCodesPerWord;
+  // Every block, those wholly past N included: their padding is written
+  // too.
+  for (int64_t first = 0; first < col_blocks; first += blocks_at_once) {
+    const int64_t blocks = std::min(blocks_at_once, col_blocks - first);
+    const int64_t cols =
+        std::clamp<int64_t>(spec.n - first * 16, 0, blocks * 16);
+    if (absl::Status status = ArrangePiece(columns.codes + first * block_bytes,
+                                           cols * column_bytes,
+                                           {.row_stride = 1,
+                                            .col_stride = word_rows,
+                                            .first_block = first,
+                                            .blocks = blocks,
+                                            .first_step = 0,
+                                            .steps = spec.k / kTileK},
+                                           staging, spec, codes);
+        !status.ok()) {
       return status;
     }
   }
@@ -225,6 +295,19 @@ absl::Status ArrangeOnDevice(const QuantizedWeight& canonical,
     return status;
   }
   return ArrangeAllScales(canonical, conversion, col_blocks, staging_bytes, to);
+}
+
+absl::Status ArrangeOnDevice(const Fp4Columns& columns,
+                             const QuantizedWeight& scales,
+                             const ScaleConversion& conversion,
+                             const ArrangedArrays& to, int64_t staging_bytes) {
+  const int64_t col_blocks = PaddedN(columns.spec.n) / 16;
+  if (absl::Status status =
+          ArrangeAllCodes(columns, col_blocks, staging_bytes, to.codes);
+      !status.ok()) {
+    return status;
+  }
+  return ArrangeAllScales(scales, conversion, col_blocks, staging_bytes, to);
 }
 
 }  // namespace nibble::cuda

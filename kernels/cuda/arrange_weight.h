@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/device_layout.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/weight_format.h"
 
 namespace nibble::cuda {
@@ -38,6 +39,19 @@ inline constexpr int64_t kStagingBytes = int64_t{64} << 20;
 // buffer holds at least one 64-row step of codes or one group of scales
 // whatever `staging_bytes` says. Errors as CudaStatus, naming the step.
 absl::Status ArrangeOnDevice(const QuantizedWeight& canonical,
+                             const ScaleConversion& conversion,
+                             const ArrangedArrays& to,
+                             int64_t staging_bytes = kStagingBytes);
+
+// ArrangeOnDevice for a kMxfp4 or kNvfp4 weight whose codes come in the
+// column layout its checkpoints store: they are copied as they are, a run of
+// whole columns at a time, and never transposed on the host. `scales` holds
+// the weight's spec and canonical scale slots (ScaleSlotsFromColumns), its
+// qweight unused, and passes ValidateAllButCodes; `conversion` is made from
+// it. Fills `to` with what MakeDeviceLayout(CanonicalFromColumns(columns))
+// holds.
+absl::Status ArrangeOnDevice(const Fp4Columns& columns,
+                             const QuantizedWeight& scales,
                              const ScaleConversion& conversion,
                              const ArrangedArrays& to,
                              int64_t staging_bytes = kStagingBytes);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -171,15 +172,29 @@ std::string DeviceDescription() {
 
 bool SupportsSpec(const WeightSpec& spec) { return spec.k % kKMultiple == 0; }
 
-absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
-    const QuantizedWeight& canonical) {
+namespace {
+
+// The weight `upload` makes, once a GPU is known to be there.
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWith(
+    absl::FunctionRef<absl::StatusOr<std::unique_ptr<CudaWeight>>()> upload) {
   if (DeviceCount() == 0) {
     return absl::UnavailableError("no CUDA GPU is visible to this process");
   }
-  absl::StatusOr<std::unique_ptr<CudaWeight>> weight =
-      CudaWeight::Upload(canonical);
+  absl::StatusOr<std::unique_ptr<CudaWeight>> weight = upload();
   if (!weight.ok()) return weight.status();
   return std::unique_ptr<DeviceWeight>(std::move(*weight));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
+    const QuantizedWeight& canonical) {
+  return UploadWith([&] { return CudaWeight::Upload(canonical); });
+}
+
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
+    const Fp4Columns& columns) {
+  return UploadWith([&] { return CudaWeight::UploadColumns(columns); });
 }
 
 std::vector<const GemmKernel*> CudaKernels() {

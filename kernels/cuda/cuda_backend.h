@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/device_weight.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/weight_format.h"
 
@@ -37,6 +38,11 @@ bool SupportsSpec(const WeightSpec& spec);
 // RESOURCE_EXHAUSTED when GPU memory is short.
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
     const QuantizedWeight& canonical);
+// UploadWeight for a kMxfp4 or kNvfp4 weight in its checkpoints' column
+// layout, which the GPU arranges without a transpose on the host; also
+// INVALID_ARGUMENT for other formats and NaN scale codes.
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
+    const Fp4Columns& columns);
 
 // fused, double_buffered (cp.async pipeline) and striped (stream-K) for each
 // format; empty without a GPU. They live for the whole program. Their Run

@@ -9,11 +9,23 @@ int DeviceCount() { return 0; }
 std::string DeviceDescription() { return ""; }
 bool SupportsSpec(const WeightSpec&) { return false; }
 
-absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
-    const QuantizedWeight&) {
+namespace {
+
+absl::Status NotBuilt() {
   return absl::UnavailableError(
       "this build has no CUDA backend: nvcc was not found when it was "
       "configured");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
+    const QuantizedWeight&) {
+  return NotBuilt();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(const Fp4Columns&) {
+  return NotBuilt();
 }
 
 std::vector<const GemmKernel*> CudaKernels() { return {}; }

@@ -24,8 +24,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/arrange_weight.h"
 #include "kernels/device_weight.h"
 #include "kernels/dtype.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/weight_format.h"
 
@@ -55,6 +57,11 @@ class CudaWeight final : public DeviceWeight {
   // kKMultiple.
   static absl::StatusOr<std::unique_ptr<CudaWeight>> Upload(
       const QuantizedWeight& canonical);
+  // Upload for a kMxfp4 or kNvfp4 weight in its checkpoints' column layout
+  // (fp4_columns.h), which is never transposed on the host. INVALID_ARGUMENT
+  // for other formats, a NaN scale code, and K not a multiple of kKMultiple.
+  static absl::StatusOr<std::unique_ptr<CudaWeight>> UploadColumns(
+      const Fp4Columns& columns);
   ~CudaWeight() override;
   CudaWeight(const CudaWeight&) = delete;
   CudaWeight& operator=(const CudaWeight&) = delete;
@@ -74,6 +81,12 @@ class CudaWeight final : public DeviceWeight {
 
  private:
   CudaWeight() = default;
+  // A weight of `spec` with its arrays allocated, not yet filled.
+  static absl::StatusOr<std::unique_ptr<CudaWeight>> Allocated(
+      const WeightSpec& spec, float output_scale);
+  ArrangedArrays arrays() const { return {codes_, scales_, zeros_}; }
+  // `status` with the weight's shape in front.
+  absl::Status Named(const absl::Status& status) const;
   // The element counts of DeviceLayout's arrays.
   int64_t code_words() const { return padded_n_ * spec_.k / kCodesPerWord; }
   int64_t scale_pairs() const { return spec_.groups() * padded_n_ / 2; }

@@ -107,21 +107,30 @@ absl::StatusOr<DeviceInfo> CurrentDevice() {
   return *(*known)[device];
 }
 
-absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
-    const QuantizedWeight& canonical) {
-  if (absl::Status status = canonical.Validate(); !status.ok()) return status;
-  const WeightSpec& spec = canonical.spec;
+namespace {
+
+absl::Status CheckKMultiple(const WeightSpec& spec) {
   if (spec.k % kKMultiple != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         spec.DebugString(), ": the CUDA kernels need K to be a multiple of ",
         kKMultiple));
   }
-  const int64_t padded_n = PaddedN(spec.n);
-  const ScaleConversion conversion = MakeScaleConversion(canonical);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaWeight::Named(const absl::Status& status) const {
+  return absl::Status(
+      status.code(), absl::StrCat(spec_.DebugString(), ": ", status.message()));
+}
+
+absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Allocated(
+    const WeightSpec& spec, float output_scale) {
   std::unique_ptr<CudaWeight> weight(new CudaWeight());
   weight->spec_ = spec;
-  weight->padded_n_ = padded_n;
-  weight->output_scale_ = conversion.output_scale;
+  weight->padded_n_ = PaddedN(spec.n);
+  weight->output_scale_ = output_scale;
   const int64_t words = weight->code_words();
   const int64_t pairs = weight->scale_pairs();
   const bool has_zeros = HasZeros(spec.format);
@@ -142,12 +151,51 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
       return status;
     }
   }
+  return weight;
+}
+
+absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
+    const QuantizedWeight& canonical) {
+  if (absl::Status status = canonical.Validate(); !status.ok()) return status;
+  if (absl::Status status = CheckKMultiple(canonical.spec); !status.ok()) {
+    return status;
+  }
+  const ScaleConversion conversion = MakeScaleConversion(canonical);
+  absl::StatusOr<std::unique_ptr<CudaWeight>> weight =
+      Allocated(canonical.spec, conversion.output_scale);
+  if (!weight.ok()) return weight.status();
   if (absl::Status status =
-          ArrangeOnDevice(canonical, conversion,
-                          {weight->codes_, weight->scales_, weight->zeros_});
+          ArrangeOnDevice(canonical, conversion, (*weight)->arrays());
       !status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat(name, ": ", status.message()));
+    return (*weight)->Named(status);
+  }
+  return weight;
+}
+
+absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::UploadColumns(
+    const Fp4Columns& columns) {
+  const WeightSpec& spec = columns.spec;
+  if (!HasColumnLayout(spec.format)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the column layout is for mxfp4 and nvfp4 weights, not ",
+                     WeightFormatName(spec.format)));
+  }
+  QuantizedWeight scales;
+  scales.spec = spec;
+  scales.scales =
+      ScaleSlotsFromColumns(columns.scale_codes, spec.groups(), spec.n);
+  if (absl::Status status = scales.ValidateAllButCodes(); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckKMultiple(spec); !status.ok()) return status;
+  const ScaleConversion conversion = MakeScaleConversion(scales);
+  absl::StatusOr<std::unique_ptr<CudaWeight>> weight =
+      Allocated(spec, conversion.output_scale);
+  if (!weight.ok()) return weight.status();
+  if (absl::Status status =
+          ArrangeOnDevice(columns, scales, conversion, (*weight)->arrays());
+      !status.ok()) {
+    return (*weight)->Named(status);
   }
   return weight;
 }

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/arrange_weight.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -22,6 +24,7 @@
 #include "kernels/reference.h"
 #include "kernels/thread_pool.h"
 #include "kernels/weight_format.h"
+#include "tests/kernels/column_layout.h"
 #include "tests/kernels/encoded_values.h"
 
 namespace nibble::cuda {
@@ -239,6 +242,38 @@ TEST(CudaKernelsTest, Mxfp4ScalesOutsideHalfRangeMatchTheReference) {
   }
 }
 
+// A checkpoint's MXFP4 and NVFP4 columns, uploaded as they are, multiply as
+// the canonical weight does; bad scale codes and other formats are refused.
+TEST(CudaKernelsTest, UploadColumnsRunsLikeTheCanonicalWeight) {
+  SKIP_WITHOUT_GPU();
+  for (const WeightSpec& spec :
+       {WeightSpec{WeightFormat::kMxfp4, 256, 300, 32},
+        WeightSpec{WeightFormat::kNvfp4, 384, 72, 16, 0.0123f}}) {
+    const uint64_t seed = FreshSeed();
+    SCOPED_TRACE(absl::StrCat("seed=", seed, " ", spec.DebugString()));
+    const QuantizedWeight weight = SignedRandomWeight(spec, seed);
+    testing::ColumnLayout columns = testing::ToColumns(weight);
+    absl::StatusOr<std::unique_ptr<CudaWeight>> uploaded =
+        CudaWeight::UploadColumns(columns.View(spec));
+    ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+    ExpectLaunchMatchesReference(
+        {KernelVariant::kStriped, spec, 20, DType::kBF16, DType::kF32},
+        **uploaded, weight, seed + 1);
+
+    columns.scale_codes[7] =
+        spec.format == WeightFormat::kMxfp4 ? 0xff : 0x7f;  // NaN
+    EXPECT_EQ(CudaWeight::UploadColumns(columns.View(spec)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  const WeightSpec fp4{WeightFormat::kFp4, 256, 16, 32};
+  const testing::ColumnLayout fp4_columns =
+      testing::ToColumns(RandomQuantizedWeight(fp4, 1));
+  const absl::Status refused =
+      CudaWeight::UploadColumns(fp4_columns.View(fp4)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("not fp4"));
+}
+
 // The benchmark's copies: each complete after the original is gone, zero
 // points and nvfp4's output scale included.
 TEST(CudaKernelsTest, CopyRunsLikeTheUploadedWeight) {
@@ -280,9 +315,39 @@ struct ArrangeCase {
 
 class ArrangeOnDeviceTest : public ::testing::TestWithParam<ArrangeCase> {};
 
-// The GPU's arrangement against the host reference, word for word, padding
-// included: the arrays come poisoned, and a small staging buffer makes the
-// codes and scales come over in many pieces.
+// Poisoned device arrays sized as `want`'s, filled by `arrange`, then
+// compared with `want` word for word, padding included.
+void ExpectArrangedLike(
+    const DeviceLayout& want,
+    absl::FunctionRef<absl::Status(const ArrangedArrays&)> arrange) {
+  DeviceArray codes(want.codes.size() * 4), scales(want.scales.size() * 4),
+      zeros(std::max<size_t>(want.zeros.size() * 2, 1));
+  for (const DeviceArray* array : {&codes, &scales, &zeros}) {
+    ASSERT_EQ(cudaMemset(array->data(), 0xa5, array->bytes()), cudaSuccess);
+  }
+  const ArrangedArrays to{
+      static_cast<uint32_t*>(codes.data()),
+      static_cast<uint32_t*>(scales.data()),
+      want.zeros.empty() ? nullptr : static_cast<uint16_t*>(zeros.data())};
+  const absl::Status status = arrange(to);
+  ASSERT_TRUE(status.ok()) << status;
+
+  const std::vector<uint32_t> got_codes =
+      Download(to.codes, static_cast<int64_t>(want.codes.size()));
+  for (size_t i = 0; i < want.codes.size(); ++i) {
+    ASSERT_EQ(got_codes[i], want.codes[i]) << "code word " << i;
+  }
+  EXPECT_EQ(Download(to.scales, static_cast<int64_t>(want.scales.size())),
+            want.scales);
+  if (!want.zeros.empty()) {
+    EXPECT_EQ(Download(to.zeros, static_cast<int64_t>(want.zeros.size())),
+              want.zeros);
+  }
+}
+
+// The GPU's arrangement against the host reference: a small staging buffer
+// makes the codes and scales come over in many pieces. MXFP4 and NVFP4 also
+// come from their checkpoints' column layout, a run of columns at a time.
 TEST_P(ArrangeOnDeviceTest, MatchesTheHostLayoutWordForWord) {
   SKIP_WITHOUT_GPU();
   const ArrangeCase& arrange = GetParam();
@@ -299,32 +364,20 @@ TEST_P(ArrangeOnDeviceTest, MatchesTheHostLayoutWordForWord) {
     }
   }
   const DeviceLayout want = MakeDeviceLayout(weight);
-  DeviceArray codes(want.codes.size() * 4), scales(want.scales.size() * 4),
-      zeros(std::max<size_t>(want.zeros.size() * 2, 1));
-  for (const DeviceArray* array : {&codes, &scales, &zeros}) {
-    ASSERT_EQ(cudaMemset(array->data(), 0xa5, array->bytes()), cudaSuccess);
-  }
   const ScaleConversion conversion = MakeScaleConversion(weight);
   EXPECT_EQ(conversion.output_scale, want.output_scale);
-  const ArrangedArrays to{
-      static_cast<uint32_t*>(codes.data()),
-      static_cast<uint32_t*>(scales.data()),
-      want.zeros.empty() ? nullptr : static_cast<uint16_t*>(zeros.data())};
-  const absl::Status status =
-      ArrangeOnDevice(weight, conversion, to, arrange.staging_bytes);
-  ASSERT_TRUE(status.ok()) << status;
-
-  const std::vector<uint32_t> got_codes =
-      Download(to.codes, static_cast<int64_t>(want.codes.size()));
-  for (size_t i = 0; i < want.codes.size(); ++i) {
-    ASSERT_EQ(got_codes[i], want.codes[i]) << "code word " << i;
-  }
-  EXPECT_EQ(Download(to.scales, static_cast<int64_t>(want.scales.size())),
-            want.scales);
-  if (!want.zeros.empty()) {
-    EXPECT_EQ(Download(to.zeros, static_cast<int64_t>(want.zeros.size())),
-              want.zeros);
-  }
+  ExpectArrangedLike(want, [&](const ArrangedArrays& to) {
+    return ArrangeOnDevice(weight, conversion, to, arrange.staging_bytes);
+  });
+  if (!HasColumnLayout(arrange.spec.format)) return;
+  SCOPED_TRACE("from the column layout");
+  const testing::ColumnLayout columns = testing::ToColumns(weight);
+  QuantizedWeight scales_only = weight;
+  scales_only.qweight.clear();
+  ExpectArrangedLike(want, [&](const ArrangedArrays& to) {
+    return ArrangeOnDevice(columns.View(arrange.spec), scales_only, conversion,
+                           to, arrange.staging_bytes);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -335,7 +388,10 @@ INSTANTIATE_TEST_SUITE_P(
         ArrangeCase{{WeightFormat::kU4, 512, 200, 128}, 4096},
         ArrangeCase{{WeightFormat::kFp4, 1024, 520, 1024}, 1},
         ArrangeCase{{WeightFormat::kMxfp4, 640, 300, 32}, 20000},
+        ArrangeCase{{WeightFormat::kMxfp4, 256, 40, 32}, 1},
         ArrangeCase{{WeightFormat::kNvfp4, 384, 72, 16, 0.0123f}, 3000},
+        ArrangeCase{{WeightFormat::kNvfp4, 4096, 1000, 16, 2.5f},
+                    kStagingBytes},
         ArrangeCase{{WeightFormat::kU4b8, 4096, 4100, 128}, kStagingBytes}));
 
 // The GemmKernel path nibbled takes: host A and C, f32 included.

@@ -341,6 +341,25 @@ TEST(PackedWeightWithoutPanelsTest, KeepsTheSpecAndActivationOrderOnly) {
   EXPECT_TRUE(PackedWeight::Pack(weight)->has_panels());
 }
 
+TEST(PackedWeightWithoutPanelsTest, ASpecAloneNeedsAValidSpecAndOrder) {
+  const WeightSpec spec{WeightFormat::kNvfp4, /*k=*/64, /*n=*/40,
+                        /*group_size=*/16, /*global_scale=*/0.5f};
+  absl::StatusOr<PackedWeight> described =
+      PackedWeight::WithoutPanels(spec, RandomActivationOrder(spec.k, 9));
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_FALSE(described->has_panels());
+  EXPECT_EQ(described->spec(), spec);
+  EXPECT_EQ(described->activation_order().size(), spec.k);
+  std::vector<int32_t> repeated = RandomActivationOrder(spec.k, 9);
+  repeated[1] = repeated[0];
+  EXPECT_EQ(PackedWeight::WithoutPanels(spec, repeated).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  WeightSpec bad_group = spec;
+  bad_group.group_size = 32;
+  EXPECT_EQ(PackedWeight::WithoutPanels(bad_group, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PackedWeightWithoutPanelsTest, RejectsWhatPackRejects) {
   const WeightSpec spec{WeightFormat::kMxfp4, /*k=*/64, /*n=*/40,
                         /*group_size=*/32};

@@ -161,13 +161,31 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, UploadAssemblerRoundTripTest,
                            return std::string(WeightFormatName(info.param));
                          });
 
+// How an assembler hands a weight in the column layout over.
+enum class ColumnsFinish { kCanonical, kPacked, kAsTheyArrived };
+
+const char* ColumnsFinishName(ColumnsFinish finish) {
+  switch (finish) {
+    case ColumnsFinish::kCanonical:
+      return "canonical";
+    case ColumnsFinish::kPacked:
+      return "packing";
+    case ColumnsFinish::kAsTheyArrived:
+      return "as_they_arrived";
+  }
+  return "unknown";
+}
+
 // MXFP4 and NVFP4 weights in the column layout of their checkpoints, into an
-// assembler that keeps the canonical weight or one that packs the codes.
+// assembler that keeps the canonical weight, one that packs the codes, or
+// one that hands the columns over as they are.
 class UploadAssemblerColumnsTest
-    : public ::testing::TestWithParam<std::tuple<WeightFormat, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<WeightFormat, ColumnsFinish>> {
+};
 
 TEST_P(UploadAssemblerColumnsTest, TakesTheCheckpointsColumns) {
-  const auto [format, pack_codes] = GetParam();
+  const auto [format, finish] = GetParam();
+  const bool pack_codes = finish == ColumnsFinish::kPacked;
   const uint64_t seed = 31;
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   // N = 37: the last panel is short.
@@ -193,6 +211,18 @@ TEST_P(UploadAssemblerColumnsTest, TakesTheCheckpointsColumns) {
                   .ok());
   if (pack_codes) {
     ExpectPacksAsPackDoes(upload, sent);
+  } else if (finish == ColumnsFinish::kAsTheyArrived) {
+    absl::StatusOr<Fp4Columns> received = upload.FinishColumns();
+    ASSERT_TRUE(received.ok()) << received.status();
+    EXPECT_EQ(received->spec, spec);
+    EXPECT_EQ(std::vector<uint8_t>(received->codes,
+                                   received->codes + received->code_bytes()),
+              columns.codes);
+    EXPECT_EQ(std::vector<uint8_t>(
+                  received->scale_codes,
+                  received->scale_codes + received->scale_code_bytes()),
+              columns.scale_codes);
+    EXPECT_EQ(upload.activation_order(), sent.activation_order);
   } else {
     absl::StatusOr<QuantizedWeight> received = upload.Finish();
     ASSERT_TRUE(received.ok()) << received.status();
@@ -205,12 +235,13 @@ TEST_P(UploadAssemblerColumnsTest, TakesTheCheckpointsColumns) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fp4Formats, UploadAssemblerColumnsTest,
-    ::testing::Combine(::testing::Values(WeightFormat::kMxfp4,
-                                         WeightFormat::kNvfp4),
-                       ::testing::Bool()),
+    ::testing::Combine(
+        ::testing::Values(WeightFormat::kMxfp4, WeightFormat::kNvfp4),
+        ::testing::Values(ColumnsFinish::kCanonical, ColumnsFinish::kPacked,
+                          ColumnsFinish::kAsTheyArrived)),
     [](const auto& info) {
-      return absl::StrCat(WeightFormatName(std::get<0>(info.param)),
-                          std::get<1>(info.param) ? "_packing" : "_canonical");
+      return absl::StrCat(WeightFormatName(std::get<0>(info.param)), "_",
+                          ColumnsFinishName(std::get<1>(info.param)));
     });
 
 class UploadAssemblerErrorTest : public ::testing::Test {
@@ -299,6 +330,24 @@ TEST_F(UploadAssemblerErrorTest, EndsEarly) {
   EXPECT_EQ(weight.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(weight.status().message(),
               HasSubstr("ended early: 0 of 32 bytes of scales"));
+}
+
+TEST_F(UploadAssemblerErrorTest, ColumnsEndingEarlyOrInTheCanonicalLayout) {
+  const WeightSpec spec{WeightFormat::kMxfp4, 64, 8, 32};
+  UploadAssembler columns;
+  ASSERT_TRUE(columns.OnHeader("w", spec, {}, CodeLayout::kColumns).ok());
+  ASSERT_TRUE(columns
+                  .OnChunk(WeightTensorKind::kQweight, 0,
+                           std::string(spec.k / 2 * spec.n, '\x35'))
+                  .ok());
+  const absl::Status early = columns.FinishColumns().status();
+  EXPECT_EQ(early.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(early.message(), HasSubstr("ended early: 0 of 16 bytes of "));
+
+  UploadAssembler canonical;
+  ASSERT_TRUE(canonical.OnHeader("w", spec_).ok());
+  EXPECT_EQ(canonical.FinishColumns().status().code(),
+            absl::StatusCode::kInternal);
 }
 
 TEST_F(UploadAssemblerErrorTest, NoHeaderAtAll) {
