@@ -244,10 +244,10 @@ absl::StatusOr<PackedWeight> PackedWeight::PackWithColumnScales(
     PanelCodeWriter codes, const uint8_t* scale_codes,
     std::vector<int32_t> activation_order) {
   const WeightSpec& spec = codes.spec_;
-  if (!HasColumnLayout(spec.format)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scales in the column layout are for mxfp4 and nvfp4 weights, not ",
-        WeightFormatName(spec.format)));
+  if (absl::Status status =
+          CheckColumnLayout(spec.format, "scales in the column layout");
+      !status.ok()) {
+    return status;
   }
   if (absl::Status status = CheckAllCodesArrived(codes); !status.ok()) {
     return status;
@@ -363,10 +363,9 @@ void PanelCodeWriter::PackUnit(const uint8_t* unit) {
 absl::StatusOr<PackedWeight> PackedWeight::PackColumns(
     const Fp4Columns& columns) {
   const WeightSpec& spec = columns.spec;
-  if (!HasColumnLayout(spec.format)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PackColumns takes mxfp4 or nvfp4 weights, not ",
-                     WeightFormatName(spec.format)));
+  if (absl::Status status = CheckColumnLayout(spec.format, "PackColumns");
+      !status.ok()) {
+    return status;
   }
   if (absl::Status status = spec.Validate(); !status.ok()) return status;
   PanelCodeWriter codes(spec, CodeLayout::kColumns);

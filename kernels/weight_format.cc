@@ -246,6 +246,12 @@ bool HasColumnLayout(WeightFormat format) {
   return format == WeightFormat::kMxfp4 || format == WeightFormat::kNvfp4;
 }
 
+absl::Status CheckColumnLayout(WeightFormat format, absl::string_view what) {
+  if (HasColumnLayout(format)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " is for mxfp4 and nvfp4 weights, not ", WeightFormatName(format)));
+}
+
 int64_t ScalesBytes(const WeightSpec& spec, CodeLayout layout) {
   return layout == CodeLayout::kColumns ? spec.groups() * spec.n
                                         : spec.scales_bytes();
@@ -253,10 +259,12 @@ int64_t ScalesBytes(const WeightSpec& spec, CodeLayout layout) {
 
 absl::Status WeightBytes::CheckSizes() const {
   if (absl::Status status = spec.Validate(); !status.ok()) return status;
-  if (layout == CodeLayout::kColumns && !HasColumnLayout(spec.format)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "only mxfp4 and nvfp4 weights come in the column layout, not ",
-        WeightFormatName(spec.format)));
+  if (layout == CodeLayout::kColumns) {
+    if (absl::Status status =
+            CheckColumnLayout(spec.format, "the column layout");
+        !status.ok()) {
+      return status;
+    }
   }
   if (absl::Status s =
           CheckArrayBytes("qweight", qweight.size(), spec.qweight_bytes());

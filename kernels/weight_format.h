@@ -129,6 +129,9 @@ enum class CodeLayout { kCanonical, kColumns };
 // Whether weights of `format` may come in CodeLayout::kColumns: kMxfp4 and
 // kNvfp4, whose scales are 8-bit codes.
 bool HasColumnLayout(WeightFormat format);
+// OK where HasColumnLayout; otherwise INVALID_ARGUMENT saying that `what`
+// (e.g. "the column layout") is for mxfp4 and nvfp4 weights, not `format`.
+absl::Status CheckColumnLayout(WeightFormat format, absl::string_view what);
 
 // Bytes of a weight's scales in `layout`: 16-bit slots in the canonical
 // layout, one 8-bit code each in the column layout.

@@ -283,31 +283,34 @@ absl::Status ArrangeAllScales(const QuantizedWeight& canonical,
   return absl::OkStatus();
 }
 
+// The codes of `codes` (a canonical weight or columns), then the scales and
+// zero points of `scales`.
+template <typename Codes>
+absl::Status ArrangeAll(const Codes& codes, const QuantizedWeight& scales,
+                        const ScaleConversion& conversion,
+                        const ArrangedArrays& to, int64_t staging_bytes) {
+  const int64_t col_blocks = PaddedN(scales.spec.n) / 16;
+  if (absl::Status status =
+          ArrangeAllCodes(codes, col_blocks, staging_bytes, to.codes);
+      !status.ok()) {
+    return status;
+  }
+  return ArrangeAllScales(scales, conversion, col_blocks, staging_bytes, to);
+}
+
 }  // namespace
 
 absl::Status ArrangeOnDevice(const QuantizedWeight& canonical,
                              const ScaleConversion& conversion,
                              const ArrangedArrays& to, int64_t staging_bytes) {
-  const int64_t col_blocks = PaddedN(canonical.spec.n) / 16;
-  if (absl::Status status =
-          ArrangeAllCodes(canonical, col_blocks, staging_bytes, to.codes);
-      !status.ok()) {
-    return status;
-  }
-  return ArrangeAllScales(canonical, conversion, col_blocks, staging_bytes, to);
+  return ArrangeAll(canonical, canonical, conversion, to, staging_bytes);
 }
 
 absl::Status ArrangeOnDevice(const Fp4Columns& columns,
                              const QuantizedWeight& scales,
                              const ScaleConversion& conversion,
                              const ArrangedArrays& to, int64_t staging_bytes) {
-  const int64_t col_blocks = PaddedN(columns.spec.n) / 16;
-  if (absl::Status status =
-          ArrangeAllCodes(columns, col_blocks, staging_bytes, to.codes);
-      !status.ok()) {
-    return status;
-  }
-  return ArrangeAllScales(scales, conversion, col_blocks, staging_bytes, to);
+  return ArrangeAll(columns, scales, conversion, to, staging_bytes);
 }
 
 }  // namespace nibble::cuda

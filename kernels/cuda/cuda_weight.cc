@@ -175,10 +175,9 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Upload(
 absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::UploadColumns(
     const Fp4Columns& columns) {
   const WeightSpec& spec = columns.spec;
-  if (!HasColumnLayout(spec.format)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the column layout is for mxfp4 and nvfp4 weights, not ",
-                     WeightFormatName(spec.format)));
+  if (absl::Status status = CheckColumnLayout(spec.format, "the column layout");
+      !status.ok()) {
+    return status;
   }
   QuantizedWeight scales;
   scales.spec = spec;

@@ -195,7 +195,7 @@ TEST(PackedWeightPackColumnsTest, RefusesNaNScalesAndOtherFormats) {
   status = PackedWeight::PackColumns(columns.View(fp4)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
-            "PackColumns takes mxfp4 or nvfp4 weights, not fp4");
+            "PackColumns is for mxfp4 and nvfp4 weights, not fp4");
 }
 
 TEST(PackedWeightPackColumnsTest,
