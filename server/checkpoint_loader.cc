@@ -202,13 +202,12 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
     }
     absl::Mutex log_mutex;
     absl::Time layer_start = absl::Now();
-    // Logs a layer just stored, with the time since the one before; layers
-    // stored at once may finish out of order.
+    // Logs a layer just stored, holding `bytes` resident, with the time
+    // since the one before; layers stored at once may finish out of order.
     const auto log_stored = [&](absl::string_view name, const WeightSpec& spec,
-                                bool has_activation_order) {
+                                int64_t bytes) {
       const size_t index = index_of_name.at(name);
       const ImportLayer& layer = plan.layers[index];
-      const int64_t bytes = PackedResidentBytes(spec, has_activation_order);
       absl::MutexLock lock(&log_mutex);
       report.resident_bytes += bytes;
       const absl::Time now = absl::Now();
@@ -228,21 +227,17 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
     };
     const auto upload = [&](const QuantizedWeight& weight,
                             absl::string_view name) {
-      if (absl::Status status = store.canonical(weight, name); !status.ok()) {
-        return status;
-      }
-      log_stored(name, weight.spec, !weight.activation_order.empty());
+      absl::StatusOr<int64_t> bytes = store.canonical(weight, name);
+      if (!bytes.ok()) return bytes.status();
+      log_stored(name, weight.spec, *bytes);
       return absl::OkStatus();
     };
     const auto upload_packed = [&](PackedWeight packed,
                                    absl::string_view name) {
       const WeightSpec spec = packed.spec();
-      const bool has_activation_order = !packed.activation_order().empty();
-      if (absl::Status status = (*store.packed)(std::move(packed), name);
-          !status.ok()) {
-        return status;
-      }
-      log_stored(name, spec, has_activation_order);
+      absl::StatusOr<int64_t> bytes = (*store.packed)(std::move(packed), name);
+      if (!bytes.ok()) return bytes.status();
+      log_stored(name, spec, *bytes);
       return absl::OkStatus();
     };
     // The log lines replace ExecuteImport's text progress.

@@ -135,19 +135,22 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   if (options.initial_weights) {
     // The import stores canonical weights two at a time.
     absl::Mutex names_mutex;
-    const auto remember = [&server, &names_mutex](absl::Status stored,
-                                                  absl::string_view name) {
+    const auto remember =
+        [&server, &names_mutex](
+            absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored,
+            absl::string_view name) -> absl::StatusOr<int64_t> {
+      if (!stored.ok()) return stored.status();
       absl::MutexLock lock(&names_mutex);
-      if (stored.ok()) server->initial_weights_names_.emplace(name);
-      return stored;
+      server->initial_weights_names_.emplace(name);
+      return (*stored)->packed.resident_bytes();
     };
     const auto store = [&](const QuantizedWeight& weight,
                            absl::string_view name) {
-      return remember(server->service_.Store(weight, name).status(), name);
+      return remember(server->service_.Store(weight, name), name);
     };
     const auto store_packed = [&](PackedWeight packed, absl::string_view name) {
-      return remember(
-          server->service_.StorePacked(std::move(packed), name).status(), name);
+      return remember(server->service_.StorePacked(std::move(packed), name),
+                      name);
     };
     const InitialWeightStore stores{
         .canonical = store,

@@ -53,14 +53,15 @@
 
 namespace nibble::server {
 
-// Stores a weight under a name as an upload would (NibbleServiceImpl::Store);
-// the shape of nibble::UploadFunction, so that a checkpoint import can call it.
-using StoreWeightFunction =
-    absl::FunctionRef<absl::Status(const QuantizedWeight&, absl::string_view)>;
+// Stores a weight under a name as an upload would (NibbleServiceImpl::Store),
+// for a checkpoint import; the bytes the stored weight holds resident, which
+// on the GPU are not those of its panels.
+using StoreWeightFunction = absl::FunctionRef<absl::StatusOr<int64_t>(
+    const QuantizedWeight&, absl::string_view)>;
 // Stores packed MXFP4 or NVFP4 panels (NibbleServiceImpl::StorePacked); the
-// shape of nibble::PackedUploadFunction.
+// same bytes.
 using StorePackedWeightFunction =
-    absl::FunctionRef<absl::Status(PackedWeight, absl::string_view)>;
+    absl::FunctionRef<absl::StatusOr<int64_t>(PackedWeight, absl::string_view)>;
 
 // How ServerOptions::initial_weights stores weights. `packed` is set where
 // the server keeps no canonical weights (the CPU backend without data_dir).

@@ -85,31 +85,40 @@ class StoreRecorder {
  public:
   explicit StoreRecorder(WeightStore* store) : store_(store) {}
 
-  absl::Status Store(const QuantizedWeight& weight, absl::string_view name) {
+  // The bytes the stored weight holds resident, as nibbled's store answers.
+  absl::StatusOr<int64_t> Store(const QuantizedWeight& weight,
+                                absl::string_view name) {
     absl::StatusOr<WeightStore::Reservation> reservation = store_->Reserve(
         name,
         PackedResidentBytes(weight.spec, !weight.activation_order.empty()));
     if (!reservation.ok()) return reservation.status();
     absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
     if (!packed.ok()) return packed.status();
+    const int64_t bytes = packed->resident_bytes();
     if (absl::Status status = store_->Insert(
             std::string(name), *std::move(packed), *std::move(reservation));
         !status.ok()) {
       return status;
     }
     stored_.emplace(std::string(name), weight);
-    return absl::OkStatus();
+    return bytes;
   }
 
   // Puts panels in `store` as NibbleServiceImpl::StorePacked does.
-  absl::Status StorePacked(PackedWeight packed, absl::string_view name) {
+  absl::StatusOr<int64_t> StorePacked(PackedWeight packed,
+                                      absl::string_view name) {
     absl::StatusOr<WeightStore::Reservation> reservation = store_->Reserve(
         name,
         PackedResidentBytes(packed.spec(), !packed.activation_order().empty()));
     if (!reservation.ok()) return reservation.status();
     packed_names_.emplace_back(name);
-    return store_->Insert(std::string(name), std::move(packed),
-                          *std::move(reservation));
+    const int64_t bytes = packed.resident_bytes();
+    if (absl::Status status = store_->Insert(
+            std::string(name), std::move(packed), *std::move(reservation));
+        !status.ok()) {
+      return status;
+    }
+    return bytes;
   }
 
   // What LoadCheckpoints takes; it calls Store.
