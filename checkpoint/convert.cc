@@ -435,26 +435,6 @@ absl::Status CheckScaleCodes(const TensorInfo& tensor,
   return absl::OkStatus();
 }
 
-// PREFIX.weight's tensor checks, and the spec quantizing it would give
-// (without kNvfp4's global scale, which needs the values).
-absl::StatusOr<WeightSpec> CheckFloatSpec(const SafetensorsFile& file,
-                                          absl::string_view prefix,
-                                          WeightFormat format,
-                                          int64_t group_size) {
-  absl::StatusOr<const TensorInfo*> tensor = CheckFloatTensor(file, prefix);
-  if (!tensor.ok()) return tensor.status();
-  const TensorInfo& info = **tensor;
-  // nn.Linear stores [out_features, in_features] = [N, K].
-  const WeightSpec spec{format, info.shape[1], info.shape[0], group_size};
-  if (absl::Status s = CheckSpec(
-          spec, absl::StrCat(Described(info), " ([N, K]) and group size ",
-                             group_size));
-      !s.ok()) {
-    return s;
-  }
-  return spec;
-}
-
 // Copies the fp16 scales, refusing NaN and infinity: a scale that is not
 // finite would spoil every product with its group.
 absl::StatusOr<std::vector<uint16_t>> ReadScales(const SafetensorsFile& file,
@@ -1195,18 +1175,32 @@ absl::StatusOr<GptqFileWeight> GptqWeightWithFileCodes(
                         qweight.size())};
 }
 
-absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
-                                                 absl::string_view prefix) {
+void AwqFileWeight::CanonicalWordRows(int64_t first, int64_t count,
+                                      uint32_t* out) const {
+  // AWQ row r starts at byte r * (N / 8) * 4.
+  RepackAwqCodes(qweight + first * kCodesPerWord * weight.spec.n / 2,
+                 count * kCodesPerWord, weight.spec.n, out);
+}
+
+absl::StatusOr<AwqFileWeight> AwqWeightWithFileCodes(
+    const SafetensorsFile& file, absl::string_view prefix) {
   absl::StatusOr<PackedTensors> tensors = CheckAwqTensors(file, prefix);
   if (!tensors.ok()) return tensors.status();
   absl::StatusOr<QuantizedWeight> weight = AwqWithoutCodes(file, *tensors);
-  if (!weight.ok()) return weight;
-  const WeightSpec& spec = weight->spec;
-  ReserveBulk(weight->qweight, spec.k / kCodesPerWord * spec.n);
-  weight->qweight.resize(spec.k / kCodesPerWord * spec.n);
-  RepackAwqCodes(file.Data(*tensors->qweight).data(), spec.k, spec.n,
-                 weight->qweight.data());
-  return weight;
+  if (!weight.ok()) return weight.status();
+  return AwqFileWeight{*std::move(weight), file.Data(*tensors->qweight).data()};
+}
+
+absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
+                                                 absl::string_view prefix) {
+  absl::StatusOr<AwqFileWeight> awq = AwqWeightWithFileCodes(file, prefix);
+  if (!awq.ok()) return awq.status();
+  QuantizedWeight& weight = awq->weight;
+  const int64_t word_rows = weight.spec.k / kCodesPerWord;
+  ReserveBulk(weight.qweight, word_rows * weight.spec.n);
+  weight.qweight.resize(word_rows * weight.spec.n);
+  awq->CanonicalWordRows(0, word_rows, weight.qweight.data());
+  return std::move(weight);
 }
 
 absl::StatusOr<std::vector<int64_t>> Mxfp4ExpertDims(
@@ -1276,6 +1270,24 @@ absl::StatusOr<QuantizedWeight> ConvertNvfp4Weight(const SafetensorsFile& file,
   absl::StatusOr<Fp4Columns> columns = Nvfp4Columns(file, prefix);
   if (!columns.ok()) return columns.status();
   return CanonicalFromColumns(*columns);
+}
+
+absl::StatusOr<WeightSpec> CheckFloatSpec(const SafetensorsFile& file,
+                                          absl::string_view prefix,
+                                          WeightFormat format,
+                                          int64_t group_size) {
+  absl::StatusOr<const TensorInfo*> tensor = CheckFloatTensor(file, prefix);
+  if (!tensor.ok()) return tensor.status();
+  const TensorInfo& info = **tensor;
+  // nn.Linear stores [out_features, in_features] = [N, K].
+  const WeightSpec spec{format, info.shape[1], info.shape[0], group_size};
+  if (absl::Status s = CheckSpec(
+          spec, absl::StrCat(Described(info), " ([N, K]) and group size ",
+                             group_size));
+      !s.ok()) {
+    return s;
+  }
+  return spec;
 }
 
 absl::StatusOr<QuantizedWeight> QuantizeFloatWeight(const SafetensorsFile& file,

@@ -145,6 +145,24 @@ absl::StatusOr<GptqFileWeight> GptqWeightWithFileCodes(
 absl::StatusOr<QuantizedWeight> ConvertAwqWeight(const SafetensorsFile& file,
                                                  absl::string_view prefix);
 
+// An AWQ layer whose codes stay in the file, to be repacked a few rows at a
+// time by whoever reads them, so that the whole canonical qweight is never
+// held (packing straight into panels, PanelCodeWriter).
+struct AwqFileWeight {
+  // ConvertAwqWeight's weight but for its qweight, which is empty.
+  QuantizedWeight weight;
+  // The file's PREFIX.qweight, AWQ's [K, N/8].
+  const uint8_t* qweight = nullptr;
+
+  // Word rows [first, first + count) of ConvertAwqWeight's qweight (rows
+  // 8 * first onward of B), [count][N] words, into `out`.
+  void CanonicalWordRows(int64_t first, int64_t count, uint32_t* out) const;
+};
+
+// ConvertAwqWeight without repacking the codes: the same checks and errors.
+absl::StatusOr<AwqFileWeight> AwqWeightWithFileCodes(
+    const SafetensorsFile& file, absl::string_view prefix);
+
 // The leading dimensions of an MXFP4 layer's blocks, one weight per index
 // (gpt-oss stores its experts [E, N, K/32, 16]): empty for a single weight
 // [N, K/32, 16]. The same errors as ConvertMxfp4Weight's shape checks.
@@ -239,6 +257,14 @@ struct LayerCheck {
   // non-empty activation_order.
   bool reorders_rows = false;
 };
+
+// The checks of a float layer's PREFIX.weight that need no element (dtype,
+// shape, group size), and the spec QuantizeFloatWeight gives it, without
+// kNvfp4's global scale, which needs the values.
+absl::StatusOr<WeightSpec> CheckFloatSpec(const SafetensorsFile& file,
+                                          absl::string_view prefix,
+                                          WeightFormat format,
+                                          int64_t group_size);
 
 // Checks the layer under `prefix` as converting it would, and says what the
 // conversion gives, without producing the weight: every dtype and shape, and

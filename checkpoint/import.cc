@@ -178,15 +178,27 @@ absl::Status WithQuantizeHint(const absl::Status& status,
           "another format or group)"));
 }
 
-// Checks the layer as converting it would, without converting (PlanImport).
-absl::StatusOr<checkpoint::LayerCheck> CheckLayer(
-    const SafetensorsFile& file, const ImportLayer& layer,
-    const QuantizeSpec& quantize) {
+// Checks the layer as converting it would, without converting (PlanImport);
+// a float layer's elements only with `check_float_values`.
+absl::StatusOr<checkpoint::LayerCheck> CheckLayer(const SafetensorsFile& file,
+                                                  const ImportLayer& layer,
+                                                  const QuantizeSpec& quantize,
+                                                  bool check_float_values) {
   const bool is_float = layer.layout == CheckpointLayout::kFloat;
-  absl::StatusOr<checkpoint::LayerCheck> check = checkpoint::CheckLayer(
-      file, layer.prefix, layer.layout, quantize.format,
-      is_float ? FloatGroupSize(file, layer.prefix, quantize) : 0,
-      std::max<int64_t>(layer.expert, 0), layer.gptq_zeros);
+  const int64_t float_group_size =
+      is_float ? FloatGroupSize(file, layer.prefix, quantize) : 0;
+  absl::StatusOr<checkpoint::LayerCheck> check;
+  if (is_float && !check_float_values) {
+    absl::StatusOr<WeightSpec> spec = checkpoint::CheckFloatSpec(
+        file, layer.prefix, quantize.format, float_group_size);
+    check = spec.ok() ? absl::StatusOr<checkpoint::LayerCheck>(
+                            checkpoint::LayerCheck{*spec})
+                      : spec.status();
+  } else {
+    check = checkpoint::CheckLayer(
+        file, layer.prefix, layer.layout, quantize.format, float_group_size,
+        std::max<int64_t>(layer.expert, 0), layer.gptq_zeros);
+  }
   if (!check.ok() && is_float) {
     return WithQuantizeHint(check.status(), quantize);
   }
@@ -227,21 +239,63 @@ absl::StatusOr<QuantizedWeight> ConvertLayer(const SafetensorsFile& file,
 }
 
 // Where ExecuteImport sends the layers that need no canonical weight made:
-// MXFP4 and NVFP4 layers, and for kUploadBytes GPTQ layers without act-order.
-enum class Destination { kUpload, kUploadPacked, kUploadBytes };
+// MXFP4 and NVFP4 layers, and GPTQ layers without act-order and AWQ layers
+// as kUploadPacked and GPTQ ones as kUploadBytes says.
+enum class Destination { kUpload, kUploadPacked, kUploadBytes, kUploadColumns };
 
-// A converted layer: the canonical weight, or for `upload_packed` an MXFP4 or
-// NVFP4 layer's panels, or for `upload_bytes` its columns or a GPTQ layer
-// with the file's codes.
+// A converted layer: the canonical weight, or for `upload_packed` an MXFP4,
+// NVFP4, GPTQ or AWQ layer's panels, or for `upload_bytes` and
+// `upload_columns` an MXFP4 or NVFP4 layer's columns, or for `upload_bytes`
+// a GPTQ layer with the file's codes.
 using ConvertedWeight = std::variant<QuantizedWeight, PackedWeight, Fp4Columns,
                                      checkpoint::GptqFileWeight>;
+
+// The rows of canonical words PackFromFile repacks an AWQ layer's codes into
+// at a time: a few hundred KB, which stay in the cache until packed.
+constexpr int64_t kAwqWordRowsAtOnce = 8;
+
+// A GPTQ layer without act-order or an AWQ layer packed into panels from the
+// file's codes, which are never held whole in the canonical layout.
+absl::StatusOr<PackedWeight> PackFromFile(const SafetensorsFile& file,
+                                          const ImportLayer& layer) {
+  if (layer.layout == CheckpointLayout::kGptq) {
+    absl::StatusOr<checkpoint::GptqFileWeight> gptq =
+        checkpoint::GptqWeightWithFileCodes(file, layer.prefix,
+                                            layer.gptq_zeros);
+    if (!gptq.ok()) return gptq.status();
+    PanelCodeWriter codes(gptq->weight.spec, CodeLayout::kCanonical);
+    codes.Append(gptq->qweight);
+    return PackedWeight::PackWithCodes(std::move(codes), gptq->weight);
+  }
+  absl::StatusOr<checkpoint::AwqFileWeight> awq =
+      checkpoint::AwqWeightWithFileCodes(file, layer.prefix);
+  if (!awq.ok()) return awq.status();
+  const WeightSpec& spec = awq->weight.spec;
+  PanelCodeWriter codes(spec, CodeLayout::kCanonical);
+  std::vector<uint32_t> rows(kAwqWordRowsAtOnce * spec.n);
+  const int64_t word_rows = spec.k / kCodesPerWord;
+  for (int64_t first = 0; first < word_rows; first += kAwqWordRowsAtOnce) {
+    const int64_t count = std::min(kAwqWordRowsAtOnce, word_rows - first);
+    awq->CanonicalWordRows(first, count, rows.data());
+    codes.Append(absl::string_view(reinterpret_cast<const char*>(rows.data()),
+                                   count * spec.n * sizeof(uint32_t)));
+  }
+  return PackedWeight::PackWithCodes(std::move(codes), awq->weight);
+}
 
 absl::StatusOr<ConvertedWeight> ConvertLayerFor(const SafetensorsFile& file,
                                                 const ImportLayer& layer,
                                                 const QuantizeSpec& quantize,
                                                 Destination destination) {
-  if (destination == Destination::kUploadBytes &&
-      layer.layout == CheckpointLayout::kGptq && !layer.has_activation_order) {
+  const bool gptq_in_order =
+      layer.layout == CheckpointLayout::kGptq && !layer.has_activation_order;
+  if (destination == Destination::kUploadPacked &&
+      (gptq_in_order || layer.layout == CheckpointLayout::kAwq)) {
+    absl::StatusOr<PackedWeight> packed = PackFromFile(file, layer);
+    if (!packed.ok()) return packed.status();
+    return *std::move(packed);
+  }
+  if (destination == Destination::kUploadBytes && gptq_in_order) {
     absl::StatusOr<checkpoint::GptqFileWeight> gptq =
         checkpoint::GptqWeightWithFileCodes(file, layer.prefix,
                                             layer.gptq_zeros);
@@ -259,8 +313,10 @@ absl::StatusOr<ConvertedWeight> ConvertLayerFor(const SafetensorsFile& file,
                                      std::max<int64_t>(layer.expert, 0))
           : checkpoint::Nvfp4Columns(file, layer.prefix);
   if (!columns.ok()) return columns.status();
-  if (destination == Destination::kUploadBytes) return *columns;
-  return PackedWeight::PackColumns(*columns);
+  if (destination == Destination::kUploadPacked) {
+    return PackedWeight::PackColumns(*columns);
+  }
+  return *columns;
 }
 
 // "PREFIX", or "PREFIX[3]" for expert 3 of an MXFP4 layer.
@@ -273,17 +329,23 @@ std::string FormatMegabytes(int64_t bytes) {
   return absl::StrFormat("%.1f MB", static_cast<double>(bytes) / 1e6);
 }
 
-// ExecuteImport's forms: at most one of `upload_packed` and `upload_bytes`
-// is set, and says where the layers that need no canonical weight go.
+// Where ExecuteImport's forms send the layers that need no canonical weight:
+// at most one is set.
+struct OtherUploads {
+  const PackedUploadFunction* packed = nullptr;
+  const BytesUploadFunction* bytes = nullptr;
+  const ColumnsUploadFunction* columns = nullptr;
+};
+
 ImportReport ConvertAndUpload(const SafetensorsFile& file,
                               const ImportPlan& plan, UploadFunction upload,
-                              const PackedUploadFunction* upload_packed,
-                              const BytesUploadFunction* upload_bytes,
-                              int uploads_at_once, std::ostream& progress) {
+                              const OtherUploads& other, int uploads_at_once,
+                              std::ostream& progress) {
   const Destination destination =
-      upload_packed != nullptr  ? Destination::kUploadPacked
-      : upload_bytes != nullptr ? Destination::kUploadBytes
-                                : Destination::kUpload;
+      other.packed != nullptr    ? Destination::kUploadPacked
+      : other.bytes != nullptr   ? Destination::kUploadBytes
+      : other.columns != nullptr ? Destination::kUploadColumns
+                                 : Destination::kUpload;
   ImportReport report;
   const absl::Time start = absl::Now();
   // Starts reading layer i + 1 from the disk as layer i converts, so that
@@ -313,13 +375,15 @@ ImportReport ConvertAndUpload(const SafetensorsFile& file,
   };
   const auto store = [&](ConvertedWeight weight, const ImportLayer& layer) {
     if (auto* packed = std::get_if<PackedWeight>(&weight)) {
-      return (*upload_packed)(std::move(*packed), layer.name);
+      return (*other.packed)(std::move(*packed), layer.name);
     }
     if (const auto* columns = std::get_if<Fp4Columns>(&weight)) {
-      return (*upload_bytes)(columns->bytes(), layer.name);
+      return other.columns != nullptr
+                 ? (*other.columns)(*columns, layer.name)
+                 : (*other.bytes)(columns->bytes(), layer.name);
     }
     if (const auto* gptq = std::get_if<checkpoint::GptqFileWeight>(&weight)) {
-      return (*upload_bytes)(gptq->bytes(), layer.name);
+      return (*other.bytes)(gptq->bytes(), layer.name);
     }
     return upload(std::get<QuantizedWeight>(weight), layer.name);
   };
@@ -557,7 +621,7 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
   }
   for (ImportLayer& layer : plan.layers) {
     absl::StatusOr<checkpoint::LayerCheck> check =
-        CheckLayer(file, layer, options.quantize);
+        CheckLayer(file, layer, options.quantize, options.check_float_values);
     if (!check.ok()) return check.status();
     layer.spec = check->spec;
     layer.has_activation_order = check->reorders_rows;
@@ -576,15 +640,14 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
 ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
                            UploadFunction upload, std::ostream& progress,
                            int uploads_at_once) {
-  return ConvertAndUpload(file, plan, upload, nullptr, nullptr, uploads_at_once,
-                          progress);
+  return ConvertAndUpload(file, plan, upload, {}, uploads_at_once, progress);
 }
 
 ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
                            UploadFunction upload,
                            PackedUploadFunction upload_packed,
                            std::ostream& progress) {
-  return ConvertAndUpload(file, plan, upload, &upload_packed, nullptr, 1,
+  return ConvertAndUpload(file, plan, upload, {.packed = &upload_packed}, 1,
                           progress);
 }
 
@@ -592,7 +655,15 @@ ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
                            UploadFunction upload,
                            BytesUploadFunction upload_bytes,
                            std::ostream& progress, int uploads_at_once) {
-  return ConvertAndUpload(file, plan, upload, nullptr, &upload_bytes,
+  return ConvertAndUpload(file, plan, upload, {.bytes = &upload_bytes},
+                          uploads_at_once, progress);
+}
+
+ImportReport ExecuteImport(const SafetensorsFile& file, const ImportPlan& plan,
+                           UploadFunction upload,
+                           ColumnsUploadFunction upload_columns,
+                           std::ostream& progress, int uploads_at_once) {
+  return ConvertAndUpload(file, plan, upload, {.columns = &upload_columns},
                           uploads_at_once, progress);
 }
 

@@ -100,6 +100,14 @@ struct ImportOptions {
   // "gptq_v2", stored = zero point). Files do not say which.
   checkpoint::GptqZeroConvention gptq_zeros =
       checkpoint::GptqZeroConvention::kV1;
+  // Whether PlanImport reads every element of the float layers, for NaN,
+  // infinity and scales that overflow, so that a bad one is refused before
+  // anything is uploaded. Without, QuantizeFloatWeight refuses it as it
+  // quantizes, and ExecuteImport stops at that layer: for an importer that
+  // serves nothing until every layer is stored (nibbled --import), which
+  // then reads each float layer once instead of twice. The plan's spec of a
+  // layer quantized to nvfp4 then lacks its global scale.
+  bool check_float_values = true;
 };
 
 // One layer to import, checked.
@@ -137,7 +145,8 @@ struct ImportPlan {
 
 // The layers of `file` that `options` selects, each checked as converting it
 // would (checkpoint::CheckLayer) without converting it: only float layers'
-// elements are read, once, for NaN, infinity and scales that overflow. Without
+// elements are read, once, for NaN, infinity and scales that overflow (unless
+// options.check_float_values is false). Without
 // options.layers, a layer is every prefix P with a tensor P.qweight (GPTQ,
 // AWQ), a U8 P_blocks or P.blocks (MXFP4; one layer per expert when it has
 // leading dimensions), a 2-D U8 P.weight (NVFP4) or a 2-D F16, BF16 or F32
@@ -153,11 +162,11 @@ absl::StatusOr<ImportPlan> PlanImport(const checkpoint::SafetensorsFile& file,
 using UploadFunction =
     absl::FunctionRef<absl::Status(const QuantizedWeight&, absl::string_view)>;
 
-// Stores an MXFP4 or NVFP4 layer's panels as `name`, for a caller that has no
-// use for its canonical weight (nibbled --import on the CPU backend without
-// --data_dir): packing the checkpoint's columns straight into panels
-// (PackedWeight::PackColumns) saves transposing the codes into the canonical
-// layout first.
+// Stores a layer's panels as `name`, for a caller that has no use for its
+// canonical weight (nibbled --import on the CPU backend without --data_dir):
+// packing the file's codes straight into panels (PackedWeight::PackColumns
+// for MXFP4 and NVFP4, PackWithCodes for GPTQ and AWQ) saves making the
+// whole canonical codes first, a copy or transpose as large as the panels.
 using PackedUploadFunction =
     absl::FunctionRef<absl::Status(PackedWeight, absl::string_view)>;
 
@@ -168,6 +177,12 @@ using PackedUploadFunction =
 // without copying or transposing them.
 using BytesUploadFunction =
     absl::FunctionRef<absl::Status(const WeightBytes&, absl::string_view)>;
+
+// Uploads an MXFP4 or NVFP4 layer as `name` in the column layout its
+// checkpoint stores, for a server whose GPU arranges it without a transpose
+// on the host (nibbled --import on the GPU backend).
+using ColumnsUploadFunction =
+    absl::FunctionRef<absl::Status(const Fp4Columns&, absl::string_view)>;
 
 struct ImportReport {
   // The names of the weights uploaded, in order. With uploads at once, a
@@ -200,8 +215,8 @@ struct ImportReport {
 ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
                            const ImportPlan& plan, UploadFunction upload,
                            std::ostream& progress, int uploads_at_once = 1);
-// The same, with MXFP4 and NVFP4 layers packed and handed to `upload_packed`
-// instead of `upload`, one at a time.
+// The same, with MXFP4, NVFP4, AWQ and GPTQ layers (but act-order ones)
+// packed and handed to `upload_packed` instead of `upload`, one at a time.
 ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
                            const ImportPlan& plan, UploadFunction upload,
                            PackedUploadFunction upload_packed,
@@ -211,6 +226,12 @@ ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
 ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
                            const ImportPlan& plan, UploadFunction upload,
                            BytesUploadFunction upload_bytes,
+                           std::ostream& progress, int uploads_at_once = 1);
+// The same, with MXFP4 and NVFP4 layers handed to `upload_columns` instead of
+// `upload`, `uploads_at_once` at a time.
+ImportReport ExecuteImport(const checkpoint::SafetensorsFile& file,
+                           const ImportPlan& plan, UploadFunction upload,
+                           ColumnsUploadFunction upload_columns,
                            std::ostream& progress, int uploads_at_once = 1);
 
 }  // namespace nibble

@@ -101,6 +101,9 @@ absl::StatusOr<ImportOptions> ImportOptionsFromFlags(
     absl::string_view quantize, absl::string_view gptq_zeros) {
   ImportOptions options;
   options.layers = std::move(layers);
+  // nibbled listens only once every layer is stored, so a float layer's bad
+  // element may as well be found as it is quantized, saving a read of it.
+  options.check_float_values = false;
   absl::StatusOr<std::vector<NameMapRule>> rules = ParseNameMap(name_map);
   if (!rules.ok()) {
     return absl::InvalidArgumentError(
@@ -240,17 +243,26 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
       log_stored(name, spec, *bytes);
       return absl::OkStatus();
     };
+    const auto upload_columns = [&](const Fp4Columns& columns,
+                                    absl::string_view name) {
+      absl::StatusOr<int64_t> bytes = (*store.columns)(columns, name);
+      if (!bytes.ok()) return bytes.status();
+      log_stored(name, columns.spec, *bytes);
+      return absl::OkStatus();
+    };
     // The log lines replace ExecuteImport's text progress.
     std::ostream no_progress(nullptr);
     // Storing a canonical weight packs it and, on the GPU, copies it there:
     // two at once keep the cores busy while the next layers convert.
-    constexpr int kCanonicalLayersAtOnce = 2;
+    constexpr int kLayersStoredAtOnce = 2;
     const ImportReport imported =
-        store.packed.has_value()
-            ? ExecuteImport(checkpoint.file, plan, upload, upload_packed,
-                            no_progress)
+        store.packed.has_value() ? ExecuteImport(checkpoint.file, plan, upload,
+                                                 upload_packed, no_progress)
+        : store.columns.has_value()
+            ? ExecuteImport(checkpoint.file, plan, upload, upload_columns,
+                            no_progress, kLayersStoredAtOnce)
             : ExecuteImport(checkpoint.file, plan, upload, no_progress,
-                            kCanonicalLayersAtOnce);
+                            kLayersStoredAtOnce);
     report.layers += static_cast<int64_t>(imported.uploaded.size());
     report.file_bytes += imported.file_bytes;
     if (!imported.status.ok()) {

@@ -2,9 +2,10 @@
 // weight store at start, through the path uploads take, as `nibble import`
 // would upload them. Loading runs in two steps, like `nibble import`:
 // PlanCheckpoints opens and checks every file, every layer and the limits
-// before anything is stored, so that a bad file costs no start-up time;
-// LoadCheckpoints then converts and stores the layers one at a time, logging
-// a line per layer and a summary.
+// before anything is stored, so that a bad file costs no start-up time (all
+// but float layers' elements, which would cost a read of them: those are
+// checked as they are quantized); LoadCheckpoints then converts and stores
+// the layers, logging a line per layer and a summary.
 //
 // Example:
 //   absl::StatusOr<ImportOptions> options =
@@ -34,8 +35,8 @@
 namespace nibble::server {
 
 // --import_layer, --import_name_map, --import_quantize and
-// --import_gptq_zeros as ImportOptions; INVALID_ARGUMENT naming the flag and
-// what it takes otherwise.
+// --import_gptq_zeros as ImportOptions, with check_float_values off;
+// INVALID_ARGUMENT naming the flag and what it takes otherwise.
 absl::StatusOr<ImportOptions> ImportOptionsFromFlags(
     std::vector<std::string> layers, absl::Span<const std::string> name_map,
     absl::string_view quantize, absl::string_view gptq_zeros);
@@ -66,12 +67,13 @@ struct CheckpointLoadReport {
   absl::Duration elapsed;
 };
 
-// Converts and stores the layers of `checkpoints` through `store` (MXFP4
-// and NVFP4 layers packed straight from their columns when it has a
-// `packed` function), logging a line per layer ("layer imported") and one
-// at the end ("import done"). The
-// first failure stops it and is returned with its code, naming the file, the
-// layer, the weight and how many layers were stored before it.
+// Converts and stores the layers of `checkpoints` through `store` (all but
+// float and GPTQ act-order layers packed straight from the file's codes when
+// it has a `packed` function; MXFP4 and NVFP4 layers handed over in their
+// column layout when it has a `columns` one), logging a line per layer ("layer
+// imported") and one at the end ("import done"). The first failure stops it and
+// is returned with its code, naming the file, the layer, the weight and how
+// many layers were stored before it.
 absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
     absl::Span<const PlannedCheckpoint> checkpoints,
     const InitialWeightStore& store);

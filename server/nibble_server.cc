@@ -133,7 +133,7 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   }
   // Before listening, so that a failed import is never seen by a client.
   if (options.initial_weights) {
-    // The import stores canonical weights two at a time.
+    // The import stores layers two at a time.
     absl::Mutex names_mutex;
     const auto remember =
         [&server, &names_mutex](
@@ -152,11 +152,21 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
       return remember(server->service_.StorePacked(std::move(packed), name),
                       name);
     };
+    const auto store_columns = [&](const Fp4Columns& columns,
+                                   absl::string_view name) {
+      return remember(server->service_.StoreColumns(columns, name), name);
+    };
+    const bool keeps_canonical = server->service_.KeepsCanonicalWeights();
+    const bool gpu_takes_columns =
+        server->backend_ != Backend::kCpu && !server->data_dir_.has_value();
     const InitialWeightStore stores{
         .canonical = store,
-        .packed = server->service_.KeepsCanonicalWeights()
+        .packed = keeps_canonical
                       ? std::nullopt
-                      : std::optional<StorePackedWeightFunction>(store_packed)};
+                      : std::optional<StorePackedWeightFunction>(store_packed),
+        .columns = gpu_takes_columns
+                       ? std::optional<StoreColumnsFunction>(store_columns)
+                       : std::nullopt};
     if (absl::Status status = options.initial_weights(stores); !status.ok()) {
       return status;
     }

@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
 #include "kernels/scheduler.h"
@@ -58,17 +59,25 @@ namespace nibble::server {
 // on the GPU are not those of its panels.
 using StoreWeightFunction = absl::FunctionRef<absl::StatusOr<int64_t>(
     const QuantizedWeight&, absl::string_view)>;
-// Stores packed MXFP4 or NVFP4 panels (NibbleServiceImpl::StorePacked); the
-// same bytes.
+// Stores a weight's panels, packed from a checkpoint's codes without a
+// canonical weight (NibbleServiceImpl::StorePacked); the same bytes.
 using StorePackedWeightFunction =
     absl::FunctionRef<absl::StatusOr<int64_t>(PackedWeight, absl::string_view)>;
 
+// Stores an MXFP4 or NVFP4 weight in its checkpoints' column layout
+// (NibbleServiceImpl::StoreColumns); the same bytes.
+using StoreColumnsFunction = absl::FunctionRef<absl::StatusOr<int64_t>(
+    const Fp4Columns&, absl::string_view)>;
+
 // How ServerOptions::initial_weights stores weights. `packed` is set where
-// the server keeps no canonical weights (the CPU backend without data_dir).
-// Both are thread-safe: an import stores canonical weights two at a time.
+// the server keeps no canonical weights (the CPU backend without data_dir),
+// `columns` where the GPU takes MXFP4 and NVFP4 weights as checkpoints store
+// them (an accelerator backend without data_dir). All are thread-safe: an
+// import stores layers two at a time.
 struct InitialWeightStore {
   StoreWeightFunction canonical;
   std::optional<StorePackedWeightFunction> packed = std::nullopt;
+  std::optional<StoreColumnsFunction> columns = std::nullopt;
 };
 
 struct ServerOptions {

@@ -152,8 +152,8 @@ absl::Status NibbleServiceImpl::Upload(
     if (!packed.ok()) return packed.status();
     stored = Insert(upload.name(), *std::move(packed), nullptr, nullptr,
                     std::move(reservation));
-  } else if (upload.layout() == CodeLayout::kColumns && data_dir_ == nullptr &&
-             AcceleratorServesWhole(backend_, upload.spec())) {
+  } else if (upload.layout() == CodeLayout::kColumns &&
+             TakesColumnsWhole(upload.spec())) {
     absl::StatusOr<Fp4Columns> columns = upload.FinishColumns();
     if (!columns.ok()) return columns.status();
     stored = CommitColumns(upload.name(), *columns, upload.activation_order(),
@@ -198,6 +198,18 @@ NibbleServiceImpl::StorePacked(PackedWeight packed, absl::string_view name) {
   if (!reservation.ok()) return reservation.status();
   return Insert(std::string(name), std::move(packed), nullptr, nullptr,
                 *std::move(reservation));
+}
+
+absl::StatusOr<std::shared_ptr<const ResidentWeight>>
+NibbleServiceImpl::StoreColumns(const Fp4Columns& columns,
+                                absl::string_view name) {
+  if (!TakesColumnsWhole(columns.spec)) {
+    return Store(CanonicalFromColumns(columns), name);
+  }
+  absl::StatusOr<WeightStore::Reservation> reservation = ReserveBudget(
+      *store_, name, columns.spec, /*has_activation_order=*/false);
+  if (!reservation.ok()) return reservation.status();
+  return CommitColumns(std::string(name), columns, {}, *std::move(reservation));
 }
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(

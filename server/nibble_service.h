@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/fp4_columns.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "server/auth.h"
 #include "server/batcher.h"
@@ -54,6 +55,11 @@ class NibbleServiceImpl final
   // service that keeps none can take (FAILED_PRECONDITION otherwise).
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> StorePacked(
       PackedWeight packed, absl::string_view name);
+  // The same for an MXFP4 or NVFP4 weight in its checkpoints' column layout:
+  // copied to the GPU as it is where TakesColumnsWhole, else made canonical
+  // and stored as Store does.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> StoreColumns(
+      const Fp4Columns& columns, absl::string_view name);
   // Whether stored weights need their canonical layout: to copy to the GPU
   // or to write to data_dir. When not, uploads pack their codes as they
   // arrive.
@@ -83,13 +89,19 @@ class NibbleServiceImpl final
   absl::Status Upload(grpc::ServerContext* context,
                       grpc::ServerReader<v1::UploadWeightRequest>* reader,
                       v1::WeightInfo* response);
+  // Whether a weight of `spec` in the column layout goes to the accelerator
+  // as it is: it serves the weight whole, and no data_dir needs the
+  // canonical layout.
+  bool TakesColumnsWhole(const WeightSpec& spec) const {
+    return data_dir_ == nullptr && AcceleratorServesWhole(backend_, spec);
+  }
   // The last step of Upload and Store: packs `weight` for the backend,
   // copies it there and inserts it (Insert).
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Commit(
       const std::string& name, const QuantizedWeight& weight,
       WeightStore::Reservation reservation);
-  // Commit for an upload in the column layout that goes to the GPU as it
-  // arrived, where no data_dir needs its canonical layout.
+  // Commit for a weight in the column layout that goes to the GPU as it
+  // arrived (TakesColumnsWhole).
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> CommitColumns(
       const std::string& name, const Fp4Columns& columns,
       std::vector<int32_t> activation_order,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -466,6 +467,44 @@ TEST(PlanImportTest, RefusesAFloatLayerThatTheGroupDoesNotFit) {
   EXPECT_TRUE(PlanImport(file, options).ok());
 }
 
+TEST(PlanImportTest, WithoutCheckingFloatValuesTheLayerFailsAsItQuantizes) {
+  constexpr uint64_t kSeed = 14;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  std::vector<Tensor> tensors = ModelTensors(kSeed);
+  std::vector<float> values = RandomFloats(kSeed, kN * kK);
+  values[3 * kK + 70] = std::numeric_limits<float>::quiet_NaN();
+  tensors.push_back(
+      FloatWeightTensor("model.nan", SafetensorsDtype::kF32, kN, kK, values));
+  const SafetensorsFile file = MakeFile(tensors);
+  ImportOptions checked;
+  checked.layers = {"model.layers.0.mlp.gate_proj", "model.nan"};
+  const absl::Status refused = PlanImport(file, checked).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("model.nan.weight"));
+
+  ImportOptions unchecked = checked;
+  unchecked.check_float_values = false;
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, unchecked);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->layers.size(), 2u);
+  EXPECT_EQ(plan->layers[1].spec,
+            (WeightSpec{WeightFormat::kU4b8, kK, kN, 128}));
+
+  std::vector<std::string> uploaded;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view name) {
+        EXPECT_TRUE(weight.Validate().ok()) << name;
+        uploaded.emplace_back(name);
+        return absl::OkStatus();
+      },
+      progress);
+  EXPECT_THAT(uploaded, ElementsAre("model.layers.0.mlp.gate_proj"));
+  EXPECT_EQ(report.failed_layer, 1);
+  EXPECT_EQ(report.status, refused);
+}
+
 TEST(PlanImportTest, FileWithoutLayers) {
   const SafetensorsFile file = MakeFile({{"norm.weight",
                                           SafetensorsDtype::kF32,
@@ -777,11 +816,29 @@ absl::StatusOr<QuantizedWeight> ConvertFp4Layer(const SafetensorsFile& file,
              : checkpoint::ConvertNvfp4Weight(file, layer.prefix);
 }
 
-TEST(ExecuteImportTest, HandsPackedFp4LayersToUploadPacked) {
+// The layers ExecuteImport packs from the file's codes for `upload_packed`.
+bool IsPackedFromFile(const ImportLayer& layer) {
+  return IsFp4Layer(layer) || layer.layout == CheckpointLayout::kAwq ||
+         (layer.layout == CheckpointLayout::kGptq &&
+          !layer.has_activation_order);
+}
+
+TEST(ExecuteImportTest, HandsLayersPackedFromTheFileToUploadPacked) {
   constexpr uint64_t kSeed = 12;
   SCOPED_TRACE(absl::StrCat("seed=", kSeed));
   const Fp4Model model(kSeed);
-  const SafetensorsFile file = MakeFile(model.tensors);
+  // An act-order layer, whose rows regroup in its canonical weight.
+  constexpr char kActOrder[] = "model.layers.1.self_attn.o_proj";
+  const ProducerWeight act_order = ActOrderProducerWeight(kSeed);
+  std::vector<Tensor> tensors = model.tensors;
+  Append(tensors, GptqTensors(kActOrder, act_order, GptqZeroConvention::kV1));
+  tensors.push_back(GIdxTensor(kActOrder, act_order));
+  // K = 96: 12 rows of words, more than PackFromFile repacks at once and not
+  // a multiple of it.
+  Append(tensors,
+         AwqTensors("model.layers.1.mlp.down_proj",
+                    RandomProducerWeight(kSeed + 5, 96, 24, 32, 0, 15)));
+  const SafetensorsFile file = MakeFile(tensors);
   absl::StatusOr<ImportPlan> plan = PlanImport(file, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
 
@@ -804,12 +861,24 @@ TEST(ExecuteImportTest, HandsPackedFp4LayersToUploadPacked) {
       progress);
   ASSERT_TRUE(report.status.ok()) << report.status;
 
-  ExpectLayersHandedApart(*plan, IsFp4Layer, 5, packed, canonical, order);
+  // 5 FP4 layers, 2 GPTQ ones and 2 AWQ ones; the act-order and float
+  // layers are canonical.
+  ExpectLayersHandedApart(*plan, IsPackedFromFile, 9, packed, canonical, order);
+  EXPECT_TRUE(canonical.contains(kActOrder));
   for (const ImportLayer& layer : plan->layers) {
-    if (!IsFp4Layer(layer)) continue;
+    if (!IsPackedFromFile(layer)) continue;
     SCOPED_TRACE(layer.name);
-    const absl::StatusOr<QuantizedWeight> converted =
-        ConvertFp4Layer(file, layer);
+    absl::StatusOr<QuantizedWeight> converted;
+    if (IsFp4Layer(layer)) {
+      converted = ConvertFp4Layer(file, layer);
+    } else if (layer.layout == CheckpointLayout::kAwq) {
+      converted = checkpoint::ConvertAwqWeight(file, layer.prefix);
+    } else {
+      absl::StatusOr<checkpoint::GptqWeight> gptq =
+          checkpoint::ConvertGptqWeight(file, layer.prefix);
+      ASSERT_TRUE(gptq.ok()) << gptq.status();
+      converted = std::move(gptq->weight);
+    }
     ASSERT_TRUE(converted.ok()) << converted.status();
     const absl::StatusOr<PackedWeight> want = PackedWeight::Pack(*converted);
     ASSERT_TRUE(want.ok()) << want.status();
@@ -875,6 +944,54 @@ TEST(ExecuteImportTest, HandsFileBytesToUploadBytes) {
     EXPECT_EQ(got.qweight, want->qweight);
     EXPECT_EQ(got.scales, want->scales);
     EXPECT_EQ(got.zeros, want->zeros);
+  }
+}
+
+TEST(ExecuteImportTest, HandsFp4ColumnsToUploadColumns) {
+  constexpr uint64_t kSeed = 15;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const Fp4Model model(kSeed);
+  const SafetensorsFile file = MakeFile(model.tensors);
+  absl::StatusOr<ImportPlan> plan = PlanImport(file, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const uint8_t* const file_begin = file.bytes().data();
+  const uint8_t* const file_end = file_begin + file.bytes().size();
+
+  std::map<std::string, QuantizedWeight> canonical;
+  std::map<std::string, QuantizedWeight> from_columns;
+  std::vector<std::string> order;
+  std::mutex mutex;
+  std::ostringstream progress;
+  const ImportReport report = ExecuteImport(
+      file, *plan,
+      [&](const QuantizedWeight& weight, absl::string_view name) {
+        std::lock_guard<std::mutex> lock(mutex);
+        canonical.emplace(name, weight);
+        order.emplace_back(name);
+        return absl::OkStatus();
+      },
+      [&](const Fp4Columns& columns, absl::string_view name) {
+        // The codes straight from the file, not a copy.
+        EXPECT_GE(columns.codes, file_begin) << name;
+        EXPECT_LE(columns.codes + columns.code_bytes(), file_end) << name;
+        std::lock_guard<std::mutex> lock(mutex);
+        from_columns.emplace(name, CanonicalFromColumns(columns));
+        order.emplace_back(name);
+        return absl::OkStatus();
+      },
+      progress, /*uploads_at_once=*/1);
+  ASSERT_TRUE(report.status.ok()) << report.status;
+
+  ExpectLayersHandedApart(*plan, IsFp4Layer, 5, from_columns, canonical, order);
+  for (const ImportLayer& layer : plan->layers) {
+    if (!IsFp4Layer(layer)) continue;
+    SCOPED_TRACE(layer.name);
+    const absl::StatusOr<QuantizedWeight> want = ConvertFp4Layer(file, layer);
+    ASSERT_TRUE(want.ok()) << want.status();
+    const QuantizedWeight& got = from_columns.at(layer.name);
+    EXPECT_EQ(got.spec, want->spec);
+    EXPECT_EQ(got.qweight, want->qweight);
+    EXPECT_EQ(got.scales, want->scales);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -19,6 +20,7 @@
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
 #include "kernels/reference.h"
 #include "kernels/weight_format.h"
@@ -204,7 +206,7 @@ TEST_F(CheckpointLoaderTest, StoresEveryLayerOfEveryFileAsTheCheckpointHasIt) {
   EXPECT_EQ(ReferenceDequantize(up), ReferenceDequantize(*want));
 }
 
-TEST_F(CheckpointLoaderTest, PacksNvfp4LayersStraightWhenTheStoreTakesPanels) {
+TEST_F(CheckpointLoaderTest, PacksFromTheFileWhenTheStoreTakesPanels) {
   const std::string nvfp4_path = WriteCheckpoint(
       "nvfp4.safetensors",
       checkpoint::testing::Nvfp4Tensors(
@@ -222,22 +224,95 @@ TEST_F(CheckpointLoaderTest, PacksNvfp4LayersStraightWhenTheStoreTakesPanels) {
       *checkpoints, {.canonical = recorder.Function(), .packed = store_packed});
   ASSERT_TRUE(report.ok()) << report.status();
 
-  EXPECT_THAT(recorder.packed_names(), ElementsAre("L2.o_proj"));
+  // Both the GPTQ and the NVFP4 layer.
+  EXPECT_THAT(recorder.packed_names(), ElementsAre("L0.q_proj", "L2.o_proj"));
+  EXPECT_TRUE(recorder.stored().empty());
+  EXPECT_EQ(report->layers, 2);
+  EXPECT_EQ(report->resident_bytes, store.resident_bytes());
+  absl::StatusOr<checkpoint::SafetensorsFile> nvfp4 =
+      checkpoint::SafetensorsFile::Open(nvfp4_path);
+  ASSERT_TRUE(nvfp4.ok()) << nvfp4.status();
+  absl::StatusOr<checkpoint::SafetensorsFile> first =
+      checkpoint::SafetensorsFile::Open(first_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<checkpoint::GptqWeight> gptq =
+      checkpoint::ConvertGptqWeight(*first, "model.layers.0.q_proj");
+  ASSERT_TRUE(gptq.ok()) << gptq.status();
+  const std::pair<std::string, absl::StatusOr<QuantizedWeight>> canonical[] = {
+      {"L0.q_proj", gptq->weight},
+      {"L2.o_proj",
+       checkpoint::ConvertNvfp4Weight(*nvfp4, "model.layers.2.o_proj")}};
+  for (const auto& [name, weight] : canonical) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(weight.ok()) << weight.status();
+    absl::StatusOr<PackedWeight> want = PackedWeight::Pack(*weight);
+    ASSERT_TRUE(want.ok()) << want.status();
+    absl::StatusOr<std::shared_ptr<const ResidentWeight>> got = store.Get(name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(nibble::testing::SamePanels((*got)->packed, *want));
+  }
+}
+
+TEST_F(CheckpointLoaderTest, HandsNvfp4ColumnsOverWhenTheStoreTakesThem) {
+  const std::string nvfp4_path = WriteCheckpoint(
+      "nvfp4_columns.safetensors",
+      checkpoint::testing::Nvfp4Tensors(
+          "model.layers.2.o_proj",
+          checkpoint::testing::RandomFp4ProducerWeight(kSeed + 3, 32, kK, 16)));
+  absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
+      PlanCheckpoints({first_, nvfp4_path}, Options(), {});
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  WeightStore store;
+  StoreRecorder recorder(&store);
+  std::vector<std::string> column_names;
+  // As a GPU server's StoreColumns would, here through the canonical weight.
+  const auto store_columns = [&](const Fp4Columns& columns,
+                                 absl::string_view name) {
+    column_names.emplace_back(name);
+    return recorder.Store(CanonicalFromColumns(columns), name);
+  };
+  absl::StatusOr<CheckpointLoadReport> report = LoadCheckpoints(
+      *checkpoints,
+      {.canonical = recorder.Function(), .columns = store_columns});
+  ASSERT_TRUE(report.ok()) << report.status();
+
+  EXPECT_THAT(column_names, ElementsAre("L2.o_proj"));
   EXPECT_TRUE(recorder.stored().contains("L0.q_proj"));
   EXPECT_EQ(report->layers, 2);
   EXPECT_EQ(report->resident_bytes, store.resident_bytes());
-  absl::StatusOr<checkpoint::SafetensorsFile> file =
+  absl::StatusOr<checkpoint::SafetensorsFile> nvfp4 =
       checkpoint::SafetensorsFile::Open(nvfp4_path);
-  ASSERT_TRUE(file.ok()) << file.status();
-  absl::StatusOr<QuantizedWeight> canonical =
-      checkpoint::ConvertNvfp4Weight(*file, "model.layers.2.o_proj");
-  ASSERT_TRUE(canonical.ok()) << canonical.status();
-  absl::StatusOr<PackedWeight> want = PackedWeight::Pack(*canonical);
+  ASSERT_TRUE(nvfp4.ok()) << nvfp4.status();
+  absl::StatusOr<QuantizedWeight> want =
+      checkpoint::ConvertNvfp4Weight(*nvfp4, "model.layers.2.o_proj");
   ASSERT_TRUE(want.ok()) << want.status();
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> got =
-      store.Get("L2.o_proj");
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TRUE(nibble::testing::SamePanels((*got)->packed, *want));
+  const QuantizedWeight& got = recorder.stored().at("L2.o_proj");
+  EXPECT_EQ(got.spec, want->spec);
+  EXPECT_EQ(got.qweight, want->qweight);
+  EXPECT_EQ(got.scales, want->scales);
+}
+
+TEST_F(CheckpointLoaderTest, AFloatLayerWithNaNFailsTheImportAsItIsQuantized) {
+  std::vector<float> values = floats_;
+  values[5 * kK + 17] = std::numeric_limits<float>::quiet_NaN();
+  const std::string nan_path = WriteCheckpoint(
+      "nan.safetensors",
+      {FloatWeightTensor("model.layers.3.up_proj", SafetensorsDtype::kF16,
+                         kFloatN, kK, values)});
+  // Planned without reading the elements, which the conversion reads.
+  absl::StatusOr<std::vector<PlannedCheckpoint>> checkpoints =
+      PlanCheckpoints({first_, nan_path}, Options(), {});
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  WeightStore store;
+  StoreRecorder recorder(&store);
+  absl::StatusOr<CheckpointLoadReport> report =
+      LoadCheckpoints(*checkpoints, {.canonical = recorder.Function()});
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(report.status().message(),
+              AllOf(HasSubstr(absl::StrCat("--import ", nan_path)),
+                    HasSubstr("model.layers.3.up_proj.weight"),
+                    HasSubstr("--import_quantize"),
+                    HasSubstr("1 layers stored before it")));
 }
 
 TEST_F(CheckpointLoaderTest, ListedLayersComeFromTheFileThatHasThem) {
@@ -338,6 +413,7 @@ TEST(ImportOptionsFromFlagsTest, BadValuesNameTheirFlag) {
   EXPECT_EQ(options->quantize,
             (QuantizeSpec{.format = WeightFormat::kU4, .group_size = 32}));
   EXPECT_EQ(options->gptq_zeros, checkpoint::GptqZeroConvention::kV2);
+  EXPECT_FALSE(options->check_float_values);
 
   absl::StatusOr<ImportOptions> bad_quantize =
       ImportOptionsFromFlags({}, {}, "u4:96", "v1");
