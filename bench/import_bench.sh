@@ -11,7 +11,13 @@
 # of IMPORT_RUNS starts of `nibbled --import` until it listens, and
 # before every run of either the file is evicted from the page cache
 # (nibble-make-checkpoint --evict, no root needed), so that both read it from
-# the disk. One checkpoint at a time lies in BUILD/bench/import (the parent of
+# the disk. For context, "fresh" is the quickest and the slowest of
+# IMPORT_RUNS times a new process takes to write as many bytes of newly
+# allocated memory as `nibbled --import` kept resident
+# (nibble-make-checkpoint --fresh_memory), a floor of any import that stores
+# them: the quickest reuses memory the process before it freed, and the
+# slowest shows what memory the host has taken back costs, on a host that
+# backs its guests' memory lazily. One checkpoint at a time lies in BUILD/bench/import (the parent of
 # BIN_DIR), deleted after its runs; the imports' logs and results.jsonl (one
 # JSON object per layout) stay there.
 #
@@ -113,6 +119,19 @@ for layout in "${layouts[@]}"; do
     printf '[%s] nibbled --import %d/%d: %s s (%s GB/s) until it listens\n' \
       "$layout" "$run" "$runs" "$seconds" "$(rate "$file_bytes" "$seconds")"
   done
+  # The host memory the last start kept (none of what a GPU holds).
+  resident=$(sed -n 's/.*msg="import done".* resident_bytes=\([0-9]*\).*/\1/p' \
+    "$work/nibbled.err" | tail -1)
+  for run in $(seq "$runs"); do
+    if [[ ${resident:-0} -gt 0 ]]; then
+      "$bin/nibble-make-checkpoint" --fresh_memory="$resident" |
+        sed -n 's/.* in \([0-9.]*\) s .*/\1/p'
+    else
+      echo 0
+    fi
+  done >"$work/fresh_$layout"
+  printf '[%s] fresh memory: %s bytes written in %s s\n' "$layout" \
+    "${resident:-0}" "$(paste -sd' ' "$work/fresh_$layout")"
   rm -f "$checkpoint"
   checkpoint=
 
@@ -124,6 +143,10 @@ for layout in "${layouts[@]}"; do
   awk -v layout="$layout" -v bytes="$file_bytes" -v projections="$projections" \
     -v read_s="$read_s" -v import_s="$import_s" -v check_s="$check_s" \
     -v upload_s="$upload_s" -v serve_s="$serve_s" -v runs="$runs" \
+    -v fresh_min="$(sort -g "$work/fresh_$layout" | head -1)" \
+    -v fresh_max="$(sort -g "$work/fresh_$layout" | tail -1)" \
+    -v freshes="$(paste -sd, "$work/fresh_$layout")" \
+    -v resident="${resident:-0}" \
     -v quantize="$quantize" \
     -v reads="$(paste -sd, "$work/read_$layout")" \
     -v imports="$(paste -sd, "$work/import_$layout")" \
@@ -137,15 +160,16 @@ for layout in "${layouts[@]}"; do
       "\"import_s\":%.3f,\"import_gbps\":%.3f,\"check_s\":%.3f," \
       "\"convert_upload_s\":%.3f,\"ratio\":%.3f,\"target\":2," \
       "\"pass\":%s,\"read_runs_s\":[%s],\"import_runs_s\":[%s]," \
-      "\"server_import_s\":%.3f,\"server_ratio\":%.3f,\"server_pass\":%s}\n",
+      "\"server_import_s\":%.3f,\"server_ratio\":%.3f,\"server_pass\":%s," \
+      "\"server_resident_bytes\":%d,\"fresh_runs_s\":[%s]}\n",
       layout, layout == "float" ? "\"" quantize "\"" : "null", bytes, projections, runs,
       read_s, bytes / 1e9 / read_s, import_s, bytes / 1e9 / import_s, check_s,
       upload_s, ratio, verdict == "PASS" ? "true" : "false", reads,
       imports, serve_s, serve_ratio,
-      serve_verdict == "PASS" ? "true" : "false" >>results
-    printf "%-7s %7.2f %7.2f %7.2f %8.2f %8.2f %7s %9.2f %9.2f %7s\n",
+      serve_verdict == "PASS" ? "true" : "false", resident, freshes >>results
+    printf "%-7s %7.2f %7.2f %7.2f %8.2f %8.2f %7s %9.2f %9.2f %7s %4.2f-%.2f\n",
       layout, bytes / 1e9, read_s, bytes / 1e9 / read_s, import_s, ratio,
-      verdict, serve_s, serve_ratio, serve_verdict >>table
+      verdict, serve_s, serve_ratio, serve_verdict, fresh_min, fresh_max >>table
     printf "%-7s %8.2f %8.2f %14.2f %6.2f\n", layout, import_s, check_s,
       upload_s, import_s - check_s - upload_s >>breakdown
   }'
@@ -154,9 +178,11 @@ done
 echo "== medians over $runs runs; float layers quantized as $quantize;" \
   "results in $results"
 echo "   (target: under 2 x read; import = nibble import, serve = nibbled" \
-  "--import until it listens)"
-printf '%-7s %7s %7s %7s %8s %8s %7s %9s %9s %7s\n' layout "file GB" \
-  "read s" "GB/s" "import s" "imp/read" verdict "serve s" "serve/rd" verdict
+  "--import until it listens; fresh = quickest-slowest write of the host" \
+  "memory serve kept, alone, in a new process; 0 when it kept none)"
+printf '%-7s %7s %7s %7s %8s %8s %7s %9s %9s %7s %7s\n' layout "file GB" \
+  "read s" "GB/s" "import s" "imp/read" verdict "serve s" "serve/rd" verdict \
+  "fresh s"
 cat "$work/table"
 echo "== where the import's time goes (medians; rest: process start, opening" \
   "the file, connecting, exit)"

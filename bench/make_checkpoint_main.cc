@@ -8,10 +8,13 @@
 // weight_scale_2) or BF16 float weights [N, K]. The data is
 // random from --seed, so that every run writes the same bytes. --evict drops
 // a file from the page cache without root, so that the next read of it comes
-// from the disk. Used by bench/import_bench.sh (`make import-bench`).
+// from the disk. --fresh_memory times what storing that many bytes of
+// weights costs in memory alone. Used by bench/import_bench.sh (`make
+// import-bench`).
 //
 //   nibble-make-checkpoint --layout=gptq --bytes=1073741824 --out=ckpt.st
 //   nibble-make-checkpoint --evict=ckpt.st
+//   nibble-make-checkpoint --fresh_memory=1073741824
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -37,8 +40,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
+#include "kernels/bulk_allocator.h"
 #include "kernels/dtype.h"
 
 ABSL_FLAG(std::string, layout, "gptq",
@@ -51,6 +57,11 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the random data");
 ABSL_FLAG(std::string, evict, "",
           "instead of writing a checkpoint, drop this file from the page "
           "cache");
+ABSL_FLAG(int64_t, fresh_memory, 0,
+          "instead of writing a checkpoint, time writing this many bytes of "
+          "newly allocated memory, allocated as nibble allocates weights "
+          "(huge pages advised): the least a process that stores that many "
+          "bytes of weights spends on its memory");
 
 namespace nibble::bench {
 namespace {
@@ -355,13 +366,27 @@ int Evict(const std::string& path) {
   return kExitOk;
 }
 
+int TimeFreshMemory(int64_t bytes) {
+  const absl::Time start = absl::Now();
+  void* memory = AllocateBulk(bytes);
+  std::memset(memory, 0x5a, bytes);
+  // Keeps the compiler from dropping a store that nothing reads.
+  asm volatile("" : : "r"(memory) : "memory");
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  FreeBulk(memory, bytes);
+  absl::PrintF("wrote %d bytes of fresh memory in %.3f s (%.2f GB/s)\n", bytes,
+               seconds, static_cast<double>(bytes) / 1e9 / seconds);
+  return kExitOk;
+}
+
 int Main(int argc, char* argv[]) {
   absl::SetProgramUsageMessage(
-      "Writes a synthetic Llama-like safetensors checkpoint, or drops a file "
-      "from the page cache.\n"
+      "Writes a synthetic Llama-like safetensors checkpoint, drops a file "
+      "from the page cache, or times writing fresh memory.\n"
       "Usage: nibble-make-checkpoint --layout=gptq|awq|float [--bytes=N] "
       "--out=FILE [--seed=S]\n"
-      "       nibble-make-checkpoint --evict=FILE");
+      "       nibble-make-checkpoint --evict=FILE\n"
+      "       nibble-make-checkpoint --fresh_memory=BYTES");
   // --help lists the flags of files named after the program, which this
   // file (make_checkpoint_main.cc, for nibble-make-checkpoint) is not.
   absl::FlagsUsageConfig usage_config;
@@ -383,6 +408,10 @@ int Main(int argc, char* argv[]) {
   }
   if (const std::string path = absl::GetFlag(FLAGS_evict); !path.empty()) {
     return Evict(path);
+  }
+  if (const int64_t fresh = absl::GetFlag(FLAGS_fresh_memory); fresh != 0) {
+    if (fresh < 0) return usage_error("--fresh_memory must be positive");
+    return TimeFreshMemory(fresh);
   }
   absl::StatusOr<CheckpointLayout> layout =
       ParseLayout(absl::GetFlag(FLAGS_layout));
