@@ -239,8 +239,9 @@ absl::StatusOr<QuantizedWeight> ConvertLayer(const SafetensorsFile& file,
 }
 
 // Where ExecuteImport sends the layers that need no canonical weight made:
-// MXFP4 and NVFP4 layers, and GPTQ layers without act-order and AWQ layers
-// as kUploadPacked and GPTQ ones as kUploadBytes says.
+// kUploadPacked takes MXFP4, NVFP4, AWQ and GPTQ layers without act-order as
+// panels, kUploadBytes MXFP4 and NVFP4 columns and GPTQ codes from the file,
+// kUploadColumns MXFP4 and NVFP4 columns.
 enum class Destination { kUpload, kUploadPacked, kUploadBytes, kUploadColumns };
 
 // A converted layer: the canonical weight, or for `upload_packed` an MXFP4,
