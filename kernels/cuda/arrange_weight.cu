@@ -117,23 +117,19 @@ unsigned BlocksFor(int64_t items) {
       std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
 }
 
-// A device buffer freed at scope exit.
-class Staging {
- public:
-  ~Staging() { cudaFree(data_); }
-  absl::Status Allocate(int64_t bytes) {
-    return CudaStatus(cudaMalloc(&data_, static_cast<size_t>(bytes)),
-                      absl::StrCat("cudaMalloc of ", bytes,
-                                   " bytes to stage a weight's upload"));
+// Reserves `staging` for as many units of `unit_bytes` as `staging_bytes`
+// holds, at least one and at most `units`; how many.
+absl::StatusOr<int64_t> StageUnits(DeviceBuffer& staging, int64_t unit_bytes,
+                                   int64_t units, int64_t staging_bytes) {
+  const int64_t at_once =
+      std::clamp<int64_t>(staging_bytes / unit_bytes, 1, units);
+  if (absl::Status status =
+          staging.Reserve(at_once * unit_bytes, "staging a weight's upload");
+      !status.ok()) {
+    return status;
   }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-};
+  return at_once;
+}
 
 absl::Status CopyIn(void* to, const void* from, int64_t bytes,
                     const std::string& what) {
@@ -155,15 +151,14 @@ absl::Status Finish(const std::string& what) {
 // Copies `piece_bytes` from `from` into `staging` and arranges them as
 // `piece` says.
 absl::Status ArrangePiece(const void* from, int64_t piece_bytes,
-                          const PieceShape& piece, const Staging& staging,
+                          const PieceShape& piece, const DeviceBuffer& staging,
                           const WeightSpec& spec, uint32_t* codes) {
-  if (absl::Status status =
-          CopyIn(staging.as<void>(), from, piece_bytes, "codes");
+  if (absl::Status status = CopyIn(staging.data(), from, piece_bytes, "codes");
       !status.ok()) {
     return status;
   }
   ArrangeCodes<<<BlocksFor(piece.blocks * piece.steps * kLanes * kWordsPerLane),
-                 kThreads>>>(staging.as<uint32_t>(), piece, spec.n,
+                 kThreads>>>(staging.data<uint32_t>(), piece, spec.n,
                              spec.k / kTileK, codes);
   return Finish("the codes' arrangement");
 }
@@ -175,15 +170,12 @@ absl::Status ArrangeAllCodes(const QuantizedWeight& canonical,
   const WeightSpec& spec = canonical.spec;
   const int64_t k_steps = spec.k / kTileK;
   const int64_t step_bytes = kWordRowsPerStep * spec.n * 4;
-  const int64_t steps_at_once =
-      std::clamp<int64_t>(staging_bytes / step_bytes, 1, k_steps);
-  Staging staging;
-  if (absl::Status status = staging.Allocate(steps_at_once * step_bytes);
-      !status.ok()) {
-    return status;
-  }
-  for (int64_t first = 0; first < k_steps; first += steps_at_once) {
-    const int64_t steps = std::min(steps_at_once, k_steps - first);
+  DeviceBuffer staging;
+  const absl::StatusOr<int64_t> steps_at_once =
+      StageUnits(staging, step_bytes, k_steps, staging_bytes);
+  if (!steps_at_once.ok()) return steps_at_once.status();
+  for (int64_t first = 0; first < k_steps; first += *steps_at_once) {
+    const int64_t steps = std::min(*steps_at_once, k_steps - first);
     if (absl::Status status = ArrangePiece(
             canonical.qweight.data() + first * kWordRowsPerStep * spec.n,
             steps * step_bytes,
@@ -207,18 +199,15 @@ absl::Status ArrangeAllCodes(const Fp4Columns& columns, int64_t col_blocks,
   const WeightSpec& spec = columns.spec;
   const int64_t column_bytes = spec.k / 2;
   const int64_t block_bytes = 16 * column_bytes;
-  const int64_t blocks_at_once =
-      std::clamp<int64_t>(staging_bytes / block_bytes, 1, col_blocks);
-  Staging staging;
-  if (absl::Status status = staging.Allocate(blocks_at_once * block_bytes);
-      !status.ok()) {
-    return status;
-  }
+  DeviceBuffer staging;
+  const absl::StatusOr<int64_t> blocks_at_once =
+      StageUnits(staging, block_bytes, col_blocks, staging_bytes);
+  if (!blocks_at_once.ok()) return blocks_at_once.status();
   const int64_t word_rows = spec.k / kCodesPerWord;
   // Every block, those wholly past N included: their padding is written
   // too.
-  for (int64_t first = 0; first < col_blocks; first += blocks_at_once) {
-    const int64_t blocks = std::min(blocks_at_once, col_blocks - first);
+  for (int64_t first = 0; first < col_blocks; first += *blocks_at_once) {
+    const int64_t blocks = std::min(*blocks_at_once, col_blocks - first);
     const int64_t cols =
         std::clamp<int64_t>(spec.n - first * 16, 0, blocks * 16);
     if (absl::Status status = ArrangePiece(columns.codes + first * block_bytes,
@@ -244,21 +233,19 @@ absl::Status ArrangeAllScales(const QuantizedWeight& canonical,
   const WeightSpec& spec = canonical.spec;
   const bool has_zeros = HasZeros(spec.format);
   const int64_t group_bytes = spec.n * (2 + (has_zeros ? 1 : 0));
-  const int64_t groups_at_once =
-      std::clamp<int64_t>(staging_bytes / group_bytes, 1, spec.groups());
-  Staging staging;
-  if (absl::Status status = staging.Allocate(groups_at_once * group_bytes);
-      !status.ok()) {
-    return status;
-  }
-  uint16_t* staged_scales = staging.as<uint16_t>();
+  DeviceBuffer staging;
+  const absl::StatusOr<int64_t> groups_at_once =
+      StageUnits(staging, group_bytes, spec.groups(), staging_bytes);
+  if (!groups_at_once.ok()) return groups_at_once.status();
+  uint16_t* staged_scales = staging.data<uint16_t>();
   uint8_t* staged_zeros =
-      has_zeros ? staging.as<uint8_t>() + groups_at_once * spec.n * 2 : nullptr;
+      has_zeros ? staging.data<uint8_t>() + *groups_at_once * spec.n * 2
+                : nullptr;
   HalfTable table;
   std::copy(conversion.half_of_code.begin(), conversion.half_of_code.end(),
             table.half_of_code);
-  for (int64_t first = 0; first < spec.groups(); first += groups_at_once) {
-    const int64_t groups = std::min(groups_at_once, spec.groups() - first);
+  for (int64_t first = 0; first < spec.groups(); first += *groups_at_once) {
+    const int64_t groups = std::min(*groups_at_once, spec.groups() - first);
     if (absl::Status status =
             CopyIn(staged_scales, canonical.scales.data() + first * spec.n,
                    groups * spec.n * 2, "scales");

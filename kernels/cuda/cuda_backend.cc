@@ -20,32 +20,6 @@
 namespace nibble::cuda {
 namespace {
 
-// A device buffer that only grows.
-class DeviceBuffer {
- public:
-  ~DeviceBuffer() { cudaFree(data_); }
-
-  absl::Status Reserve(size_t bytes, const std::string& what) {
-    if (bytes <= capacity_) return absl::OkStatus();
-    cudaFree(data_);
-    data_ = nullptr;
-    capacity_ = 0;
-    if (absl::Status status = CudaStatus(
-            cudaMalloc(&data_, bytes),
-            absl::StrFormat("cudaMalloc of %d bytes for %s", bytes, what));
-        !status.ok()) {
-      return status;
-    }
-    capacity_ = bytes;
-    return absl::OkStatus();
-  }
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-
 // What host-side runs share: the GPU runs one GEMM at a time anyway.
 struct Session {
   absl::Mutex mutex;

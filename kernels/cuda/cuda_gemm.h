@@ -100,6 +100,28 @@ class CudaWeight final : public DeviceWeight {
   uint16_t* zeros_ = nullptr;
 };
 
+// A device buffer that only grows, freed with it: the backend's A and C, and
+// the staging of a weight's upload.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // At least `bytes`, allocated for `what` (named in the error); what it
+  // held is lost when it grows.
+  absl::Status Reserve(int64_t bytes, const std::string& what);
+  template <typename T = void>
+  T* data() const {
+    return static_cast<T*>(static_cast<void*>(data_));
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
 // The fp32 partial sums and per-tile counters through which thread blocks
 // that share an output tile reduce it. Grows on demand; the kernels leave it
 // zeroed. Use one per stream.

@@ -234,6 +234,20 @@ CudaWeight::~CudaWeight() {
   cudaFree(zeros_);
 }
 
+DeviceBuffer::~DeviceBuffer() { cudaFree(data_); }
+
+absl::Status DeviceBuffer::Reserve(int64_t bytes, const std::string& what) {
+  if (bytes <= capacity_) return absl::OkStatus();
+  cudaFree(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  if (absl::Status status = Allocate(&data_, bytes, what); !status.ok()) {
+    return status;
+  }
+  capacity_ = bytes;
+  return absl::OkStatus();
+}
+
 Workspace::~Workspace() {
   cudaFree(partials_);
   cudaFree(counters_);
