@@ -156,15 +156,14 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
                                    absl::string_view name) {
       return remember(server->service_.StoreColumns(columns, name), name);
     };
+    // StoreColumns decides where the columns go.
     const bool keeps_canonical = server->service_.KeepsCanonicalWeights();
-    const bool gpu_takes_columns =
-        server->backend_ != Backend::kCpu && !server->data_dir_.has_value();
     const InitialWeightStore stores{
         .canonical = store,
         .packed = keeps_canonical
                       ? std::nullopt
                       : std::optional<StorePackedWeightFunction>(store_packed),
-        .columns = gpu_takes_columns
+        .columns = keeps_canonical
                        ? std::optional<StoreColumnsFunction>(store_columns)
                        : std::nullopt};
     if (absl::Status status = options.initial_weights(stores); !status.ok()) {

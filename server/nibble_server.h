@@ -71,9 +71,9 @@ using StoreColumnsFunction = absl::FunctionRef<absl::StatusOr<int64_t>(
 
 // How ServerOptions::initial_weights stores weights. `packed` is set where
 // the server keeps no canonical weights (the CPU backend without data_dir),
-// `columns` where the GPU takes MXFP4 and NVFP4 weights as checkpoints store
-// them (an accelerator backend without data_dir). All are thread-safe: an
-// import stores layers two at a time.
+// `columns` where it does, for MXFP4 and NVFP4 weights as checkpoints store
+// them, which StoreColumns copies to the GPU as they are where it can. All
+// are thread-safe: an import stores layers two at a time.
 struct InitialWeightStore {
   StoreWeightFunction canonical;
   std::optional<StorePackedWeightFunction> packed = std::nullopt;
