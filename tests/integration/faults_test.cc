@@ -34,11 +34,11 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "kernels/dtype.h"
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
+#include "tests/integration/metrics_scrape.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
 #include "tests/integration/upload_messages.h"
@@ -50,66 +50,20 @@ namespace {
 using ::nibble::testing::Bytes;
 using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;
+using ::nibble::testing::MetricsPort;
 using ::nibble::testing::NibbledProcess;
 using ::nibble::testing::ReadFile;
 using ::nibble::testing::ResidentBytes;
+using ::nibble::testing::ScrapeSample;
 using ::nibble::testing::StartNibbledLoggingTo;
 using ::nibble::testing::UploadMessages;
+using ::nibble::testing::WaitForSample;
 using ::nibble::testing::WeightClient;
 using ::nibble::testing::WriteFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-// The port of GET /metrics from nibbled's startup line, or 0.
-int MetricsPort(const std::string& startup_line) {
-  const std::string marker = "metrics at http://";
-  const size_t at = startup_line.find(marker);
-  if (at == std::string::npos) return 0;
-  const std::string address = startup_line.substr(at + marker.size());
-  const size_t colon = address.find(':');
-  const size_t slash = address.find('/', colon);
-  int port = 0;
-  if (colon == std::string::npos || slash == std::string::npos ||
-      !absl::SimpleAtoi(address.substr(colon + 1, slash - colon - 1), &port)) {
-    return 0;
-  }
-  return port;
-}
-
-// The value of `sample` (a name with its labels, as in the exposition) on
-// the server's /metrics, or -1 when the scrape fails or lacks it.
-int64_t ScrapeSample(int port, absl::string_view sample) {
-  httplib::Client http("127.0.0.1", port);
-  httplib::Result scrape = http.Get("/metrics");
-  if (!scrape || scrape->status != 200) return -1;
-  for (absl::string_view line : absl::StrSplit(scrape->body, '\n')) {
-    if (!absl::ConsumePrefix(&line, sample) ||
-        !absl::ConsumePrefix(&line, " ")) {
-      continue;
-    }
-    int64_t value = 0;
-    if (absl::SimpleAtoi(line, &value)) return value;
-    double fractional = 0;
-    if (absl::SimpleAtod(line, &fractional)) {
-      return static_cast<int64_t>(fractional);
-    }
-  }
-  return -1;
-}
-
-// Polls `sample` until it equals `want` or `timeout` passes; its last value.
-int64_t WaitForSample(int port, absl::string_view sample, int64_t want,
-                      absl::Duration timeout) {
-  const absl::Time give_up = absl::Now() + timeout;
-  int64_t value = ScrapeSample(port, sample);
-  while (value != want && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-    value = ScrapeSample(port, sample);
-  }
-  return value;
-}
 
 // SIGKILL, as the OOM killer or a power cut would stop nibbled: no drain and
 // no cleanup. Stop() then only reaps it, and says it died of a signal.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -24,6 +25,7 @@
 #include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
+#include "tests/integration/metrics_scrape.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
 #include "tests/integration/upload_messages.h"
@@ -35,10 +37,12 @@ using ::grpc::health::v1::HealthCheckResponse;
 using ::nibble::testing::Bytes;
 using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;
+using ::nibble::testing::MetricsPort;
 using ::nibble::testing::ReadFile;
 using ::nibble::testing::StartNibbledLoggingTo;
 using ::nibble::testing::UploadHeader;
 using ::nibble::testing::UploadWeight;
+using ::nibble::testing::WaitForSample;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -123,6 +127,7 @@ constexpr WeightSpec kSmallSpec = {WeightFormat::kU4b8, 128, 64, 32};
 // What one kSmallSpec weight holds resident: 4 panels of 16 columns, each
 // 16 code words and 4 scales per column.
 constexpr int64_t kSmallResidentBytes = 4 * 16 * (16 * 4 + 4 * 2);
+constexpr absl::string_view kReservedSample = "nibble_reserved_weight_bytes";
 
 TEST(WeightBudgetTest, UploadPastTheBudgetIsRefusedAndLeavesNothing) {
   const std::string dir = FreshDirectory("budget");
@@ -182,28 +187,30 @@ TEST(WeightBudgetTest, HeaderOfTheLargestShapeIsRefusedWithoutAllocating) {
 
 // An upload reserves its weight's bytes once its header arrives, so uploads
 // that stall after the header cannot together buffer more than the budget.
+// The test waits on nibbled's reserved-bytes gauge rather than probing with
+// uploads: a probe's own reservation could make nibbled refuse the stalled
+// header instead.
 TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {
   const std::string log = FreshDirectory("reservation") + ".stderr";
   auto server = StartNibbledLoggingTo(
       NIBBLED_PATH, log,
-      {absl::StrCat("--max_weight_bytes=", kSmallResidentBytes)});
+      {absl::StrCat("--max_weight_bytes=", kSmallResidentBytes),
+       "--metrics_listen=127.0.0.1:0"});
   ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  ASSERT_NE(metrics_port, 0) << (*server)->startup_line();
   Client client((*server)->target());
 
   grpc::ClientContext stalled_context;
   v1::WeightInfo stalled_info;
   auto stalled = client.stub().UploadWeight(&stalled_context, &stalled_info);
   ASSERT_TRUE(stalled->Write(UploadHeader("a", kSmallSpec)));
-  // The header is reserved once nibbled has read it; until then a header
-  // alone fails for ending early instead.
-  const QuantizedWeight b = RandomQuantizedWeight(kSmallSpec, 9);
-  const absl::Time give_up = absl::Now() + absl::Seconds(5);
-  grpc::Status probe;
-  do {
-    probe = client.UploadHeaderOnly("b", b.spec);
-  } while (probe.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED &&
-           absl::Now() < give_up);
+  ASSERT_EQ(WaitForSample(metrics_port, kReservedSample, kSmallResidentBytes,
+                          absl::Seconds(30)),
+            kSmallResidentBytes)
+      << "nibbled never reserved the stalled upload's header";
 
+  const QuantizedWeight b = RandomQuantizedWeight(kSmallSpec, 9);
   grpc::Status refused = client.Upload("b", b);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(),
@@ -214,11 +221,9 @@ TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {
   EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
   // nibbled releases the reservation when it sees the cancellation, just
   // after the client does.
-  grpc::Status uploaded;
-  do {
-    uploaded = client.Upload("b", b);
-  } while (uploaded.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-           absl::Now() < give_up + absl::Seconds(5));
+  EXPECT_EQ(WaitForSample(metrics_port, kReservedSample, 0, absl::Seconds(30)),
+            0);
+  grpc::Status uploaded = client.Upload("b", b);
   EXPECT_TRUE(uploaded.ok()) << uploaded.error_message();
   EXPECT_TRUE(client.Matmul("b", 1, kSmallSpec.k).ok());
   EXPECT_EQ(client.Matmul("a", 1, kSmallSpec.k).error_code(),
