@@ -1,13 +1,17 @@
 #include "client/nibble_client.h"
 
+#include <algorithm>
 #include <bit>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/upload_message.h"
+#include "grpc/grpc.h"
 #include "grpcpp/completion_queue.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -98,12 +102,46 @@ std::shared_ptr<grpc::Channel> CreateChannel(
       std::string(target), credentials, arguments, std::move(interceptors));
 }
 
+std::vector<std::shared_ptr<grpc::Channel>> CreateChannels(
+    absl::string_view target, const ConnectionOptions& connection, int count) {
+  grpc::ChannelArguments arguments = DefaultChannelArguments();
+  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < count; ++i) {
+    channels.push_back(CreateChannel(target, connection, arguments));
+  }
+  return channels;
+}
+
 NibbleClient::NibbleClient(std::shared_ptr<grpc::Channel> channel,
                            absl::Duration timeout)
-    : nibble_stub_(v1::NibbleService::NewStub(channel)),
-      generic_stub_(std::make_unique<grpc::GenericStub>(channel)),
-      health_stub_(grpc::health::v1::Health::NewStub(channel)),
-      timeout_(timeout) {}
+    : NibbleClient(std::vector<std::shared_ptr<grpc::Channel>>{channel},
+                   timeout) {}
+
+NibbleClient::NibbleClient(std::vector<std::shared_ptr<grpc::Channel>> channels,
+                           absl::Duration timeout)
+    : nibble_stub_(v1::NibbleService::NewStub(channels.front())),
+      health_stub_(grpc::health::v1::Health::NewStub(channels.front())),
+      uploads_in_flight_(channels.size(), 0),
+      timeout_(timeout) {
+  for (const std::shared_ptr<grpc::Channel>& channel : channels) {
+    upload_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+  }
+}
+
+size_t NibbleClient::StartUpload() {
+  absl::MutexLock lock(&upload_mutex_);
+  const size_t stub =
+      std::min_element(uploads_in_flight_.begin(), uploads_in_flight_.end()) -
+      uploads_in_flight_.begin();
+  ++uploads_in_flight_[stub];
+  return stub;
+}
+
+void NibbleClient::EndUpload(size_t stub) {
+  absl::MutexLock lock(&upload_mutex_);
+  --uploads_in_flight_[stub];
+}
 
 void NibbleClient::PrepareContext(grpc::ClientContext& context) const {
   if (timeout_ != absl::InfiniteDuration()) {
@@ -142,8 +180,10 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::SendUpload(
     bool ok = false;
     return queue.Next(&tag, &ok) && ok;
   };
+  const size_t stub = StartUpload();
+  const absl::Cleanup end_upload = [this, stub] { EndUpload(stub); };
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      generic_stub_->PrepareCall(
+      upload_stubs_[stub]->PrepareCall(
           &context,
           absl::StrCat("/", v1::NibbleService::service_full_name(),
                        "/UploadWeight"),

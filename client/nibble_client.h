@@ -20,9 +20,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -62,12 +64,24 @@ std::shared_ptr<grpc::Channel> CreateChannel(
     absl::string_view target, const ConnectionOptions& connection = {},
     const grpc::ChannelArguments& arguments = DefaultChannelArguments());
 
+// `count` channels to `target`, each over a connection of its own (a local
+// subchannel pool), since channels with the same target and arguments would
+// otherwise share one.
+std::vector<std::shared_ptr<grpc::Channel>> CreateChannels(
+    absl::string_view target, const ConnectionOptions& connection, int count);
+
 // Thread-safe: calls may run concurrently from several threads.
 class NibbleClient {
  public:
   // Every call fails with DEADLINE_EXCEEDED once `timeout` has passed.
   explicit NibbleClient(std::shared_ptr<grpc::Channel> channel,
                         absl::Duration timeout = absl::InfiniteDuration());
+  // Uploads go over the channel that carries the fewest at the time, other
+  // calls over the first. For uploads from several threads at once: all of a
+  // connection's bytes pass through one thread at either end, which caps a
+  // 1 GB import's uploads on one connection near 2 GB/s.
+  NibbleClient(std::vector<std::shared_ptr<grpc::Channel>> channels,
+               absl::Duration timeout);
 
   // Streams the header, then qweight, scales and zeros in slices of at most
   // kMaxUploadChunkBytes. Fails with InvalidArgument before sending anything
@@ -105,10 +119,18 @@ class NibbleClient {
       const v1::UploadWeightRequest& header,
       absl::Span<const std::pair<v1::WeightTensor, absl::string_view>> tensors);
 
+  // The index of the upload stub with the fewest uploads in flight, now
+  // counted as carrying one more; EndUpload counts it down.
+  size_t StartUpload();
+  void EndUpload(size_t stub);
+
   std::unique_ptr<v1::NibbleService::Stub> nibble_stub_;
-  // Upload's calls, whose chunks it serializes itself (upload_message.h).
-  std::unique_ptr<grpc::GenericStub> generic_stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
+  // Upload's calls, whose chunks it serializes itself (upload_message.h):
+  // one stub per channel.
+  std::vector<std::unique_ptr<grpc::GenericStub>> upload_stubs_;
+  absl::Mutex upload_mutex_;
+  std::vector<int> uploads_in_flight_ ABSL_GUARDED_BY(upload_mutex_);
   absl::Duration timeout_;
 };
 
