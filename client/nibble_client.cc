@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/upload_message.h"
@@ -129,11 +128,15 @@ NibbleClient::NibbleClient(std::vector<std::shared_ptr<grpc::Channel>> channels,
   }
 }
 
-size_t NibbleClient::StartUpload() {
+size_t NibbleClient::StartUpload(const std::vector<bool>& tried) {
   absl::MutexLock lock(&upload_mutex_);
-  const size_t stub =
-      std::min_element(uploads_in_flight_.begin(), uploads_in_flight_.end()) -
-      uploads_in_flight_.begin();
+  size_t stub = tried.size();
+  for (size_t i = 0; i < tried.size(); ++i) {
+    if (!tried[i] && (stub == tried.size() ||
+                      uploads_in_flight_[i] < uploads_in_flight_[stub])) {
+      stub = i;
+    }
+  }
   ++uploads_in_flight_[stub];
   return stub;
 }
@@ -170,6 +173,29 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::UploadBytes(
 absl::StatusOr<v1::WeightInfo> NibbleClient::SendUpload(
     const v1::UploadWeightRequest& header,
     absl::Span<const std::pair<v1::WeightTensor, absl::string_view>> tensors) {
+  std::vector<bool> tried(upload_stubs_.size(), false);
+  while (true) {
+    const size_t stub = StartUpload(tried);
+    tried[stub] = true;
+    bool header_sent = false;
+    absl::StatusOr<v1::WeightInfo> info =
+        SendUploadOver(*upload_stubs_[stub], header, tensors, header_sent);
+    EndUpload(stub);
+    // Without its header the server never saw the upload, so it may go over
+    // a connection not yet tried: one that failed to open must not fail an
+    // import that its other connections could carry.
+    if (info.ok() || header_sent ||
+        info.status().code() != absl::StatusCode::kUnavailable ||
+        std::find(tried.begin(), tried.end(), false) == tried.end()) {
+      return info;
+    }
+  }
+}
+
+absl::StatusOr<v1::WeightInfo> NibbleClient::SendUploadOver(
+    grpc::GenericStub& stub, const v1::UploadWeightRequest& header,
+    absl::Span<const std::pair<v1::WeightTensor, absl::string_view>> tensors,
+    bool& header_sent) {
   grpc::ClientContext context;
   PrepareContext(context);
   grpc::CompletionQueue queue;
@@ -180,20 +206,18 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::SendUpload(
     bool ok = false;
     return queue.Next(&tag, &ok) && ok;
   };
-  const size_t stub = StartUpload();
-  const absl::Cleanup end_upload = [this, stub] { EndUpload(stub); };
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      upload_stubs_[stub]->PrepareCall(
-          &context,
-          absl::StrCat("/", v1::NibbleService::service_full_name(),
-                       "/UploadWeight"),
-          &queue);
+      stub.PrepareCall(&context,
+                       absl::StrCat("/", v1::NibbleService::service_full_name(),
+                                    "/UploadWeight"),
+                       &queue);
   call->StartCall(nullptr);
   bool stream_open = completes();
 
   if (stream_open) {
     call->Write(SerializedMessage(header), nullptr);
     stream_open = completes();
+    header_sent = stream_open;
   }
   for (const auto& [tensor, bytes] : tensors) {
     for (size_t offset = 0; stream_open && offset < bytes.size();

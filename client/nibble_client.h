@@ -114,14 +114,22 @@ class NibbleClient {
   // Sets the deadline of a new call.
   void PrepareContext(grpc::ClientContext& context) const;
   // Streams `header`, then each of `tensors` in order in chunks, from the
-  // caller's memory.
+  // caller's memory, over the least busy connection; again over another when
+  // the connection failed before the header went out.
   absl::StatusOr<v1::WeightInfo> SendUpload(
       const v1::UploadWeightRequest& header,
       absl::Span<const std::pair<v1::WeightTensor, absl::string_view>> tensors);
+  // SendUpload over `stub`; `header_sent` says whether the header reached
+  // gRPC's transport, after which the server may have seen the upload.
+  absl::StatusOr<v1::WeightInfo> SendUploadOver(
+      grpc::GenericStub& stub, const v1::UploadWeightRequest& header,
+      absl::Span<const std::pair<v1::WeightTensor, absl::string_view>> tensors,
+      bool& header_sent);
 
-  // The index of the upload stub with the fewest uploads in flight, now
-  // counted as carrying one more; EndUpload counts it down.
-  size_t StartUpload();
+  // The index of the upload stub with the fewest uploads in flight of those
+  // not `tried` (one entry per stub, not all true), now counted as carrying
+  // one more; EndUpload counts it down.
+  size_t StartUpload(const std::vector<bool>& tried);
   void EndUpload(size_t stub);
 
   std::unique_ptr<v1::NibbleService::Stub> nibble_stub_;

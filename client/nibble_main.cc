@@ -412,12 +412,14 @@ int RunHealth(NibbleClient& client) {
 }
 
 // Layers nibble import uploads at once, so that the server stores some while
-// others arrive, each over a connection of its own. Four, not two: on the
-// 16-core GPU server each stream's server thread converts its own layer, and
-// four at once took a 1 GB NVFP4 import from 1.85 to 1.44 s there; on 2
-// cores they cost nothing. Four connections instead of one took a 1 GB GPTQ
-// import with the file in the page cache from 0.74 to 0.51 s there.
-constexpr int kUploadsAtOnce = 4;
+// others arrive, each over a connection of its own. On the 16-core GPU
+// machine, four at once instead of two took a 1 GB NVFP4 import from 1.85 to
+// 1.44 s; four connections instead of one took a 1 GB GPTQ import with the
+// file in the page cache from 0.74 to 0.51 s; and eight uploads and
+// connections instead of four took it from 0.62 to 0.60 s, and NVFP4's from
+// 0.72 to 0.65 s. On 2 cores eight took as long as four for GPTQ and a
+// tenth longer for NVFP4 (0.35 against 0.31 s for 512 MB).
+constexpr int kUploadsAtOnce = 8;
 
 int RunImport(NibbleClient& client) {
   absl::StatusOr<std::string> path = Required(FLAGS_file);

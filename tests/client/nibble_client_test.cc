@@ -2,6 +2,11 @@
 // arrived on.
 #include "client/nibble_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
 #include <set>
 #include <string>
@@ -62,9 +67,26 @@ class PeerRecordingService final : public v1::NibbleService::Service {
   std::set<std::string> peers_ ABSL_GUARDED_BY(mutex_);
 };
 
+// A loopback address where nothing listens: a port just bound and let go.
+std::string AddressWithoutServer() {
+  const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  EXPECT_EQ(bind(socket_fd, reinterpret_cast<sockaddr*>(&address), length), 0);
+  EXPECT_EQ(
+      getsockname(socket_fd, reinterpret_cast<sockaddr*>(&address), &length),
+      0);
+  close(socket_fd);
+  return absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+}
+
 // The distinct peers that `uploads` uploads at once, one per thread, arrived
-// from.
-std::set<std::string> PeersOfUploadsAtOnce(int uploads, int channels) {
+// from, over `channels` channels of which the first `dead_channels` lead
+// nowhere.
+std::set<std::string> PeersOfUploadsAtOnce(int uploads, int channels,
+                                           int dead_channels = 0) {
   PeerRecordingService service(uploads);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -74,9 +96,13 @@ std::set<std::string> PeersOfUploadsAtOnce(int uploads, int channels) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   EXPECT_NE(server, nullptr);
   if (server == nullptr) return {};
-  NibbleClient client(
-      CreateChannels(absl::StrCat("127.0.0.1:", port), {}, channels),
-      absl::Seconds(30));
+  std::vector<std::shared_ptr<grpc::Channel>> all =
+      CreateChannels(AddressWithoutServer(), {}, dead_channels);
+  for (const std::shared_ptr<grpc::Channel>& live : CreateChannels(
+           absl::StrCat("127.0.0.1:", port), {}, channels - dead_channels)) {
+    all.push_back(live);
+  }
+  NibbleClient client(all, absl::Seconds(30));
   const QuantizedWeight weight =
       RandomQuantizedWeight({WeightFormat::kU4b8, 64, 16, 32}, /*seed=*/5);
   std::vector<std::thread> threads;
@@ -103,6 +129,25 @@ TEST(NibbleClientTest, OneChannelCarriesEveryUploadOverOneConnection) {
 
 TEST(NibbleClientTest, MoreUploadsThanChannelsShareThem) {
   EXPECT_EQ(PeersOfUploadsAtOnce(/*uploads=*/4, /*channels=*/2).size(), 2u);
+}
+
+// An upload whose connection cannot be opened goes over another, since the
+// server never saw it.
+TEST(NibbleClientTest, UploadsOfAConnectionThatFailsToOpenGoOverTheOthers) {
+  EXPECT_EQ(PeersOfUploadsAtOnce(/*uploads=*/3, /*channels=*/3,
+                                 /*dead_channels=*/1)
+                .size(),
+            2u);
+}
+
+TEST(NibbleClientTest, UploadFailsWhenNoConnectionOpens) {
+  NibbleClient client(CreateChannels(AddressWithoutServer(), {}, 3),
+                      absl::Seconds(30));
+  absl::StatusOr<v1::WeightInfo> info = client.Upload(
+      RandomQuantizedWeight({WeightFormat::kU4b8, 64, 16, 32}, /*seed=*/6),
+      "w");
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kUnavailable)
+      << info.status();
 }
 
 }  // namespace
