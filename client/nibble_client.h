@@ -78,8 +78,8 @@ class NibbleClient {
                         absl::Duration timeout = absl::InfiniteDuration());
   // Uploads go over the channel that carries the fewest at the time, other
   // calls over the first. For uploads from several threads at once: all of a
-  // connection's bytes pass through one thread at either end, which caps a
-  // 1 GB import's uploads on one connection near 2 GB/s.
+  // connection's bytes pass through one thread at either end (nibble_main's
+  // kUploadsAtOnce says what more connections gained).
   NibbleClient(std::vector<std::shared_ptr<grpc::Channel>> channels,
                absl::Duration timeout);
 
