@@ -205,14 +205,16 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
     }
     absl::Mutex log_mutex;
     absl::Time layer_start = absl::Now();
-    // Logs a layer just stored, holding `bytes` resident, with the time
-    // since the one before; layers stored at once may finish out of order.
-    const auto log_stored = [&](absl::string_view name, const WeightSpec& spec,
-                                int64_t bytes) {
+    // Logs layer `name` once stored, holding `bytes` resident, with the time
+    // since the one before (layers stored at once may finish out of order);
+    // the store's failure as it is.
+    const auto log_stored = [&](absl::string_view name,
+                                absl::StatusOr<int64_t> bytes) {
+      if (!bytes.ok()) return bytes.status();
       const size_t index = index_of_name.at(name);
       const ImportLayer& layer = plan.layers[index];
       absl::MutexLock lock(&log_mutex);
-      report.resident_bytes += bytes;
+      report.resident_bytes += *bytes;
       const absl::Time now = absl::Now();
       LogInfo("layer imported",
               {{"file", path},
@@ -220,35 +222,26 @@ absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
                {"prefix", layer.prefix},
                {"name", name},
                {"from", checkpoint::CheckpointLayoutName(layer.layout)},
-               {"format", WeightFormatName(spec.format)},
-               {"k", spec.k},
-               {"n", spec.n},
-               {"group", spec.group_size},
-               {"bytes", bytes},
+               {"format", WeightFormatName(layer.spec.format)},
+               {"k", layer.spec.k},
+               {"n", layer.spec.n},
+               {"group", layer.spec.group_size},
+               {"bytes", *bytes},
                {"seconds", Seconds(now - layer_start)}});
       layer_start = now;
+      return absl::OkStatus();
     };
     const auto upload = [&](const QuantizedWeight& weight,
                             absl::string_view name) {
-      absl::StatusOr<int64_t> bytes = store.canonical(weight, name);
-      if (!bytes.ok()) return bytes.status();
-      log_stored(name, weight.spec, *bytes);
-      return absl::OkStatus();
+      return log_stored(name, store.canonical(weight, name));
     };
     const auto upload_packed = [&](PackedWeight packed,
                                    absl::string_view name) {
-      const WeightSpec spec = packed.spec();
-      absl::StatusOr<int64_t> bytes = (*store.packed)(std::move(packed), name);
-      if (!bytes.ok()) return bytes.status();
-      log_stored(name, spec, *bytes);
-      return absl::OkStatus();
+      return log_stored(name, (*store.packed)(std::move(packed), name));
     };
     const auto upload_columns = [&](const Fp4Columns& columns,
                                     absl::string_view name) {
-      absl::StatusOr<int64_t> bytes = (*store.columns)(columns, name);
-      if (!bytes.ok()) return bytes.status();
-      log_stored(name, columns.spec, *bytes);
-      return absl::OkStatus();
+      return log_stored(name, (*store.columns)(columns, name));
     };
     // The log lines replace ExecuteImport's text progress.
     std::ostream no_progress(nullptr);
