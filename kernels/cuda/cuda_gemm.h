@@ -116,6 +116,7 @@ class DeviceBuffer {
   T* data() const {
     return static_cast<T*>(static_cast<void*>(data_));
   }
+  int64_t capacity() const { return capacity_; }
 
  private:
   uint8_t* data_ = nullptr;
@@ -127,21 +128,14 @@ class DeviceBuffer {
 // zeroed. Use one per stream.
 class Workspace {
  public:
-  Workspace() = default;
-  ~Workspace();
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-
   // At least `partial_floats` floats and `counters` ints, all zero.
   absl::Status Reserve(int64_t partial_floats, int64_t counters);
-  float* partials() const { return partials_; }
-  int* counters() const { return counters_; }
+  float* partials() const { return partials_.data<float>(); }
+  int* counters() const { return counters_.data<int>(); }
 
  private:
-  float* partials_ = nullptr;
-  int* counters_ = nullptr;
-  int64_t partial_capacity_ = 0;
-  int64_t counter_capacity_ = 0;
+  DeviceBuffer partials_;
+  DeviceBuffer counters_;
 };
 
 struct DeviceGemm {

@@ -37,24 +37,16 @@ absl::Status CopyOnDevice(T** to, const T* from, int64_t count,
       absl::StrCat("copying ", what, " on the GPU"));
 }
 
-// Replaces `*data` by `count` zeroed elements unless it holds that many.
-template <typename T>
-absl::Status GrowZeroed(T** data, int64_t* capacity, int64_t count,
-                        const std::string& what) {
-  if (count <= *capacity) return absl::OkStatus();
-  cudaFree(*data);
-  *data = nullptr;
-  *capacity = 0;
-  if (absl::Status status = Allocate(data, count, what); !status.ok()) {
+// Grows `buffer` to at least `bytes`, zeroed, unless it holds that many: the
+// kernels leave what they used zeroed, so only new memory needs clearing.
+absl::Status ReserveZeroed(DeviceBuffer& buffer, int64_t bytes,
+                           const std::string& what) {
+  if (bytes <= buffer.capacity()) return absl::OkStatus();
+  if (absl::Status status = buffer.Reserve(bytes, what); !status.ok()) {
     return status;
   }
-  if (absl::Status status = CudaStatus(cudaMemset(*data, 0, count * sizeof(T)),
-                                       absl::StrCat("clearing ", what));
-      !status.ok()) {
-    return status;
-  }
-  *capacity = count;
-  return absl::OkStatus();
+  return CudaStatus(cudaMemset(buffer.data(), 0, bytes),
+                    absl::StrCat("clearing ", what));
 }
 
 }  // namespace
@@ -248,19 +240,15 @@ absl::Status DeviceBuffer::Reserve(int64_t bytes, const std::string& what) {
   return absl::OkStatus();
 }
 
-Workspace::~Workspace() {
-  cudaFree(partials_);
-  cudaFree(counters_);
-}
-
 absl::Status Workspace::Reserve(int64_t partial_floats, int64_t counters) {
-  if (absl::Status status = GrowZeroed(&partials_, &partial_capacity_,
-                                       partial_floats, "the GEMM workspace");
+  if (absl::Status status =
+          ReserveZeroed(partials_, partial_floats * int64_t{sizeof(float)},
+                        "the GEMM workspace");
       !status.ok()) {
     return status;
   }
-  return GrowZeroed(&counters_, &counter_capacity_, counters,
-                    "the GEMM tile counters");
+  return ReserveZeroed(counters_, counters * int64_t{sizeof(int)},
+                       "the GEMM tile counters");
 }
 
 std::string KernelName(KernelVariant variant, WeightFormat format,
