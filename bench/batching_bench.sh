@@ -13,7 +13,7 @@
 #                                        BATCH_DTYPE=bf16 BATCH_API=Matmul
 #                                        BATCH_FLAGS=)
 # bf16 by default: f32 and f16 requests never batch into the AMX kernels that
-# would round A (see README, Batching), so they gain far less where AMX is.
+# would round A (see docs/operations.md, Batching): far less gain where AMX is.
 # BATCH_API is nibble-load's --api (Matmul, MatmulStream or ModelInfer).
 # BATCH_FLAGS are extra nibbled flags for the batching-on server, e.g.
 # --max_batch_delay_us=500.

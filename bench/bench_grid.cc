@@ -5,8 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "format/weight_format.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::bench {
 

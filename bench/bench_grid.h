@@ -19,11 +19,11 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "base/thread_pool.h"
 #include "bench/bench_options.h"
 #include "bench/timing.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/scheduler.h"
-#include "kernels/thread_pool.h"
 
 namespace nibble::bench {
 

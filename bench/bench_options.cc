@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
@@ -209,7 +210,7 @@ absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
     std::vector<WeightKind> weights;
     for (WeightFormat format : formats) {
       if (const int64_t fixed_group = FixedGroupSize(format); fixed_group > 0) {
-        // mxfp4 and nvfp4 have one group size each, whatever --groups says.
+        // Its one group size, whatever --groups says.
         weights.push_back({format, fixed_group});
       } else if (given.groups) {
         for (int64_t group : *given.groups) weights.push_back({format, group});
@@ -325,19 +326,20 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(
 }
 
 std::string BenchUsage() {
-  return R"(nibble-bench: times the CPU kernels on a grid of problems against the
+  return absl::StrFormat(
+      R"(nibble-bench: times the CPU kernels on a grid of problems against the
 machine's limits (DRAM read bandwidth, fp32 FMA peak) and OpenBLAS sgemm.
 
 Usage: nibble-bench [flags]
   --m=1,4,16,64,256     rows of A
   --shapes=KxN,...      weight shapes (default 4096x4096,4096x14336,
                         14336x4096,8192x28672)
-  --formats=fp4,u4b8,u4 weight formats: fp4, u4b8, u4, mxfp4, nvfp4
+  --formats=fp4,u4b8,u4 weight formats: %s
                         (default: fp4, u4b8 and u4 at group 128, and fp4 at
-                        group 32 too; mxfp4 and nvfp4 always at their own
-                        group, 32 and 16)
-  --groups=128,...      group sizes, applied to every format but mxfp4 and
-                        nvfp4
+                        group 32 too); formats with a fixed group always at
+                        it (%s)
+  --groups=128,...      group sizes, applied to every format whose group is
+                        free
   --threads=N           kernel threads (default: one per hardware thread)
   --repeats=N           timed calls per kernel and problem (default 10; fewer,
                         but at least 3, once they pass 2 s)
@@ -352,7 +354,8 @@ Usage: nibble-bench [flags]
   --help                this text
 
 Exit codes: 0 done, 1 a measurement failed, 2 a usage mistake.
-)";
+)",
+      WeightFormatNames(", "), FixedGroupSizesText());
 }
 
 }  // namespace nibble::bench

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "kernels/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace nibble::bench {
 

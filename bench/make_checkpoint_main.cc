@@ -42,10 +42,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/bulk_allocator.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
-#include "kernels/bulk_allocator.h"
-#include "kernels/dtype.h"
+#include "format/dtype.h"
 
 ABSL_FLAG(std::string, layout, "gptq",
           "what the layers hold: gptq, awq, mxfp4, nvfp4 or float (BF16)");

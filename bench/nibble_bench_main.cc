@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/thread_pool.h"
 #include "bench/bench_grid.h"
 #include "bench/bench_options.h"
 #include "bench/machine_limits.h"
@@ -24,7 +25,6 @@
 #include "bench/tuning_writer.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/scheduler.h"
-#include "kernels/thread_pool.h"
 #include "kernels/tuning_table.h"
 
 namespace nibble::bench {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/weight_format.h"
+#include "format/weight_format.h"
 
 namespace nibble::bench {
 namespace {

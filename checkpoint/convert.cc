@@ -19,10 +19,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
-#include "kernels/bulk_allocator.h"
-#include "kernels/dequant.h"
-#include "kernels/dtype.h"
-#include "kernels/fp4_columns.h"
+#include "base/bulk_allocator.h"
+#include "format/dequant.h"
+#include "format/dtype.h"
+#include "format/fp4_columns.h"
 
 namespace nibble::checkpoint {
 namespace {

@@ -1,5 +1,5 @@
 // Converts one linear layer of a safetensors checkpoint into a nibble weight
-// (kernels/weight_format.h): 4-bit GPTQ, AWQ, MXFP4 and NVFP4 tensors are
+// (format/weight_format.h): 4-bit GPTQ, AWQ, MXFP4 and NVFP4 tensors are
 // repacked without changing a single dequantized value, and plain float
 // weights are quantized.
 //
@@ -39,8 +39,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/safetensors.h"
-#include "kernels/fp4_columns.h"
-#include "kernels/weight_format.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 
 namespace nibble::checkpoint {
 

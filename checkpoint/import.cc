@@ -30,10 +30,10 @@
 #include "absl/types/span.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
-#include "kernels/fp4_columns.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
+#include "format/weight_name.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
-#include "proto/weight_name.h"
 
 namespace nibble {
 namespace {

@@ -42,9 +42,9 @@
 #include "absl/types/span.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
-#include "kernels/fp4_columns.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
 
 namespace nibble {
 

@@ -18,7 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/file_contents.h"
+#include "base/file_contents.h"
 #include "nlohmann/json.hpp"
 
 namespace nibble::checkpoint {

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/file_contents.h"
+#include "base/file_contents.h"
 
 ABSL_FLAG(bool, tls, false,
           "connect with TLS, trusting the system's root certificates unless "

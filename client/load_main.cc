@@ -41,9 +41,9 @@
 #include "client/svg_plot.h"
 #include "client/sweep_range.h"
 #include "client/weight_files.h"
-#include "kernels/dtype.h"
-#include "kernels/reference.h"
-#include "kernels/weight_format.h"
+#include "format/dtype.h"
+#include "format/reference.h"
+#include "format/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 

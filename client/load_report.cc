@@ -21,8 +21,8 @@
 #include "client/latency_histogram.h"
 #include "client/load_run.h"
 #include "client/svg_plot.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 
 namespace nibble {
 namespace client {

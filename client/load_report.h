@@ -22,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "client/load_run.h"
 #include "client/svg_plot.h"
-#include "kernels/weight_format.h"
+#include "format/weight_format.h"
 
 namespace nibble {
 namespace client {

@@ -25,8 +25,8 @@
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
 #include "client/request_sender.h"
+#include "format/reference.h"
 #include "grpc/grpc.h"
-#include "kernels/reference.h"
 
 namespace nibble {
 namespace client {

@@ -24,8 +24,8 @@
 #include "client/nibble_client.h"
 #include "client/request_sender.h"
 #include "client/sweep_range.h"
+#include "format/dtype.h"
 #include "grpcpp/channel.h"
-#include "kernels/dtype.h"
 #include "nibble/v1/nibble.pb.h"
 
 namespace nibble {

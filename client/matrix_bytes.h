@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "kernels/dtype.h"
+#include "format/dtype.h"
 
 namespace nibble {
 

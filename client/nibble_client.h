@@ -27,13 +27,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 
 namespace nibble {
@@ -89,10 +89,11 @@ class NibbleClient {
   absl::StatusOr<v1::WeightInfo> Upload(const QuantizedWeight& weight,
                                         absl::string_view name);
   // Upload for a weight's tensors as bytes, in the canonical layout or, for
-  // MXFP4 and NVFP4, the column layout (CODE_LAYOUT_COLUMNS): a checkpoint's
-  // bytes go out as the file holds them, without a copy or a transpose.
-  // Fails with InvalidArgument before sending anything when a tensor's size
-  // or the layout does not suit the spec; the server checks the values.
+  // formats with HasColumnLayout, the column layout (CODE_LAYOUT_COLUMNS): a
+  // checkpoint's bytes go out as the file holds them, without a copy or a
+  // transpose. Fails with InvalidArgument before sending anything when a
+  // tensor's size or the layout does not suit the spec; the server checks the
+  // values.
   absl::StatusOr<v1::WeightInfo> UploadBytes(const WeightBytes& weight,
                                              absl::string_view name);
 

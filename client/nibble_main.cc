@@ -28,7 +28,7 @@
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
 #include "client/weight_files.h"
-#include "kernels/reference.h"
+#include "format/reference.h"
 #include "proto/conversions.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
@@ -151,7 +151,8 @@ void PrintWeightInfo(const v1::WeightInfo& info) {
             << "k:      " << info.k() << "\n"
             << "n:      " << info.n() << "\n"
             << "group:  " << info.group_size() << "\n";
-  if (info.format() == v1::WEIGHT_FORMAT_NVFP4) {
+  if (absl::StatusOr<WeightFormat> format = FromProto(info.format());
+      format.ok() && HasGlobalScale(*format)) {
     std::cout << "global: " << info.global_scale() << "\n";
   }
   if (info.activation_order()) {
@@ -180,9 +181,10 @@ absl::StatusOr<WeightSpec> WeightSpecFromFlags() {
                        : Required(FLAGS_group);
   if (!group.ok()) return group.status();
   const std::optional<float> global_scale = absl::GetFlag(FLAGS_global_scale);
-  if (global_scale && *format != WeightFormat::kNvfp4) {
+  if (global_scale && !HasGlobalScale(*format)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--global_scale is only for --format nvfp4, not ", *format_name));
+        "--global_scale is only for --format ",
+        WeightFormatNamesWhere(HasGlobalScale), ", not ", *format_name));
   }
   const WeightSpec spec{*format, *k, *n, *group, global_scale.value_or(1.0f)};
   if (absl::Status status = spec.Validate(); !status.ok()) return status;

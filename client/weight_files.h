@@ -20,8 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 
 namespace nibble {
 

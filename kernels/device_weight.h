@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "kernels/weight_format.h"
+#include "format/weight_format.h"
 
 namespace nibble {
 

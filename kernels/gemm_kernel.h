@@ -20,11 +20,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/thread_pool.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "kernels/device_weight.h"
-#include "kernels/dtype.h"
 #include "kernels/packed_weight.h"
-#include "kernels/thread_pool.h"
-#include "kernels/weight_format.h"
 
 namespace nibble {
 

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
-#include "kernels/dequant.h"
-#include "kernels/dtype.h"
-#include "kernels/transpose4x4.h"
+#include "base/transpose4x4.h"
+#include "format/dequant.h"
+#include "format/dtype.h"
 
 namespace nibble {
 namespace {
@@ -122,20 +122,21 @@ void ColumnCodesToPanel(const uint8_t* columns, int64_t words, int64_t width,
 }
 
 // The scale slot as the kernels read it (see the header) for every 8-bit
-// scale code of kMxfp4 or kNvfp4.
+// scale code of `format`.
 std::array<uint16_t, 256> KernelScaleTable(WeightFormat format) {
   std::array<uint16_t, 256> table;
   for (int code = 0; code < 256; ++code) {
     const auto byte = static_cast<uint8_t>(code);
-    table[code] = format == WeightFormat::kMxfp4
-                      ? E8m0ToBf16(byte)
-                      : FloatToHalf(E4m3ToFloat(byte));
+    table[code] =
+        PackedScalesAreBf16(format)
+            ? E8m0ToBf16(byte)
+            : FloatToHalf(ScaleCodeToFloat(Traits(format).scale_type, byte));
   }
   return table;
 }
 
-// The index of the first NaN among `count` 8-bit scale codes of kMxfp4 (E8M0)
-// or kNvfp4 (E4M3); -1 when there is none.
+// The index of the first NaN among `count` 8-bit scale codes of `format`; -1
+// when there is none.
 int64_t FirstNanScaleCode(WeightFormat format, const uint8_t* codes,
                           int64_t count) {
   const auto first_nan = [codes, count](auto is_nan) -> int64_t {
@@ -143,7 +144,7 @@ int64_t FirstNanScaleCode(WeightFormat format, const uint8_t* codes,
                ? std::find_if(codes, codes + count, is_nan) - codes
                : -1;
   };
-  return format == WeightFormat::kMxfp4
+  return Traits(format).scale_type == ScaleType::kE8m0
              ? first_nan([](uint8_t code) { return code == kE8m0Nan; })
              : first_nan([](uint8_t code) { return IsE4m3Nan(code); });
 }
@@ -164,8 +165,7 @@ void PackedWeight::PackAllButCodes(const QuantizedWeight& weight) {
   panels_ = (spec.n + kPanelWidth - 1) / kPanelWidth;
   const int64_t panel_columns = panels_ * kPanelWidth;
   scales_.resize(spec.groups() * panel_columns);
-  if (spec.format == WeightFormat::kMxfp4 ||
-      spec.format == WeightFormat::kNvfp4) {
+  if (HasEightBitScales(spec.format)) {
     // A scale per 16 or 32 weights: converting each by arithmetic would take
     // longer than packing the codes.
     const std::array<uint16_t, 256> kernel_scales =
@@ -263,8 +263,8 @@ absl::StatusOr<PackedWeight> PackedWeight::PackWithColumnScales(
     return absl::InvalidArgumentError(absl::StrFormat(
         "scale of column %d, group %d is NaN (%s code 0x%02x): scales must be "
         "finite",
-        i / groups, i % groups,
-        spec.format == WeightFormat::kMxfp4 ? "E8M0" : "E4M3", scale_codes[i]));
+        i / groups, i % groups, ScaleTypeName(Traits(spec.format).scale_type),
+        scale_codes[i]));
   }
   PackedWeight packed;
   packed.spec_ = spec;

@@ -3,10 +3,11 @@
 // panel is contiguous, so a kernel streams one panel front to back:
 //   codes  [panels][K/8][kPanelWidth] uint32, the canonical words with their
 //          codes reordered (CodeShift)
-//   scales [panels][K/group][kPanelWidth] fp16 bits, or bf16 bits for kMxfp4
-//          (whose E8M0 range fp16 lacks); kNvfp4's E4M3 scales become fp16
-//          exactly, and its global scale is left for the kernels to apply
-//   zeros  [panels][K/group][kPanelWidth] uint8 (kU4 only)
+//   scales [panels][K/group][kPanelWidth] fp16 bits, or bf16 bits for E8M0
+//          scales (whose range fp16 lacks, PackedScalesAreBf16); E4M3
+//          scales become fp16 exactly, and a global scale is left for the
+//          kernels to apply
+//   zeros  [panels][K/group][kPanelWidth] uint8 (formats with HasZeros only)
 // Columns past N in the last panel have code 0 and scale 0, so they add 0.
 // A weight with an activation order keeps it beside the panels: the kernels
 // read A already gathered by it (GatherActivationColumns).
@@ -25,14 +26,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "kernels/bulk_allocator.h"
-#include "kernels/dtype.h"
-#include "kernels/fp4_columns.h"
-#include "kernels/weight_format.h"
+#include "base/bulk_allocator.h"
+#include "format/dtype.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 
 namespace nibble {
 
 class PanelCodeWriter;
+
+// Whether a format's packed scales are bf16 bits rather than fp16.
+constexpr bool PackedScalesAreBf16(WeightFormat format) {
+  return Traits(format).scale_type == ScaleType::kE8m0;
+}
 
 class PackedWeight {
  public:
@@ -44,10 +50,9 @@ class PackedWeight {
   // (k, k + 1) pairs that bf16 tiles take side by side.
   static constexpr int CodeShift(int j) { return (j % 2) * 16 + (j / 2) * 4; }
 
-  // The value of a packed scale, without kNvfp4's global scale.
+  // The value of a packed scale, without a global scale.
   static float ScaleValue(WeightFormat format, uint16_t bits) {
-    return format == WeightFormat::kMxfp4 ? Bf16ToFloat(bits)
-                                          : HalfToFloat(bits);
+    return PackedScalesAreBf16(format) ? Bf16ToFloat(bits) : HalfToFloat(bits);
   }
 
   // Fails when `canonical` does not pass QuantizedWeight::Validate().
@@ -59,7 +64,7 @@ class PackedWeight {
   static absl::StatusOr<PackedWeight> PackWithCodes(
       PanelCodeWriter codes, const QuantizedWeight& rest);
 
-  // PackWithCodes for a kMxfp4 or kNvfp4 weight whose 8-bit scale codes come
+  // PackWithCodes for a weight (HasColumnLayout) whose 8-bit scale codes come
   // in the column layout (fp4_columns.h), [N][K/group], which go straight
   // into panels. Fails on a NaN scale code, an activation order that is not
   // a permutation of 0..K-1 (empty for none), and when not every byte of the
@@ -68,7 +73,7 @@ class PackedWeight {
       PanelCodeWriter codes, const uint8_t* scale_codes,
       std::vector<int32_t> activation_order = {});
 
-  // Packs a kMxfp4 or kNvfp4 weight straight from the column layout their
+  // Packs a weight (HasColumnLayout) straight from the column layout its
   // checkpoints store, without a canonical weight, whose transpose would cost
   // as much as packing. Fails as PackWithColumnScales does.
   static absl::StatusOr<PackedWeight> PackColumns(const Fp4Columns& columns);

@@ -12,7 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "kernels/file_contents.h"
+#include "base/file_contents.h"
 
 namespace nibble {
 namespace {

@@ -9,9 +9,9 @@
 // A rule covers problems with m <= max_m (0: any m) of its format. A lookup
 // takes the rules of the problem's format measured at the nearest group size,
 // then the nearest shape (k, n) and thread count, then the first of those
-// rules whose max_m admits the problem's m. A table without rules for kMxfp4
-// or kNvfp4 answers for them with the kFp4 rules: the same FP4 codes, only
-// the scales differ.
+// rules whose max_m admits the problem's m. A table without rules for a
+// block format (FP4 codes with 8-bit scales) answers with the kFp4 rules:
+// the same FP4 codes, only the scales differ.
 //
 // Example:
 //   absl::StatusOr<nibble::TuningTable> table =
@@ -27,8 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "format/weight_format.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/weight_format.h"
 
 namespace nibble {
 
@@ -59,8 +59,8 @@ class TuningTable {
   // The text form, which Parse reads back to an equal table.
   std::string Serialize() const;
 
-  // nullopt when no rule has the problem's format (or, for kMxfp4 and
-  // kNvfp4, kFp4).
+  // nullopt when no rule has the problem's format (or, for a block format,
+  // kFp4).
   std::optional<KernelVariant> Lookup(const GemmProblem& problem) const;
 
   const std::vector<TuningRule>& rules() const { return rules_; }

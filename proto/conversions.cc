@@ -11,19 +11,7 @@
 namespace nibble {
 
 v1::WeightFormat ToProto(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kFp4:
-      return v1::WEIGHT_FORMAT_FP4;
-    case WeightFormat::kU4b8:
-      return v1::WEIGHT_FORMAT_U4B8;
-    case WeightFormat::kU4:
-      return v1::WEIGHT_FORMAT_U4;
-    case WeightFormat::kMxfp4:
-      return v1::WEIGHT_FORMAT_MXFP4;
-    case WeightFormat::kNvfp4:
-      return v1::WEIGHT_FORMAT_NVFP4;
-  }
-  return v1::WEIGHT_FORMAT_UNSPECIFIED;
+  return static_cast<v1::WeightFormat>(Traits(format).wire_value);
 }
 
 v1::DType ToProto(DType dtype) {
@@ -58,25 +46,7 @@ absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout) {
 }
 
 absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
-  switch (format) {
-    case v1::WEIGHT_FORMAT_FP4:
-      return WeightFormat::kFp4;
-    case v1::WEIGHT_FORMAT_U4B8:
-      return WeightFormat::kU4b8;
-    case v1::WEIGHT_FORMAT_U4:
-      return WeightFormat::kU4;
-    case v1::WEIGHT_FORMAT_MXFP4:
-      return WeightFormat::kMxfp4;
-    case v1::WEIGHT_FORMAT_NVFP4:
-      return WeightFormat::kNvfp4;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weight format ",
-          v1::WeightFormat_Name(format).empty() ? std::to_string(format)
-                                                : v1::WeightFormat_Name(format),
-          " is not supported: use WEIGHT_FORMAT_FP4, WEIGHT_FORMAT_U4B8, "
-          "WEIGHT_FORMAT_U4, WEIGHT_FORMAT_MXFP4 or WEIGHT_FORMAT_NVFP4"));
-  }
+  return WeightFormatFromWire(format, v1::WeightFormat_Name(format));
 }
 
 absl::StatusOr<DType> FromProto(v1::DType dtype) {
@@ -135,7 +105,7 @@ void FillWeightHeader(absl::string_view name, const WeightSpec& spec,
   header->set_k(spec.k);
   header->set_n(spec.n);
   header->set_group_size(spec.group_size);
-  if (spec.format == WeightFormat::kNvfp4) {
+  if (HasGlobalScale(spec.format)) {
     header->set_global_scale(spec.global_scale);
   }
   header->mutable_activation_order()->Assign(activation_order.begin(),

@@ -14,9 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "kernels/dtype.h"
-#include "kernels/fp4_columns.h"
-#include "kernels/weight_format.h"
+#include "format/dtype.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "nibble/v1/nibble.pb.h"
 
 namespace nibble {
@@ -33,7 +33,7 @@ v1::CodeLayout ToProto(CodeLayout layout);
 // INVALID_ARGUMENT, listing the valid values, for unknown values.
 absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout);
 
-// A proto's global_scale: 1 when unset (0), as every format but NVFP4 has.
+// A proto's global_scale: 1 when unset (0), as formats without one have.
 float GlobalScaleFromProto(float global_scale);
 
 // The spec a header describes; not yet validated (see WeightSpec::Validate).

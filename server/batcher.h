@@ -51,7 +51,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "kernels/dtype.h"
+#include "format/dtype.h"
 #include "server/matmul_runner.h"
 #include "server/metrics_histogram.h"
 #include "server/weight_store.h"

@@ -69,11 +69,11 @@ struct CheckpointLoadReport {
 
 // Converts and stores the layers of `checkpoints` through `store` (all but
 // float and GPTQ act-order layers packed straight from the file's codes when
-// it has a `packed` function; MXFP4 and NVFP4 layers handed over in their
-// column layout when it has a `columns` one), logging a line per layer ("layer
-// imported") and one at the end ("import done"). The first failure stops it and
-// is returned with its code, naming the file, the layer, the weight and how
-// many layers were stored before it.
+// it has a `packed` function; layers of a block format (HasColumnLayout) handed
+// over in their column layout when it has a `columns` one), logging a line per
+// layer ("layer imported") and one at the end ("import done"). The first
+// failure stops it and is returned with its code, naming the file, the layer,
+// the weight and how many layers were stored before it.
 absl::StatusOr<CheckpointLoadReport> LoadCheckpoints(
     absl::Span<const PlannedCheckpoint> checkpoints,
     const InitialWeightStore& store);

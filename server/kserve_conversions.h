@@ -16,9 +16,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "inference/grpc_predict_v2.pb.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.pb.h"
 
 namespace nibble::server {

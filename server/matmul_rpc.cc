@@ -3,7 +3,7 @@
 #include <memory>
 #include <utility>
 
-#include "kernels/dtype.h"
+#include "format/dtype.h"
 #include "proto/conversions.h"
 
 namespace nibble::server {

@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/activation_order.h"
+#include "format/activation_order.h"
 
 namespace nibble::server {
 

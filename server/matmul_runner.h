@@ -16,11 +16,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/thread_pool.h"
+#include "format/dtype.h"
 #include "kernels/device_weight.h"
-#include "kernels/dtype.h"
 #include "kernels/packed_weight.h"
 #include "kernels/scheduler.h"
-#include "kernels/thread_pool.h"
 
 namespace nibble::server {
 

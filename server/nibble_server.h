@@ -34,14 +34,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/thread_pool.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "grpcpp/grpcpp.h"
-#include "kernels/fp4_columns.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
 #include "kernels/scheduler.h"
-#include "kernels/thread_pool.h"
 #include "kernels/tuning_table.h"
-#include "kernels/weight_format.h"
 #include "server/auth.h"
 #include "server/batcher.h"
 #include "server/kserve_service.h"
@@ -64,16 +64,16 @@ using StoreWeightFunction = absl::FunctionRef<absl::StatusOr<int64_t>(
 using StorePackedWeightFunction =
     absl::FunctionRef<absl::StatusOr<int64_t>(PackedWeight, absl::string_view)>;
 
-// Stores an MXFP4 or NVFP4 weight in its checkpoints' column layout
+// Stores a weight in its checkpoints' column layout (HasColumnLayout)
 // (NibbleServiceImpl::StoreColumns); the same bytes.
 using StoreColumnsFunction = absl::FunctionRef<absl::StatusOr<int64_t>(
     const Fp4Columns&, absl::string_view)>;
 
 // How ServerOptions::initial_weights stores weights. `packed` is set where
 // the server keeps no canonical weights (the CPU backend without data_dir),
-// `columns` where it does, for MXFP4 and NVFP4 weights as checkpoints store
-// them, which StoreColumns copies to the GPU as they are where it can. All
-// are thread-safe: an import stores layers two at a time.
+// `columns` where it does, for formats with a column layout as checkpoints
+// store them, which StoreColumns copies to the GPU as they are where it can.
+// All are thread-safe: an import stores layers two at a time.
 struct InitialWeightStore {
   StoreWeightFunction canonical;
   std::optional<StorePackedWeightFunction> packed = std::nullopt;

@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> Logged(
 
 // What an upload of `spec` is reserved in --max_weight_bytes: the larger of
 // what it buffers (the canonical tensors and activation order, which
-// UploadAssembler holds without slack; MXFP4 and NVFP4 columns take no more)
+// UploadAssembler holds without slack; columns take no more)
 // and what it will hold resident once packed. Two layouts coexist only at the
 // end, while columns are transposed or the weight is packed and written, so
 // memory stays below twice the budget however many uploads run; reserving

@@ -19,8 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "format/fp4_columns.h"
 #include "grpcpp/grpcpp.h"
-#include "kernels/fp4_columns.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "server/auth.h"
 #include "server/batcher.h"
@@ -55,7 +55,7 @@ class NibbleServiceImpl final
   // service that keeps none can take (FAILED_PRECONDITION otherwise).
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> StorePacked(
       PackedWeight packed, absl::string_view name);
-  // The same for an MXFP4 or NVFP4 weight in its checkpoints' column layout:
+  // The same for a weight in its checkpoints' column layout (HasColumnLayout):
   // copied to the GPU as it is where TakesColumnsWhole, else made canonical
   // and stored as Store does.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> StoreColumns(

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/bulk_allocator.h"
+#include "base/bulk_allocator.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {
@@ -77,8 +77,9 @@ absl::Status UploadAssembler::OnHeader(absl::string_view name,
   }
   if (layout == CodeLayout::kColumns && !HasColumnLayout(spec.format)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("code_layout COLUMNS is for mxfp4 and nvfp4 weights, not ",
-                     WeightFormatName(spec.format),
+        absl::StrCat("code_layout COLUMNS is for ",
+                     WeightFormatNamesWhere(HasColumnLayout, " and "),
+                     " weights, not ", WeightFormatName(spec.format),
                      ": send its qweight and scales in the canonical layout"));
   }
   has_header_ = true;

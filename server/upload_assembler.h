@@ -1,7 +1,8 @@
 // The state machine of one weight upload: a header, then every byte of the
 // weight's tensors in order (qweight, scales, zeros), each chunk at the offset
-// where the previous one ended, in the canonical layout or, for MXFP4 and
-// NVFP4, the column layout their checkpoints store (fp4_columns.h). It builds
+// where the previous one ended, in the canonical layout or, for formats with
+// HasColumnLayout, the column layout their checkpoints store (fp4_columns.h).
+// It builds
 // the weight in the canonical layout, or for a server that keeps no canonical
 // weights packs its codes straight into the CPU kernels' panels as they
 // arrive, and hands it over only when
@@ -26,10 +27,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/bulk_allocator.h"
-#include "kernels/fp4_columns.h"
+#include "base/bulk_allocator.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::server {
 

@@ -15,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "kernels/file_contents.h"
+#include "base/file_contents.h"
 #include "server/weight_store.h"
 
 namespace nibble::server {

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/weight_format.h"
+#include "format/weight_format.h"
 #include "server/weight_file.h"
 
 namespace nibble::server {

@@ -54,44 +54,12 @@ uint64_t GetU64(absl::string_view bytes, size_t offset) {
   return value;
 }
 
-uint32_t FormatCode(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kFp4:
-      return 0;
-    case WeightFormat::kU4b8:
-      return 1;
-    case WeightFormat::kU4:
-      return 2;
-    case WeightFormat::kMxfp4:
-      return 3;
-    case WeightFormat::kNvfp4:
-      return 4;
-  }
-  return 0xffffffffu;
-}
-
-// Header bytes 68..71: kNvfp4's global scale as fp32 bits, zero otherwise.
+// Header bytes 68..71: the global scale as fp32 bits where the format has
+// one, zero otherwise.
 uint32_t GlobalScaleField(const WeightSpec& spec) {
-  return spec.format == WeightFormat::kNvfp4
+  return HasGlobalScale(spec.format)
              ? std::bit_cast<uint32_t>(spec.global_scale)
              : 0;
-}
-
-absl::StatusOr<WeightFormat> FormatFromCode(uint32_t code) {
-  switch (code) {
-    case 0:
-      return WeightFormat::kFp4;
-    case 1:
-      return WeightFormat::kU4b8;
-    case 2:
-      return WeightFormat::kU4;
-    case 3:
-      return WeightFormat::kMxfp4;
-    case 4:
-      return WeightFormat::kNvfp4;
-  }
-  return absl::DataLossError(
-      absl::StrCat("unknown weight format code ", code, " in the header"));
 }
 
 template <typename T>
@@ -169,7 +137,7 @@ absl::Status WriteWeightFile(
              ? kWeightFileVersion
              : kWeightFileVersionWithActivationOrder,
          header + kVersionOffset);
-  PutU32(FormatCode(spec.format), header + kFormatOffset);
+  PutU32(Traits(spec.format).file_code, header + kFormatOffset);
   PutU64(spec.k, header + kKOffset);
   PutU64(spec.n, header + kNOffset);
   PutU64(spec.group_size, header + kGroupSizeOffset);
@@ -226,21 +194,20 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
         kWeightFileVersion, " and ", kWeightFileVersionWithActivationOrder));
   }
   absl::StatusOr<WeightFormat> format =
-      FormatFromCode(GetU32(bytes, kFormatOffset));
+      WeightFormatFromFileCode(GetU32(bytes, kFormatOffset));
   if (!format.ok()) return format.status();
   // Out-of-range values wrap to negative numbers, which Validate refuses.
   const uint32_t global_scale_bits = GetU32(bytes, kGlobalScaleOffset);
-  if (*format != WeightFormat::kNvfp4 && global_scale_bits != 0) {
+  if (!HasGlobalScale(*format) && global_scale_bits != 0) {
     return absl::DataLossError(
         absl::StrCat("header bytes 68..71 are not zero, and ",
                      WeightFormatName(*format), " has no global scale"));
   }
-  const WeightSpec spec{*format, static_cast<int64_t>(GetU64(bytes, kKOffset)),
-                        static_cast<int64_t>(GetU64(bytes, kNOffset)),
-                        static_cast<int64_t>(GetU64(bytes, kGroupSizeOffset)),
-                        *format == WeightFormat::kNvfp4
-                            ? std::bit_cast<float>(global_scale_bits)
-                            : 1.0f};
+  const WeightSpec spec{
+      *format, static_cast<int64_t>(GetU64(bytes, kKOffset)),
+      static_cast<int64_t>(GetU64(bytes, kNOffset)),
+      static_cast<int64_t>(GetU64(bytes, kGroupSizeOffset)),
+      HasGlobalScale(*format) ? std::bit_cast<float>(global_scale_bits) : 1.0f};
   if (absl::Status status = spec.Validate(); !status.ok()) {
     return absl::DataLossError(
         absl::StrCat("invalid weight spec in the header: ", status.message()));

@@ -8,7 +8,7 @@
 //        8     4  format version: 1, or 2 for a weight with an activation
 //                 order (GPTQ act-order), so that a nibbled that predates
 //                 orders refuses such a file instead of dropping its order
-//       12     4  weight format: 0 fp4, 1 u4b8, 2 u4, 3 mxfp4, 4 nvfp4
+//       12     4  weight format: its file_code (format/weight_format.h)
 //       16     8  k
 //       24     8  n
 //       32     8  group size
@@ -16,7 +16,8 @@
 //       48     8  scales bytes
 //       56     8  zeros bytes
 //       64     4  name length
-//       68     4  nvfp4: global scale, fp32 bits; other formats: zero
+//       68     4  global scale, fp32 bits, where the format has one;
+//                 zero otherwise
 //       72     -  name, then qweight, scales, zeros (canonical layout),
 //                 then, in version 2 only, the activation order: K int32
 //   end - 8    8  WeightFileChecksum of every byte before it
@@ -38,7 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/weight_format.h"
+#include "format/weight_format.h"
 
 namespace nibble::server {
 

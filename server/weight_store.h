@@ -41,11 +41,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
+#include "format/weight_name.h"
 #include "kernels/device_weight.h"
-#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
-#include "proto/weight_name.h"
 
 namespace nibble::server {
 
@@ -86,7 +86,7 @@ bool AcceleratorServesWhole(Backend backend, const WeightSpec& spec);
 // RESOURCE_EXHAUSTED when GPU memory is short.
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
     Backend backend, absl::string_view name, const QuantizedWeight& canonical);
-// The same for an MXFP4 or NVFP4 weight in its checkpoints' column layout,
+// The same for a weight in its checkpoints' column layout (HasColumnLayout),
 // which the GPU arranges without a transpose on the host.
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
     Backend backend, absl::string_view name, const Fp4Columns& columns);

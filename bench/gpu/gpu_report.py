@@ -187,7 +187,7 @@ def main(argv):
     parser.add_argument("nibble", help="nibble-gpu-bench --json output")
     parser.add_argument("torch", help="torch_baselines.py --json output")
     parser.add_argument("--markdown", action="store_true",
-                        help="markdown tables (for the README)")
+                        help="markdown tables (for docs/performance.md)")
     args = parser.parse_args(argv)
 
     machine, nibble_rows = read_lines(args.nibble, required=True)

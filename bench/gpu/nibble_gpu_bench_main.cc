@@ -45,11 +45,11 @@
 #include "bench/bench_options.h"
 #include "bench/report.h"
 #include "bench/timing.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_gemm.h"
-#include "kernels/dtype.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::bench {
 namespace {
@@ -72,12 +72,17 @@ struct GpuBenchOptions {
   std::vector<int64_t> ms = {1, 16, 64, 256, 1024};
   std::vector<Shape> shapes = {
       {4096, 14336}, {14336, 4096}, {8192, 28672}, {28672, 8192}};
-  // u4b8, and the three FP4 formats side by side (mxfp4 and nvfp4 at their
-  // fixed groups).
-  std::vector<WeightKind> weights = {{WeightFormat::kU4b8, 128},
-                                     {WeightFormat::kFp4, 32},
-                                     {WeightFormat::kMxfp4, 32},
-                                     {WeightFormat::kNvfp4, 16}};
+  // u4b8 at 128, and the FP4-coded formats side by side at group 32 or
+  // their fixed group.
+  std::vector<WeightKind> weights = [] {
+    std::vector<WeightKind> kinds = {{WeightFormat::kU4b8, 128}};
+    for (WeightFormat format : kAllWeightFormats) {
+      if (!HasFp4Codes(format)) continue;
+      const int64_t fixed = FixedGroupSize(format);
+      kinds.push_back({format, fixed != 0 ? fixed : 32});
+    }
+    return kinds;
+  }();
   int repeats = 200;
   bool json_to_stdout = false;
   std::string json_path;
@@ -85,7 +90,8 @@ struct GpuBenchOptions {
 };
 
 std::string Usage() {
-  return R"(nibble-gpu-bench: times nibble's CUDA kernels (every variant, and the
+  return absl::StrFormat(
+      R"(nibble-gpu-bench: times nibble's CUDA kernels (every variant, and the
 scheduler's pick) on a grid of problems against the GPU's device-to-device
 copy bandwidth. bench/gpu/torch_baselines.py times the PyTorch baselines.
 
@@ -93,17 +99,17 @@ Usage: nibble-gpu-bench [flags]
   --m=1,16,64,256,1024  rows of A
   --shapes=KxN,...      weight shapes (default 4096x14336,14336x4096,
                         8192x28672,28672x8192); K a multiple of 64
-  --formats=F:G,...     weight formats at group sizes (default
-                        u4b8:128,fp4:32,mxfp4:32,nvfp4:16; a format alone
-                        means its fixed group, 32 for mxfp4 and 16 for
-                        nvfp4, else 128)
+  --formats=F:G,...     weight formats at group sizes (default u4b8:128 and
+                        every FP4-coded format at 32 or its fixed group; a
+                        format alone means its fixed group (%s), else 128)
   --repeats=N           timed launches per variant and point (default 200)
   --quick               shapes 4096x14336 and 14336x4096, 50 repeats (the
                         flags above still apply)
   --json                JSON lines on stdout instead of the table
   --json=FILE           JSON lines into FILE, the table on stdout
   --help                this text
-)";
+)",
+      FixedGroupSizesText());
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseMs(absl::string_view value) {
@@ -124,8 +130,8 @@ absl::StatusOr<std::vector<WeightKind>> ParseFormats(absl::string_view value) {
       return FlagError("formats", value,
                        absl::StrCat("\"", item,
                                     "\" is not FORMAT or FORMAT:GROUP with "
-                                    "FORMAT fp4, u4b8, u4, mxfp4 or nvfp4 "
-                                    "(e.g. u4b8:128)"));
+                                    "FORMAT ",
+                                    WeightFormatNames(), " (e.g. u4b8:128)"));
     }
     const int64_t fixed_group = FixedGroupSize(*format);
     WeightKind kind{.format = *format,

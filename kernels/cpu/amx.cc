@@ -9,10 +9,10 @@
 // (PackedWeight::CodeShift), so one 16-bit shift and one vpermw of a 32-entry
 // table make a tile row. Those values are exact in bf16; each group's sums
 // leave the tile unit through a 1 KiB store and are scaled in fp32, so the
-// only rounding beyond fp32 is A's. kNvfp4's groups of 16 rows are shorter
-// than a tile's 32, so its E4M3 scales go into the tile values instead: an
-// FP4 value times an E4M3 scale has at most 6 significant bits, exact in
-// bf16; only its global scale multiplies the sums.
+// only rounding beyond fp32 is A's. A format whose groups are shorter than a
+// tile's 32 rows (ScalesInTiles) has its E4M3 scales go into the tile values
+// instead: an FP4 value times an E4M3 scale has at most 6 significant bits,
+// exact in bf16; only its global scale multiplies the sums.
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,14 +24,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/thread_pool.h"
+#include "format/dequant.h"
+#include "format/weight_format.h"
 #include "kernels/cpu/float_operands.h"
 #include "kernels/cpu/format_kernel.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "kernels/dequant.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
-#include "kernels/thread_pool.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cpu {
 
@@ -74,6 +74,22 @@ constexpr int64_t kBlockPanels = 2;
 constexpr int64_t kBlockWidth = kBlockPanels * kWidth;
 // Rows of K dequantized at a time, at most; segments never cross a group.
 constexpr int64_t kMaxSegment = 512;
+
+// Whether a format's groups are shorter than a tile's rows, so that its scales
+// go into the tile values; only E4M3 scales times FP4 codes are exact there.
+constexpr bool ScalesInTiles(WeightFormat format) {
+  return FixedGroupSize(format) != 0 && FixedGroupSize(format) < kTileK;
+}
+static_assert([] {
+  for (WeightFormat format : kAllWeightFormats) {
+    if (ScalesInTiles(format) &&
+        (Traits(format).scale_type != ScaleType::kE4m3 ||
+         !HasFp4Codes(format))) {
+      return false;
+    }
+  }
+  return true;
+}());
 
 // Tile registers (literal numbers: the intrinsics paste them into the
 // assembly): C(row tile, panel) = 2 * row tile + panel in 0..3, A(row tile)
@@ -124,18 +140,19 @@ std::vector<uint16_t> ToBf16Tiles(const float* a, int64_t m, int64_t k) {
   return tiles;
 }
 
-// bf16 bits of what a 5-bit index stands for: the code's value for fp4 and
-// kU4b8 (bit 4 ignored), q - zero in two's complement for kU4.
+// bf16 bits of what a 5-bit index stands for: the code's value, less 8 where
+// the format subtracts 8 (bit 4 ignored), or q - zero in two's complement
+// where each group has its own zero point.
 __m512i Bf16Table(WeightFormat format) {
   alignas(64) uint16_t values[32];
   for (int index = 0; index < 32; ++index) {
     float value = 0.0f;
     if (HasFp4Codes(format)) {
       value = Fp4CodeToFloat(index & 0xf);
-    } else if (format == WeightFormat::kU4b8) {
-      value = Int4CodeMinusZero(index & 0xf, 8);
-    } else {
+    } else if (HasZeros(format)) {
       value = index < 16 ? index : index - 32;
+    } else {
+      value = Int4CodeMinusZero(index & 0xf, EffectiveZero(format, 0));
     }
     values[index] = FloatToBf16(value);
   }
@@ -152,12 +169,12 @@ struct AmxContext {
 };
 
 // The scales of one group of a panel's 16 columns, from the packed layout:
-// bf16 for kMxfp4, fp16 otherwise.
+// bf16 or fp16 (PackedScalesAreBf16).
 template <WeightFormat kFormat>
 __m512 LoadPanelScales(const uint16_t* scales) {
   const __m256i bits =
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales));
-  if constexpr (kFormat == WeightFormat::kMxfp4) {
+  if constexpr (PackedScalesAreBf16(kFormat)) {
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   } else {
@@ -166,7 +183,7 @@ __m512 LoadPanelScales(const uint16_t* scales) {
 }
 
 // A tile row of (k, k + 1) bf16 pairs, one column per 32-bit lane, times that
-// column's scale. Exact when the products fit bf16 (kNvfp4): the fp32
+// column's scale. Exact when the products fit bf16 (ScalesInTiles): the fp32
 // products then end in 16 zero bits, and their top halves are the result.
 __m512i ScaleBf16Pairs(__m512i pairs, __m512 scale) {
   const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
@@ -190,7 +207,7 @@ void DequantizeSegment(const AmxContext& ctx, int64_t first_panel,
   for (int64_t p = 0; p < panels; ++p) {
     const uint32_t* codes = ctx.b.panel_codes(first_panel + p);
     __m512i zero = _mm512_setzero_si512();
-    if constexpr (kFormat == WeightFormat::kU4) {
+    if constexpr (HasZeros(kFormat)) {
       // Each column's zero point in both 16-bit halves of its lane.
       const __m512i z =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
@@ -200,7 +217,7 @@ void DequantizeSegment(const AmxContext& ctx, int64_t first_panel,
     uint16_t* panel_tiles = buffer + p * segment_words * kCodesPerWord * kWidth;
     for (int64_t word = first_word; word < end_word; ++word) {
       __m512 scale = _mm512_setzero_ps();
-      if constexpr (kFormat == WeightFormat::kNvfp4) {
+      if constexpr (ScalesInTiles(kFormat)) {
         scale = LoadPanelScales<kFormat>(ctx.b.panel_scales(first_panel + p) +
                                          word * kCodesPerWord /
                                              ctx.b.spec().group_size * kWidth);
@@ -210,12 +227,12 @@ void DequantizeSegment(const AmxContext& ctx, int64_t first_panel,
                                          kWidth;  // 4 pair rows of 32 bf16
       for (int pair = 0; pair < kCodesPerWord / 2; ++pair) {
         __m512i index = _mm512_srli_epi16(words, 4 * pair);
-        if constexpr (kFormat == WeightFormat::kU4) {
+        if constexpr (HasZeros(kFormat)) {
           index = _mm512_sub_epi16(
               _mm512_and_si512(index, _mm512_set1_epi16(0xf)), zero);
         }
         __m512i values = _mm512_permutexvar_epi16(index, ctx.table);
-        if constexpr (kFormat == WeightFormat::kNvfp4) {
+        if constexpr (ScalesInTiles(kFormat)) {
           values = ScaleBf16Pairs(values, scale);
         }
         _mm512_storeu_si512(rows + pair * 2 * kWidth, values);
@@ -301,10 +318,9 @@ void RunAmx(const AmxContext& ctx, float* c, ThreadPool& pool, int threads) {
   const int64_t panels = ctx.b.panels();
   const int64_t blocks = (panels + kBlockPanels - 1) / kBlockPanels;
   const int64_t row_tiles = (ctx.m + kTileRows - 1) / kTileRows;
-  // kNvfp4's scales are in the tile values: its segments need not stop at
-  // its groups.
+  // Scales in the tile values: segments need not stop at groups.
   const int64_t scale_rows =
-      kFormat == WeightFormat::kNvfp4 ? ctx.k : ctx.b.spec().group_size;
+      ScalesInTiles(kFormat) ? ctx.k : ctx.b.spec().group_size;
   const std::vector<Segment> segments = Segments(ctx.k, scale_rows);
   const int64_t buffer_values = kMaxSegment * kBlockWidth;
   pool.ParallelFor(
@@ -338,7 +354,7 @@ void RunAmx(const AmxContext& ctx, float* c, ThreadPool& pool, int threads) {
             for (int64_t p = 0; p < kBlockPanels; ++p) {
               __m512 scale = _mm512_setzero_ps();  // a missing panel adds 0
               if (p < block_panels) {
-                if constexpr (kFormat == WeightFormat::kNvfp4) {
+                if constexpr (ScalesInTiles(kFormat)) {
                   scale = _mm512_set1_ps(ctx.b.spec().global_scale);
                 } else {
                   scale = LoadPanelScales<kFormat>(

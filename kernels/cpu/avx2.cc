@@ -12,14 +12,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/thread_pool.h"
+#include "format/dequant.h"
+#include "format/weight_format.h"
 #include "kernels/cpu/float_operands.h"
 #include "kernels/cpu/format_kernel.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "kernels/dequant.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
-#include "kernels/thread_pool.h"
-#include "kernels/weight_format.h"
 
 // Everything below, the shared loops of simd_gemm.h included, is built for
 // AVX2; the headers above keep their default target.

@@ -1,7 +1,7 @@
 // The common shape of the CPU kernels: one variant, one weight format, one
 // ISA, named "<variant>_<format>_<isa>" (e.g. "fused_u4b8_avx2"). A kernel
 // derives from it and implements Run, which can hand its format to loops
-// templated on it through WithFormatConstant.
+// templated on it through WithFormatConstant (format/weight_format.h).
 //
 // Example:
 //   class FusedAvx2Kernel final : public FormatKernel {
@@ -13,32 +13,14 @@
 #ifndef NIBBLE_KERNELS_CPU_FORMAT_KERNEL_H_
 #define NIBBLE_KERNELS_CPU_FORMAT_KERNEL_H_
 
-#include <cstddef>
-#include <iterator>
 #include <string>
-#include <type_traits>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "format/weight_format.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cpu {
-
-// Calls fn(std::integral_constant<WeightFormat, format>()), so that a kernel's
-// loops, templated on the format, are compiled once for each of
-// kAllWeightFormats and picked at run time.
-template <typename Fn>
-inline void WithFormatConstant(WeightFormat format, Fn&& fn) {
-  [&]<size_t... I>(std::index_sequence<I...>) {
-    ((format == kAllWeightFormats[I]
-          ? fn(std::integral_constant<WeightFormat, kAllWeightFormats[I]>())
-          : void()),
-     ...);
-  }
-  (std::make_index_sequence<std::size(kAllWeightFormats)>());
-}
 
 class FormatKernel : public GemmKernel {
  public:

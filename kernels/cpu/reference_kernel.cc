@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "format/dequant.h"
 #include "kernels/cpu/float_operands.h"
-#include "kernels/dequant.h"
 
 namespace nibble::cpu {
 

@@ -16,11 +16,11 @@
 // tile, kBufferedRows and kBufferedPanels for the double-buffered microkernel.
 //
 // Dequantization is one table lookup per vector: the 16 values a code can
-// take (built by the bitwise steps of kernels/dequant.h) sit in registers, and
+// take (built by the bitwise steps of format/dequant.h) sit in registers, and
 // a lane-wise permute maps codes to values. Group scales multiply a whole
 // group's partial sums at once (fused) or the buffered panel (double-buffered);
 // LoadGroupScale reads them as the packed weight stores them (fp16, or bf16
-// for kMxfp4); kNvfp4's global scale is folded into the value table.
+// where PackedScalesAreBf16); a global scale is folded into the value table.
 //
 // Example (in kernels/cpu/avx512.cc):
 //   #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
@@ -39,13 +39,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/thread_pool.h"
+#include "format/dequant.h"
+#include "format/weight_format.h"
 #include "kernels/cpu/float_operands.h"
 #include "kernels/cpu/format_kernel.h"
-#include "kernels/dequant.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
-#include "kernels/thread_pool.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cpu::simd {
 
@@ -70,10 +70,10 @@ inline void ForEachCode(Fn&& fn) {
   (std::make_integer_sequence<int, kCodesPerWord>());
 }
 
-// What each code stands for before the group scale: the FP4 value for the
-// FP4 formats, q - 8 for kU4b8, and q for kU4 (whose zero point the loops
-// apply per group); times `global_scale` (kNvfp4's), so that the loops never
-// apply it.
+// What each code stands for before the group scale: the FP4 value for FP4
+// codes, q - 8 where the zero point is 8, and q where each group has its own
+// (which the loops apply per group); times the weight's `global_scale`, so
+// that the loops never apply it.
 template <class V>
 typename V::Table FormatTable(WeightFormat format, float global_scale) {
   float values[16];
@@ -110,10 +110,10 @@ struct Context {
 };
 
 // The scales of V::kLanes columns of one group, read from the packed layout:
-// bf16 for kMxfp4, fp16 otherwise.
+// bf16 or fp16 (PackedScalesAreBf16).
 template <class V, WeightFormat kFormat>
 inline typename V::F LoadGroupScale(const uint16_t* scales) {
-  if constexpr (kFormat == WeightFormat::kMxfp4) {
+  if constexpr (PackedScalesAreBf16(kFormat)) {
     return V::LoadBf16(scales);
   } else {
     return V::LoadHalves(scales);
@@ -184,10 +184,10 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
         }
       });
     }
-    // kU4: sum(a (q - z)) s = sum(a q) s - z s sum(a), so the inner loop is
-    // the same as for the other formats.
+    // Zero points: sum(a (q - z)) s = sum(a q) s - z s sum(a), so the inner
+    // loop is the same as for the other formats.
     F a_sum[kRows];
-    if constexpr (kFormat == WeightFormat::kU4) {
+    if constexpr (HasZeros(kFormat)) {
       for (int r = 0; r < kRows; ++r) {
         a_sum[r] = V::Set1(SegmentSum<V>(a + r * ctx.k + begin, end - begin));
       }
@@ -200,7 +200,7 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
       for (int r = 0; r < kRows; ++r) {
         acc[r][vec] = V::Fma(sum[r][vec], scale, acc[r][vec]);
       }
-      if constexpr (kFormat == WeightFormat::kU4) {
+      if constexpr (HasZeros(kFormat)) {
         const F zero_times_scale =
             V::Mul(V::LoadBytes(ctx.b.panel_zeros(panel) + at), scale);
         for (int r = 0; r < kRows; ++r) {
@@ -384,7 +384,7 @@ void DequantizeChunk(const Context<V>& ctx, int64_t first_panel, int64_t panels,
             LoadGroupScale<V, kFormat>(scales + group * kWidth + lane);
         // (q - zero) * scale = q * scale - zero * scale.
         F zero_times_scale = V::Zero();
-        if constexpr (kFormat == WeightFormat::kU4) {
+        if constexpr (HasZeros(kFormat)) {
           zero_times_scale = V::Mul(
               V::LoadBytes(ctx.b.panel_zeros(panel) + group * kWidth + lane),
               scale);

@@ -15,9 +15,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "kernels/cuda/device_layout.h"
-#include "kernels/fp4_columns.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cuda {
 
@@ -43,7 +43,7 @@ absl::Status ArrangeOnDevice(const QuantizedWeight& canonical,
                              const ArrangedArrays& to,
                              int64_t staging_bytes = kStagingBytes);
 
-// ArrangeOnDevice for a kMxfp4 or kNvfp4 weight whose codes come in the
+// ArrangeOnDevice for a weight (HasColumnLayout) whose codes come in the
 // column layout its checkpoints store: they are copied as they are, a run of
 // whole columns at a time, and never transposed on the host. `scales` holds
 // the weight's spec and canonical scale slots (ScaleSlotsFromColumns), its

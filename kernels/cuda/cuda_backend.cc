@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "format/dtype.h"
 #include "kernels/cuda/cuda_gemm.h"
 #include "kernels/cuda/device_layout.h"
-#include "kernels/dtype.h"
 
 namespace nibble::cuda {
 namespace {
@@ -190,7 +190,7 @@ std::vector<const GemmKernel*> CudaKernels() {
 }
 
 KernelVariant PreferredVariant(const GemmProblem& problem) {
-  // Measured on an H100 (make gpu-check, README): up to 64 rows the weight
+  // On an H100 (make gpu-check, docs/performance.md): up to 64 rows the weight
   // read dominates and stream-K keeps every multiprocessor streaming to the
   // end; above, the MMAs dominate and the codes are best kept out of shared
   // memory, which the larger A tile needs.

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "kernels/device_weight.h"
-#include "kernels/fp4_columns.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cuda {
 
@@ -38,7 +38,7 @@ bool SupportsSpec(const WeightSpec& spec);
 // RESOURCE_EXHAUSTED when GPU memory is short.
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
     const QuantizedWeight& canonical);
-// UploadWeight for a kMxfp4 or kNvfp4 weight in its checkpoints' column
+// UploadWeight for a weight (HasColumnLayout) in its checkpoints' column
 // layout, which the GPU arranges without a transpose on the host; also
 // INVALID_ARGUMENT for other formats and NaN scale codes.
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(

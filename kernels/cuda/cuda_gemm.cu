@@ -33,7 +33,7 @@ int MTilesFor(int64_t m) {
 KernelChoice Choose(WeightFormat format, DType a_dtype, int m_tiles,
                     bool register_codes) {
   switch (format) {
-    // kMxfp4's scales are fp16 in the device layout: it is fp4 from there.
+    // E8M0 scales are fp16 in the device layout: fp4 from there.
     case WeightFormat::kFp4:
     case WeightFormat::kMxfp4:
       return ChooseFormatKernel<WeightFormat::kFp4>(a_dtype, m_tiles,

@@ -24,12 +24,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "format/dtype.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "kernels/cuda/arrange_weight.h"
 #include "kernels/device_weight.h"
-#include "kernels/dtype.h"
-#include "kernels/fp4_columns.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cuda {
 
@@ -57,7 +57,7 @@ class CudaWeight final : public DeviceWeight {
   // kKMultiple.
   static absl::StatusOr<std::unique_ptr<CudaWeight>> Upload(
       const QuantizedWeight& canonical);
-  // Upload for a kMxfp4 or kNvfp4 weight in its checkpoints' column layout
+  // Upload for a weight (HasColumnLayout) in its checkpoints' column layout
   // (fp4_columns.h), which is never transposed on the host. INVALID_ARGUMENT
   // for other formats, a NaN scale code, and K not a multiple of kKMultiple.
   static absl::StatusOr<std::unique_ptr<CudaWeight>> UploadColumns(

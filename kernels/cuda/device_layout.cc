@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/dequant.h"
-#include "kernels/dtype.h"
+#include "format/dequant.h"
+#include "format/dtype.h"
 
 namespace nibble::cuda {
 namespace {
@@ -36,10 +36,10 @@ constexpr int kE8m0Bias = 127;
 constexpr int kHalfExactMinExponent = -23;
 constexpr int kHalfExactMaxExponent = 13;
 
-// The shift of kMxfp4's exponents (see the header): 0 when they all fit,
+// The shift of E8M0 exponents (see the header): 0 when they all fit,
 // else the least move that fits them, or that keeps the largest exact when
 // nothing fits them all.
-int Mxfp4ExponentShift(const QuantizedWeight& canonical) {
+int E8m0ExponentShift(const QuantizedWeight& canonical) {
   // Values, not iterators, so that the loop vectorizes: it runs on every
   // upload.
   uint16_t min_code = 0xffff;
@@ -68,20 +68,26 @@ ScaleConversion MakeScaleConversion(const QuantizedWeight& canonical) {
   const WeightSpec& spec = canonical.spec;
   ScaleConversion conversion;
   conversion.output_scale = spec.global_scale;
-  if (spec.format == WeightFormat::kMxfp4) {
-    const int shift = Mxfp4ExponentShift(canonical);
-    conversion.output_scale = std::ldexp(spec.global_scale, shift);
-    conversion.by_table = true;
-    for (int code = 0; code < 256; ++code) {
-      conversion.half_of_code[code] =
-          FloatToHalf(std::ldexp(1.0f, code - kE8m0Bias - shift));
+  switch (Traits(spec.format).scale_type) {
+    case ScaleType::kFp16:
+      break;
+    case ScaleType::kE8m0: {
+      const int shift = E8m0ExponentShift(canonical);
+      conversion.output_scale = std::ldexp(spec.global_scale, shift);
+      conversion.by_table = true;
+      for (int code = 0; code < 256; ++code) {
+        conversion.half_of_code[code] =
+            FloatToHalf(std::ldexp(1.0f, code - kE8m0Bias - shift));
+      }
+      break;
     }
-  } else if (spec.format == WeightFormat::kNvfp4) {
-    conversion.by_table = true;
-    for (int code = 0; code < 256; ++code) {
-      conversion.half_of_code[code] =
-          FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(code)));
-    }
+    case ScaleType::kE4m3:
+      conversion.by_table = true;
+      for (int code = 0; code < 256; ++code) {
+        conversion.half_of_code[code] =
+            FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(code)));
+      }
+      break;
   }
   return conversion;
 }

@@ -20,8 +20,8 @@
 // Scales are [groups][N/16][8] pairs (fp16 bits of column g, then of column
 // g + 8), one 32-bit load per lane; zero points likewise as byte pairs.
 // The 8-bit scales become fp16 so that the kernels read one scale type:
-// kNvfp4's E4M3 exactly, its global scale left to multiply C with
-// (output_scale); kMxfp4's E8M0 2^x as 2^(x - shift), with the power of two
+// E4M3 exactly, a global scale left to multiply C with (output_scale);
+// E8M0 2^x as 2^(x - shift), with the power of two
 // 2^shift in output_scale, the shift chosen so that fp4 codes times every
 // scale are exact in fp16 (x - shift in [-23, 13]). That holds when the
 // weight's scales span at most 2^36; beyond, the smallest lose bits or flush
@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/weight_format.h"
+#include "format/weight_format.h"
 
 namespace nibble::cuda {
 
@@ -66,7 +66,7 @@ struct DeviceLayout {
 // read (see above), shared by the host layout and the GPU's (arrange_weight.h).
 struct ScaleConversion {
   float output_scale = 1.0f;
-  // Whether scales go through `half_of_code` (kMxfp4, kNvfp4) or stay the
+  // Whether scales go through `half_of_code` (8-bit scale codes) or stay the
   // fp16 bits they are.
   bool by_table = false;
   std::array<uint16_t, 256> half_of_code{};

@@ -1,9 +1,9 @@
 // The GEMM kernel template of the CUDA backend, shared by the per-format
-// translation units (gemm_fp4.cu, gemm_u4b8.cu, gemm_u4.cu, gemm_nvfp4.cu)
-// that instantiate it, so that nvcc compiles the formats in parallel. Only
-// cuda_gemm.cu and those files include it. kMxfp4 runs fp4's kernels: the
-// device layout turns its scales into fp16 (device_layout.h), after which it
-// is fp4 with groups of 32 and a factor on C.
+// translation units (gemm_<format>.cu) that instantiate it, so that nvcc
+// compiles the formats in parallel. Only cuda_gemm.cu and those files include
+// it. A format with E8M0 scales runs fp4's kernels: the device layout turns
+// its scales into fp16 (device_layout.h), after which it is fp4 with groups
+// of 32 and a factor on C (KernelFormat).
 //
 // A thread block owns a tile of 16 * MT rows and 128 or 256 columns of C and
 // walks K in stages of kStepK = 128 rows. Each of its 8 warps owns one or two
@@ -30,9 +30,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "kernels/cuda/device_layout.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cuda::internal {
 
@@ -43,24 +43,21 @@ constexpr int kWarps = kThreads / 32;
 // that the barrier and the bookkeeping of a stage pay for 8 KB of codes.
 constexpr int kStepK = 2 * static_cast<int>(kTileK);
 // Per stage and 16-column block of each warp: codes, and scales and zero
-// points in kScaleRows rows, one per 32 rows of K (per 16 rows for kNvfp4,
+// points in kScaleRows rows, one per 32 rows of K (per 16 rows for formats
 // whose groups are 16 rows), so that a 16-row block kk reads row
 // kk * kScaleRows / 8 whatever the group size.
 constexpr int kCodeBytesPerBlock = kThreads * 32;
 constexpr int kZeroBytesPerBlock = 4 * kWarps * 8 * 2;
 
 constexpr int ScaleRowsPerStep(WeightFormat format) {
-  return format == WeightFormat::kNvfp4 ? 8 : 4;
+  return FixedGroupSize(format) == 16 ? 8 : 4;
 }
 template <int kScaleRows>
 constexpr int ScaleBytesPerBlock() {
   return kScaleRows * kWarps * 8 * 4;
 }
-// nibble::HasFp4Codes at compile time.
 template <WeightFormat kFormat>
-inline constexpr bool kFp4Codes =
-    kFormat == WeightFormat::kFp4 || kFormat == WeightFormat::kMxfp4 ||
-    kFormat == WeightFormat::kNvfp4;
+inline constexpr bool kFp4Codes = HasFp4Codes(kFormat);
 
 enum class OutType { kF16, kBF16, kF32 };
 
@@ -75,16 +72,16 @@ struct Params {
   int m, n, k;
   int blocks16_n;  // padded N / 16
   // Scale row j of the weight (rows 32 j .. 32 j + 31 of K, or 16 j ..
-  // 16 j + 15 for kNvfp4) is in group j >> group_step_shift: 0 for groups of
-  // one scale row, 1 for two, 2 for four, 31 for one group (per-channel).
+  // 16 j + 15 for groups of 16) is in group j >> group_step_shift: 0 for groups
+  // of one scale row, 1 for two, 2 for four, 31 for one group (per-channel).
   int group_step_shift;
   int k_steps;
   int tiles_m;
   int iters_base;   // every block runs this many (tile, k step) iterations,
   int iters_extra;  // and the first iters_extra blocks one more
   OutType out;
-  // Multiplies C: kNvfp4's global scale, or the power of two that the device
-  // layout took out of kMxfp4's scales; 1 otherwise.
+  // Multiplies C: the weight's global scale, or the power of two that the
+  // device layout took out of E8M0 scales; 1 otherwise.
   float output_scale;
 };
 
@@ -357,13 +354,13 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kScalePieces = 16 * kNBlocks;
   constexpr int kZeroPieces = 8 * kNBlocks;
   // Scale pieces go to lanes 8 and up, or from lane 0 where there are more
-  // than those lanes can take (kNvfp4's 8 rows of 32 pieces).
+  // than those lanes can take (8 rows of 32 pieces, for groups of 16).
   constexpr int kFirstScaleLane =
       std::min(8, 32 - kScaleRows * kScalePieces / kWarps);
   static_assert(kFirstScaleLane >= 0, "more scale pieces than threads");
   // 16-row blocks of K per scale row.
   constexpr int kBlocksPerScaleRow = 8 / kScaleRows;
-  constexpr bool kZeros = kFormat == WeightFormat::kU4;
+  constexpr bool kZeros = HasZeros(kFormat);
   // 16-byte chunks of A per stage, and how many each thread copies.
   constexpr int kChunksPerRow = kStepK / 8;
   constexpr int kAChunks = kRows * kChunksPerRow;

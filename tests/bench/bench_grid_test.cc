@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/scheduler.h"
-#include "kernels/thread_pool.h"
 #include "tests/kernels/mock_gemm_kernel.h"
 
 namespace nibble::bench {

@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::bench {
 namespace {

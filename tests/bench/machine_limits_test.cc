@@ -2,8 +2,8 @@
 // machine, and that the measurements on this one are plausible.
 #include "bench/machine_limits.h"
 
+#include "base/thread_pool.h"
 #include "gtest/gtest.h"
-#include "kernels/thread_pool.h"
 
 namespace nibble::bench {
 namespace {

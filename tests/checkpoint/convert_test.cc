@@ -25,12 +25,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/safetensors.h"
+#include "format/dequant.h"
+#include "format/dtype.h"
+#include "format/reference.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/dequant.h"
-#include "kernels/dtype.h"
-#include "kernels/reference.h"
-#include "kernels/weight_format.h"
 #include "tests/checkpoint/producer_layers.h"
 
 namespace nibble::checkpoint {

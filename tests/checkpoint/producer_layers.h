@@ -32,9 +32,9 @@
 #include "absl/types/span.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
+#include "format/dtype.h"
+#include "format/reference.h"
 #include "gtest/gtest.h"
-#include "kernels/dtype.h"
-#include "kernels/reference.h"
 
 namespace nibble::checkpoint::testing {
 

@@ -18,11 +18,11 @@
 #include "absl/time/time.h"
 #include "client/matrix_bytes.h"
 #include "client/request_sender.h"
+#include "format/dtype.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
-#include "kernels/dtype.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 
 namespace nibble::client {

@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 
 namespace nibble {

@@ -4,10 +4,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
 
 namespace nibble {
 namespace {

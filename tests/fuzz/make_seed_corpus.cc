@@ -14,15 +14,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "inference/grpc_predict_v2.pb.h"
-#include "kernels/fp4_columns.h"
 #include "kernels/tuning_table.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.pb.h"
 #include "proto/conversions.h"
 #include "server/weight_file.h"
+#include "tests/format/column_layout.h"
 #include "tests/fuzz/fuzz_messages.h"
-#include "tests/kernels/column_layout.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/fp4_columns.h"
+#include "format/fp4_columns.h"
 #include "kernels/packed_weight.h"
 #include "nibble/v1/nibble.pb.h"
 #include "proto/conversions.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dtype.h"
+#include "format/dtype.h"
 
 namespace nibble::testing {
 

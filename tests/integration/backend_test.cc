@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"

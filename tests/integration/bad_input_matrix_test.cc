@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/reference.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/message_lite.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
-#include "kernels/reference.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"

@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/dtype.h"
+#include "format/reference.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
-#include "kernels/dtype.h"
-#include "kernels/reference.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 #include "tests/integration/activations.h"

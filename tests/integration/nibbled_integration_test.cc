@@ -13,15 +13,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/dtype.h"
+#include "format/reference.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/dtype.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/reference.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "proto/conversions.h"
 #include "reflection_subset.grpc.pb.h"

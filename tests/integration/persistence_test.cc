@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "kernels/weight_format.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
 #include "tests/integration/weight_client.h"

@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_contents.h"
 #include "gtest/gtest.h"
-#include "kernels/file_contents.h"
 
 namespace nibble::testing {
 

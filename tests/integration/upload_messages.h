@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "format/weight_format.h"
 #include "grpcpp/grpcpp.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 
 namespace nibble::testing {

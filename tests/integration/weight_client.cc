@@ -2,8 +2,8 @@
 
 #include <random>
 
+#include "format/dtype.h"
 #include "gtest/gtest.h"
-#include "kernels/dtype.h"
 #include "proto/conversions.h"
 #include "tests/integration/upload_messages.h"
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "format/weight_format.h"
 #include "grpcpp/grpcpp.h"
-#include "kernels/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 
 namespace nibble::testing {

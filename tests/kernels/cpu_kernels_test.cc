@@ -10,10 +10,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cpu {
 namespace {

@@ -8,11 +8,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "format/dequant.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/device_layout.h"
-#include "kernels/dequant.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::cuda {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/dtype.h"
+#include "format/dtype.h"
 
 namespace nibble::testing {
 

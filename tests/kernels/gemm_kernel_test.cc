@@ -2,9 +2,9 @@
 #include "kernels/gemm_kernel.h"
 
 #include "absl/status/statusor.h"
+#include "format/weight_format.h"
 #include "gtest/gtest.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
 
 namespace nibble {
 namespace {

@@ -15,9 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/thread_pool.h"
 #include "gmock/gmock.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/thread_pool.h"
 
 namespace nibble::testing {
 

@@ -15,10 +15,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "format/dequant.h"
+#include "format/weight_format.h"
 #include "gtest/gtest.h"
-#include "kernels/dequant.h"
-#include "kernels/weight_format.h"
-#include "tests/kernels/column_layout.h"
+#include "tests/format/column_layout.h"
 #include "tests/kernels/same_panels.h"
 
 namespace nibble {

@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "format/weight_format.h"
 #include "gtest/gtest.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
 
 namespace nibble::testing {
 

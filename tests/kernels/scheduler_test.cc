@@ -11,12 +11,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/tuning_table.h"
-#include "kernels/weight_format.h"
 #include "tests/kernels/mock_gemm_kernel.h"
 
 namespace nibble {

@@ -10,10 +10,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/gemm_kernel.h"
-#include "kernels/weight_format.h"
 
 namespace nibble {
 namespace {

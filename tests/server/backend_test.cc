@@ -7,12 +7,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/device_weight.h"
-#include "kernels/weight_format.h"
 #include "server/nibble_server.h"
 #include "server/proto_conversions.h"
 #include "server/weight_store.h"

@@ -11,15 +11,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
 #include "server/weight_directory.h"
 #include "server/weight_store.h"
+#include "tests/format/column_layout.h"
 #include "tests/integration/test_files.h"
-#include "tests/kernels/column_layout.h"
 #include "tests/kernels/same_panels.h"
 
 namespace nibble::server {

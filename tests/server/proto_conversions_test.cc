@@ -7,10 +7,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/packed_weight.h"
-#include "kernels/weight_format.h"
 #include "proto/conversions.h"
 
 namespace nibble::server {

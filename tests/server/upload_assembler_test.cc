@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "format/fp4_columns.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/fp4_columns.h"
 #include "kernels/packed_weight.h"
-#include "tests/kernels/column_layout.h"
+#include "tests/format/column_layout.h"
 #include "tests/kernels/same_panels.h"
 
 namespace nibble::server {

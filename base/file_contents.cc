@@ -1,0 +1,65 @@
+#include "base/file_contents.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace nibble {
+absl::Status FileError(absl::string_view action, const std::string& path,
+                       int error) {
+  std::string message =
+      absl::StrCat("cannot ", action, " ", path, ": ",
+                   std::error_code(error, std::generic_category()).message());
+  switch (error) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(std::move(message));
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(std::move(message));
+    default:
+      return absl::UnavailableError(std::move(message));
+  }
+}
+
+absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return FileError("open", path, errno);
+  struct stat info;
+  absl::Status status = absl::OkStatus();
+  std::string bytes;
+  if (fstat(fd, &info) != 0) {
+    status = FileError("stat", path, errno);
+  } else if (!S_ISREG(info.st_mode)) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", path, ": not a regular file"));
+  } else {
+    bytes.resize(info.st_size);
+    size_t done = 0;
+    while (status.ok() && done < bytes.size()) {
+      const ssize_t got =
+          pread(fd, bytes.data() + done, bytes.size() - done, done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        status = FileError("read", path, errno);
+      } else if (got == 0) {
+        status = absl::DataLossError(
+            absl::StrCat("cannot read ", path, ": it shrank while being read"));
+      } else {
+        done += got;
+      }
+    }
+  }
+  close(fd);
+  if (!status.ok()) return status;
+  return bytes;
+}
+
+}  // namespace nibble

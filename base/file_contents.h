@@ -1,0 +1,33 @@
+// Reads a whole file into memory, for the small files nibble's tools and
+// server take by path (tuning tables, token and certificate files) and for
+// persisted weights. Errors name the path and the operating system's reason.
+//
+// Example:
+//   absl::StatusOr<std::string> text = nibble::ReadFileContents("tokens");
+//   if (!text.ok()) return text.status();  // "cannot open tokens: ..."
+#ifndef NIBBLE_BASE_FILE_CONTENTS_H_
+#define NIBBLE_BASE_FILE_CONTENTS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace nibble {
+
+// The bytes of the regular file at `path`. NOT_FOUND when it does not exist,
+// PERMISSION_DENIED when it may not be read, FAILED_PRECONDITION when it is
+// not a regular file, DATA_LOSS when it shrinks while being read, UNAVAILABLE
+// for other I/O errors.
+absl::StatusOr<std::string> ReadFileContents(const std::string& path);
+
+// "cannot ACTION PATH: REASON" for the errno `error`: NOT_FOUND,
+// PERMISSION_DENIED or UNAVAILABLE, as ReadFileContents answers. For other
+// readers of files (a memory-mapped checkpoint).
+absl::Status FileError(absl::string_view action, const std::string& path,
+                       int error);
+
+}  // namespace nibble
+
+#endif  // NIBBLE_BASE_FILE_CONTENTS_H_

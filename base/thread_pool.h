@@ -1,0 +1,53 @@
+// A persistent pool of worker threads for the kernels. Several callers may run
+// ParallelFor at once (one per concurrent request); a waiting caller runs
+// queued work itself, so no call waits on threads that are idle elsewhere.
+//
+// Example:
+//   nibble::ThreadPool pool(/*threads=*/4);
+//   pool.ParallelFor(panels, [&](int64_t begin, int64_t end) { ... });
+#ifndef NIBBLE_BASE_THREAD_POOL_H_
+#define NIBBLE_BASE_THREAD_POOL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+
+namespace nibble {
+
+class ThreadPool {
+ public:
+  // `threads` counts the caller: ThreadPool(1) starts no worker. 0 means one
+  // per hardware thread.
+  explicit ThreadPool(int threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint ranges covering [0, n), split into at
+  // most `max_tasks` (default: threads()) nearly equal pieces, and returns
+  // when all have run.
+  void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn,
+                   int max_tasks = 0);
+
+ private:
+  void WorkerLoop();
+
+  std::mutex mutex_;
+  std::condition_variable work_available_;
+  std::condition_variable work_done_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace nibble
+
+#endif  // NIBBLE_BASE_THREAD_POOL_H_
