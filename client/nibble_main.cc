@@ -38,22 +38,27 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
 ABSL_FLAG(std::optional<std::string>, name, std::nullopt,
           "weight name: 1 to 128 of [A-Za-z0-9._-], not starting with '.'");
 ABSL_FLAG(std::optional<std::string>, format, std::nullopt,
-          "weight format: fp4, u4b8, u4, mxfp4 or nvfp4");
+          absl::StrCat("weight format: ", nibble::WeightFormatNames()));
 ABSL_FLAG(
     std::optional<int64_t>, k, std::nullopt,
     "rows of B (the reduction dimension), a multiple of 8 and of --group");
 ABSL_FLAG(std::optional<int64_t>, n, std::nullopt,
           "columns of B (output features)");
 ABSL_FLAG(std::optional<int64_t>, group, std::nullopt,
-          "rows sharing a scale: 32, 64, 128, or K for one scale per column; "
-          "mxfp4 and nvfp4 fix it (32, 16), so it may be left out");
+          absl::StrCat("rows sharing a scale: 32, 64, 128, or K for one scale "
+                       "per column; formats that fix it (",
+                       nibble::FixedGroupSizesText(), ") may leave it out"));
 ABSL_FLAG(std::optional<float>, global_scale, std::nullopt,
-          "nvfp4 only: the weight's fp32 global scale (default 1)");
+          absl::StrCat(nibble::WeightFormatNamesWhere(nibble::HasGlobalScale),
+                       " only: the weight's fp32 global scale (default 1)"));
 ABSL_FLAG(std::optional<std::string>, qweight, std::nullopt,
           "file of the packed codes, [K/8, N] uint32 little-endian");
 ABSL_FLAG(std::optional<std::string>, scales, std::nullopt,
-          "file of the scales, [K/group, N] 16-bit little-endian: fp16, or "
-          "for mxfp4/nvfp4 the E8M0/E4M3 code in the low byte");
+          absl::StrCat("file of the scales, [K/group, N] 16-bit little-endian: "
+                       "fp16, or for ",
+                       nibble::WeightFormatNamesWhere(nibble::HasEightBitScales,
+                                                      " and "),
+                       " the 8-bit scale code in the low byte"));
 ABSL_FLAG(std::optional<std::string>, zeros, std::nullopt,
           "file of the zero points, [K/group, N] uint8 (u4 only)");
 ABSL_FLAG(std::optional<uint64_t>, random, std::nullopt,
@@ -80,9 +85,14 @@ ABSL_FLAG(std::vector<std::string>, name_map, {},
           "FROM=TO rules, comma-separated: a layer is named after its prefix "
           "with the first FROM that starts it replaced by TO");
 ABSL_FLAG(std::string, quantize, "u4b8:128",
-          "FORMAT:GROUP that float layers are quantized to: FORMAT fp4, u4b8 "
-          "or u4, GROUP 32, 64, 128 or k (one scale per column); or mxfp4:32 "
-          "or nvfp4:16, whose groups are fixed");
+          absl::StrCat(
+              "FORMAT:GROUP that float layers are quantized to: "
+              "FORMAT ",
+              nibble::WeightFormatNamesWhere([](nibble::WeightFormat format) {
+                return nibble::FixedGroupSize(format) == 0;
+              }),
+              ", GROUP 32, 64, 128 or k (one scale per column); or ",
+              nibble::FixedGroupSizesText(), ", whose groups are fixed"));
 ABSL_FLAG(std::string, gptq_zeros, "v1",
           "how GPTQ layers store their zero points: v1 (AutoGPTQ's and "
           "GPTQModel's gptq format, zero point - 1) or v2 (GPTQModel's "
@@ -414,13 +424,10 @@ int RunHealth(NibbleClient& client) {
 }
 
 // Layers nibble import uploads at once, so that the server stores some while
-// others arrive, each over a connection of its own. On the 16-core GPU
-// machine, four at once instead of two took a 1 GB NVFP4 import from 1.85 to
-// 1.44 s; four connections instead of one took a 1 GB GPTQ import with the
-// file in the page cache from 0.74 to 0.51 s; and eight uploads and
-// connections instead of four took it from 0.62 to 0.60 s, and NVFP4's from
-// 0.72 to 0.65 s. On 2 cores eight took as long as four for GPTQ and a
-// tenth longer for NVFP4 (0.35 against 0.31 s for 512 MB).
+// others arrive, each over a connection of its own (one connection's bytes
+// pass through one thread at either end). Eight measured fastest on the
+// 16-core GPU machine and cost about as much as four on 2 cores
+// (docs/checkpoints.md has the import figures).
 constexpr int kUploadsAtOnce = 8;
 
 int RunImport(NibbleClient& client) {
@@ -525,7 +532,7 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"upload", "Upload a weight from its canonical files, or a random one.",
-     "--name NAME --format fp4|u4b8|u4|mxfp4|nvfp4 --k K --n N --group G\n"
+     "--name NAME --format FORMAT --k K --n N --group G\n"
      "[--global_scale S] (--qweight FILE --scales FILE [--zeros FILE] |\n"
      "--random SEED)",
      RunUpload},

@@ -21,8 +21,8 @@ namespace {
 // and destination line read or written whole at once (rows K/2 bytes apart
 // share cache sets, so lines kept open across a tile's rows would evict each
 // other), 4 x 4 words at a time in SSE2 registers (every x86-64 CPU has
-// them). Word runs shorter than 4 (K not a multiple of 32, as NVFP4's group
-// of 16 allows) go one word at a time, so that no read passes a row's end.
+// them). Word runs shorter than 4 (K not a multiple of 32, as a group of 16
+// allows) go one word at a time, so that no read passes a row's end.
 std::vector<uint32_t> TransposeFp4Codes(const uint8_t* codes, int64_t k,
                                         int64_t n) {
   const int64_t words_per_row = k / kCodesPerWord;

@@ -60,8 +60,7 @@ TEST(FormatTableTest, EveryFormatHasItsProperties) {
     EXPECT_EQ(row.code_kind, want.fp4_codes ? CodeKind::kFp4 : CodeKind::kInt4);
     EXPECT_EQ(row.scale_type, want.scale_type);
     EXPECT_EQ(row.zero_point, want.zero_point);
-    EXPECT_EQ(HasZeros(want.format),
-              want.zero_point == ZeroPoint::kPerGroup);
+    EXPECT_EQ(HasZeros(want.format), want.zero_point == ZeroPoint::kPerGroup);
     EXPECT_EQ(FixedGroupSize(want.format), want.fixed_group_size);
     EXPECT_EQ(HasEightBitScales(want.format),
               want.scale_type != ScaleType::kFp16);
@@ -110,7 +109,7 @@ TEST(FormatTableTest, UnknownWireValuesAndFileCodesAreRefusedClearly) {
   EXPECT_THAT(std::string(wire.status().message()),
               HasSubstr("weight format 0 is not supported: use "
                         "WEIGHT_FORMAT_FP4, WEIGHT_FORMAT_U4B8, "
-                        "WEIGHT_FORMAT_U4, WEIGHT_FORMAT_MXFP4, "
+                        "WEIGHT_FORMAT_U4, WEIGHT_FORMAT_MXFP4 or "
                         "WEIGHT_FORMAT_NVFP4"));
   const absl::StatusOr<WeightFormat> named =
       WeightFormatFromWire(0, "WEIGHT_FORMAT_UNSPECIFIED");
@@ -173,9 +172,8 @@ TEST(FormatTableTest, ScalesDecodeAsTheirTypeSays) {
 // docs/formats.md's table, as the format table renders it.
 std::string MarkdownTable() {
   const auto group_text = [](const WeightFormatTraits& row) {
-    return row.fixed_group_size != 0
-               ? absl::StrCat(row.fixed_group_size)
-               : std::string("32, 64, 128 or K");
+    return row.fixed_group_size != 0 ? absl::StrCat(row.fixed_group_size)
+                                     : std::string("32, 64, 128 or K");
   };
   const auto zero_text = [](ZeroPoint zero) -> std::string {
     switch (zero) {
@@ -193,13 +191,13 @@ std::string MarkdownTable() {
       "layout | global scale | wire value | file code | from |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const WeightFormatTraits& row : kWeightFormatTable) {
-    absl::StrAppend(
-        &table, "| `", row.name, "` | `", row.math, "` | ",
-        row.code_kind == CodeKind::kFp4 ? "FP4 E2M1" : "INT4", " | ",
-        ScaleTypeName(row.scale_type), " | ", zero_text(row.zero_point),
-        " | ", group_text(row), " | ", row.column_layout ? "yes" : "no",
-        " | ", row.global_scale ? "fp32" : "no", " | ", row.wire_value,
-        " | ", row.file_code, " | ", row.origin, " |\n");
+    absl::StrAppend(&table, "| `", row.name, "` | `", row.math, "` | ",
+                    row.code_kind == CodeKind::kFp4 ? "FP4 E2M1" : "INT4",
+                    " | ", ScaleTypeName(row.scale_type), " | ",
+                    zero_text(row.zero_point), " | ", group_text(row), " | ",
+                    row.column_layout ? "yes" : "no", " | ",
+                    row.global_scale ? "fp32" : "no", " | ", row.wire_value,
+                    " | ", row.file_code, " | ", row.origin, " |\n");
   }
   return table;
 }
