@@ -43,7 +43,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/bulk_allocator.h"
-#include "checkpoint/convert.h"
+#include "checkpoint/gptq.h"
+#include "checkpoint/import.h"
 #include "checkpoint/safetensors.h"
 #include "format/dtype.h"
 

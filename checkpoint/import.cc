@@ -28,8 +28,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "checkpoint/convert.h"
+#include "checkpoint/awq.h"
+#include "checkpoint/float_quantizer.h"
+#include "checkpoint/fp4_blocks.h"
+#include "checkpoint/gptq.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_checks.h"
 #include "format/fp4_columns.h"
 #include "format/weight_format.h"
 #include "format/weight_name.h"
@@ -180,10 +184,9 @@ absl::Status WithQuantizeHint(const absl::Status& status,
 
 // Checks the layer as converting it would, without converting (PlanImport);
 // a float layer's elements only with `check_float_values`.
-absl::StatusOr<checkpoint::LayerCheck> CheckLayer(const SafetensorsFile& file,
-                                                  const ImportLayer& layer,
-                                                  const QuantizeSpec& quantize,
-                                                  bool check_float_values) {
+absl::StatusOr<checkpoint::LayerCheck> CheckPlannedLayer(
+    const SafetensorsFile& file, const ImportLayer& layer,
+    const QuantizeSpec& quantize, bool check_float_values) {
   const bool is_float = layer.layout == CheckpointLayout::kFloat;
   const int64_t float_group_size =
       is_float ? FloatGroupSize(file, layer.prefix, quantize) : 0;
@@ -459,6 +462,109 @@ ImportReport ConvertAndUpload(const SafetensorsFile& file,
 
 }  // namespace
 
+namespace checkpoint {
+
+absl::string_view CheckpointLayoutName(CheckpointLayout layout) {
+  switch (layout) {
+    case CheckpointLayout::kGptq:
+      return "gptq";
+    case CheckpointLayout::kAwq:
+      return "awq";
+    case CheckpointLayout::kFloat:
+      return "float";
+    case CheckpointLayout::kMxfp4:
+      return "mxfp4";
+    case CheckpointLayout::kNvfp4:
+      return "nvfp4";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<CheckpointLayout> DetectLayout(const SafetensorsFile& file,
+                                              absl::string_view prefix) {
+  const TensorInfo* qweight = file.Find(absl::StrCat(prefix, ".qweight"));
+  if (qweight == nullptr) {
+    if (HasMxfp4Blocks(file, prefix)) {
+      if (absl::Status s = Mxfp4ExpertDims(file, prefix).status(); !s.ok()) {
+        return s;
+      }
+      return CheckpointLayout::kMxfp4;
+    }
+    const TensorInfo* weight = file.Find(absl::StrCat(prefix, ".weight"));
+    if (weight == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("none of ", prefix, ".qweight (GPTQ, AWQ), ", prefix,
+                       "_blocks (MXFP4) and ", prefix,
+                       ".weight (NVFP4, floats) is in ", file.source_name()));
+    }
+    // NVFP4 packs its codes in bytes; floats are F16, BF16 or F32.
+    if (weight->dtype == SafetensorsDtype::kU8) {
+      if (absl::Status s = CheckNvfp4Tensors(file, prefix); !s.ok()) return s;
+      return CheckpointLayout::kNvfp4;
+    }
+    absl::StatusOr<const TensorInfo*> checked = CheckFloatTensor(file, prefix);
+    if (!checked.ok()) return checked.status();
+    return CheckpointLayout::kFloat;
+  }
+  absl::StatusOr<PackedTensors> tensors = FindPackedTensors(file, prefix);
+  if (!tensors.ok()) return tensors.status();
+  const int64_t qweight_columns = tensors->qweight->shape[1];
+  const int64_t n = tensors->scales->shape[1];
+  if (file.Find(absl::StrCat(prefix, ".g_idx")) != nullptr ||
+      qweight_columns == n) {
+    if (absl::Status s = CheckGptqTensors(file, prefix); !s.ok()) return s;
+    return CheckpointLayout::kGptq;
+  }
+  if (qweight_columns * 8 == n) {
+    if (absl::Status s = CheckAwqTensors(file, prefix); !s.ok()) return s;
+    return CheckpointLayout::kAwq;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      Described(*tensors->qweight), " fits neither GPTQ nor AWQ with ",
+      Described(*tensors->scales), ": GPTQ's qweight [K/8, N] would have ", n,
+      " columns, AWQ's [K, N/8] would have N/8 = ", n / 8));
+}
+
+absl::StatusOr<LayerCheck> CheckLayer(const SafetensorsFile& file,
+                                      absl::string_view prefix,
+                                      CheckpointLayout layout,
+                                      WeightFormat float_format,
+                                      int64_t float_group_size, int64_t expert,
+                                      GptqZeroConvention gptq_zeros) {
+  switch (layout) {
+    case CheckpointLayout::kGptq: {
+      absl::StatusOr<GptqWeight> gptq =
+          GptqWeightWithoutCodes(file, prefix, gptq_zeros);
+      if (!gptq.ok()) return gptq.status();
+      return LayerCheck{gptq->weight.spec, !gptq->activation_order.empty()};
+    }
+    case CheckpointLayout::kAwq: {
+      absl::StatusOr<AwqFileWeight> awq = AwqWeightWithFileCodes(file, prefix);
+      if (!awq.ok()) return awq.status();
+      return LayerCheck{awq->weight.spec};
+    }
+    case CheckpointLayout::kMxfp4: {
+      absl::StatusOr<Fp4Columns> columns = Mxfp4Columns(file, prefix, expert);
+      if (!columns.ok()) return columns.status();
+      return LayerCheck{columns->spec};
+    }
+    case CheckpointLayout::kNvfp4: {
+      absl::StatusOr<Fp4Columns> columns = Nvfp4Columns(file, prefix);
+      if (!columns.ok()) return columns.status();
+      return LayerCheck{columns->spec};
+    }
+    case CheckpointLayout::kFloat: {
+      absl::StatusOr<WeightSpec> spec =
+          CheckFloatWeight(file, prefix, float_format, float_group_size);
+      if (!spec.ok()) return spec.status();
+      return LayerCheck{*spec};
+    }
+  }
+  return absl::InternalError("unknown checkpoint layout");
+}
+
+}  // namespace checkpoint
+
 absl::StatusOr<checkpoint::GptqZeroConvention> ParseGptqZeros(
     absl::string_view text) {
   if (text == "v1") return checkpoint::GptqZeroConvention::kV1;
@@ -621,8 +727,8 @@ absl::StatusOr<ImportPlan> PlanImport(const SafetensorsFile& file,
     }
   }
   for (ImportLayer& layer : plan.layers) {
-    absl::StatusOr<checkpoint::LayerCheck> check =
-        CheckLayer(file, layer, options.quantize, options.check_float_values);
+    absl::StatusOr<checkpoint::LayerCheck> check = CheckPlannedLayer(
+        file, layer, options.quantize, options.check_float_values);
     if (!check.ok()) return check.status();
     layer.spec = check->spec;
     layer.has_activation_order = check->reorders_rows;

@@ -1,20 +1,24 @@
 // Imports the linear layers of a safetensors checkpoint into nibble weights
 // (`nibble import`): GPTQ, AWQ, MXFP4 and NVFP4 layers are repacked as they
-// are, float layers quantized; GPTQ act-order layers have their rows regrouped
-// by group and carry the permutation as the weight's activation order, which
-// the server applies to A's columns before every matmul. Import runs in two
-// steps. PlanImport finds the
-// layers, names them and checks every one without converting it (dtypes,
-// shapes and every value a conversion would refuse), so that a checkpoint
-// with a single bad layer is refused before anything is uploaded;
-// ExecuteImport then converts and uploads them in order, converting the next
-// two layers on threads of their own while one uploads (or two, for
-// `nibble import` and for the canonical weights of `nibbled --import`), so
-// that at most three (four) converted layers are held in memory.
+// are (gptq.h, awq.h, fp4_blocks.h), float layers quantized
+// (float_quantizer.h); GPTQ act-order layers have their rows regrouped by
+// group and carry the permutation as the weight's activation order, which
+// the server applies to A's columns before every matmul. DetectLayout says
+// which of these layouts a layer holds, CheckLayer checks it as converting
+// it would. Import runs in two steps. PlanImport finds the layers, names
+// them and checks every one without converting it (dtypes, shapes and every
+// value a conversion would refuse), so that a checkpoint with a single bad
+// layer is refused before anything is uploaded; ExecuteImport then converts
+// and uploads them in order, converting the next two layers on threads of
+// their own while one uploads (or two, for `nibble import` and for the
+// canonical weights of `nibbled --import`), so that at most three (four)
+// converted layers are held in memory.
 //
 // Example:
 //   absl::StatusOr<checkpoint::SafetensorsFile> file =
 //       checkpoint::SafetensorsFile::Open("model.safetensors");
+//   absl::StatusOr<checkpoint::CheckpointLayout> layout =
+//       checkpoint::DetectLayout(*file, "model.layers.0.self_attn.q_proj");
 //   ImportOptions options;
 //   options.name_map = *ParseNameMap({"model.layers.=L"});
 //   options.quantize = *ParseQuantizeSpec("u4:32");
@@ -40,13 +44,60 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "checkpoint/convert.h"
+#include "checkpoint/gptq.h"
 #include "checkpoint/safetensors.h"
 #include "format/fp4_columns.h"
 #include "format/weight_format.h"
 #include "kernels/packed_weight.h"
 
 namespace nibble {
+namespace checkpoint {
+
+enum class CheckpointLayout { kGptq, kAwq, kFloat, kMxfp4, kNvfp4 };
+
+// "gptq", "awq", "float", "mxfp4" or "nvfp4".
+absl::string_view CheckpointLayoutName(CheckpointLayout layout);
+
+// Which layout the tensors under `prefix` hold, after checking that their
+// dtypes and shapes are consistent with it (without reading data, but
+// NVFP4's one-value global scale):
+//   PREFIX.qweight with PREFIX.g_idx, or whose column count equals that of
+//     PREFIX.scales: kGptq;
+//   PREFIX.qweight with 8 times fewer columns than PREFIX.scales: kAwq;
+//   PREFIX_blocks or PREFIX.blocks: kMxfp4;
+//   a U8 PREFIX.weight: kNvfp4;
+//   otherwise PREFIX.weight: kFloat.
+// NOT_FOUND when none of PREFIX.qweight, PREFIX_blocks, PREFIX.blocks and
+// PREFIX.weight exists;
+// UNIMPLEMENTED for GPTQ with other than 4 bits; INVALID_ARGUMENT, naming
+// the tensor, for every other mismatch.
+absl::StatusOr<CheckpointLayout> DetectLayout(const SafetensorsFile& file,
+                                              absl::string_view prefix);
+
+// What converting a layer of `layout` gives, without its codes.
+struct LayerCheck {
+  WeightSpec spec;
+  // GPTQ act-order: ConvertGptqWeight would regroup the rows and return a
+  // non-empty activation_order.
+  bool reorders_rows = false;
+};
+
+// Checks the layer under `prefix` as converting it would, and says what the
+// conversion gives, without producing the weight: every dtype and shape, and
+// every value a conversion refuses (scales, zero points, g_idx; for float
+// layers NaN or infinite elements and fp16 scales that overflow). It reads
+// only the small tensors, except for float layers, whose elements it scans
+// once. A layer it accepts converts without error (GPTQ with
+// `gptq_zeros`; MXFP4's `expert`; float layers as
+// QuantizeFloatWeight with `float_format` and `float_group_size`); it
+// refuses with the converter's own errors.
+absl::StatusOr<LayerCheck> CheckLayer(
+    const SafetensorsFile& file, absl::string_view prefix,
+    CheckpointLayout layout, WeightFormat float_format,
+    int64_t float_group_size, int64_t expert = 0,
+    GptqZeroConvention gptq_zeros = GptqZeroConvention::kV1);
+
+}  // namespace checkpoint
 
 // How float layers are quantized: `nibble import --quantize FORMAT:GROUP`.
 struct QuantizeSpec {

@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "checkpoint/convert.h"
+#include "checkpoint/import.h"
 #include "server/log.h"
 
 namespace nibble::server {

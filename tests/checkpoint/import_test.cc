@@ -19,7 +19,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/thread_pool.h"
-#include "checkpoint/convert.h"
+#include "checkpoint/awq.h"
+#include "checkpoint/float_quantizer.h"
+#include "checkpoint/fp4_blocks.h"
+#include "checkpoint/gptq.h"
 #include "checkpoint/safetensors.h"
 #include "format/activation_order.h"
 #include "format/dtype.h"
@@ -32,6 +35,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
+#include "tests/checkpoint/converter_test_util.h"
 #include "tests/checkpoint/producer_layers.h"
 #include "tests/kernels/same_panels.h"
 
@@ -45,10 +49,13 @@ using ::nibble::checkpoint::SafetensorsFile;
 using ::nibble::checkpoint::testing::AwqTensors;
 using ::nibble::checkpoint::testing::Bytes;
 using ::nibble::checkpoint::testing::ExpectDequantizesTo;
+using ::nibble::checkpoint::testing::FindUnderscored;
+using ::nibble::checkpoint::testing::FloatFile;
 using ::nibble::checkpoint::testing::FloatWeightTensor;
 using ::nibble::checkpoint::testing::Fp4ProducerWeight;
 using ::nibble::checkpoint::testing::GIdxTensor;
 using ::nibble::checkpoint::testing::GptqTensors;
+using ::nibble::checkpoint::testing::kPrefix;
 using ::nibble::checkpoint::testing::MakeFile;
 using ::nibble::checkpoint::testing::Mxfp4Tensors;
 using ::nibble::checkpoint::testing::Nvfp4Tensors;
@@ -56,6 +63,8 @@ using ::nibble::checkpoint::testing::ProducerWeight;
 using ::nibble::checkpoint::testing::RandomFp4ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
 using ::nibble::checkpoint::testing::Tensor;
+using ::nibble::checkpoint::testing::ValidMxfp4;
+using ::nibble::checkpoint::testing::ValidNvfp4;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -1057,6 +1066,86 @@ TEST(PlanImportTest, RefusesABadNvfp4LayerBeforeUploading) {
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("model.layers.1.self_attn.q_proj.weight_scale[0, "
                               "5] is NaN")));
+}
+
+// --- DetectLayout and CheckLayer.
+
+// CheckLayer gives the spec that converting gives, and refuses what it
+// refuses, for every layout.
+TEST(CheckLayerTest, AgreesWithTheConverters) {
+  constexpr uint64_t kSeed = 60;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const auto check = [](const SafetensorsFile& file, CheckpointLayout layout,
+                        WeightFormat format = WeightFormat::kU4b8,
+                        int64_t group_size = 32, int64_t expert = 0) {
+    return checkpoint::CheckLayer(file, kPrefix, layout, format, group_size,
+                                  expert);
+  };
+  {
+    const SafetensorsFile file = MakeFile(
+        AwqTensors(kPrefix, RandomProducerWeight(kSeed, 128, 16, 32, 0, 15)));
+    EXPECT_EQ(check(file, CheckpointLayout::kAwq)->spec,
+              checkpoint::ConvertAwqWeight(file, kPrefix)->spec);
+  }
+  {
+    const SafetensorsFile file = MakeFile(ValidMxfp4());
+    EXPECT_EQ(
+        check(file, CheckpointLayout::kMxfp4, WeightFormat::kU4b8, 32, 1)->spec,
+        checkpoint::ConvertMxfp4Weight(file, kPrefix, 1)->spec);
+    std::vector<Tensor> tensors = ValidMxfp4();
+    FindUnderscored(tensors, "scales").bytes[8] = '\xff';
+    const SafetensorsFile bad = MakeFile(tensors);
+    EXPECT_EQ(check(bad, CheckpointLayout::kMxfp4, WeightFormat::kU4b8, 32, 1)
+                  .status(),
+              checkpoint::ConvertMxfp4Weight(bad, kPrefix, 1).status());
+    EXPECT_TRUE(check(bad, CheckpointLayout::kMxfp4).ok());  // expert 0 is fine
+  }
+  {
+    const SafetensorsFile file = MakeFile(ValidNvfp4());
+    EXPECT_EQ(check(file, CheckpointLayout::kNvfp4)->spec,
+              checkpoint::ConvertNvfp4Weight(file, kPrefix)->spec);
+  }
+  std::vector<float> values(4 * 64);
+  std::mt19937_64 rng(kSeed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : values) v = normal(rng);
+  for (WeightFormat format : kAllWeightFormats) {
+    SCOPED_TRACE(WeightFormatName(format));
+    const int64_t group_size =
+        FixedGroupSize(format) != 0 ? FixedGroupSize(format) : 32;
+    const SafetensorsFile file =
+        FloatFile(SafetensorsDtype::kBF16, 4, 64, values);
+    EXPECT_EQ(check(file, CheckpointLayout::kFloat, format, group_size)->spec,
+              checkpoint::QuantizeFloatWeight(file, kPrefix, format, group_size)
+                  ->spec);
+  }
+  for (float bad : {std::nanf(""), 1e6f}) {
+    std::vector<float> with_bad = values;
+    with_bad[100] = bad;
+    const SafetensorsFile file =
+        FloatFile(SafetensorsDtype::kF32, 4, 64, with_bad);
+    const absl::Status status =
+        check(file, CheckpointLayout::kFloat, WeightFormat::kU4b8, 32).status();
+    EXPECT_FALSE(status.ok());
+    EXPECT_EQ(status, checkpoint::QuantizeFloatWeight(file, kPrefix,
+                                                      WeightFormat::kU4b8, 32)
+                          .status());
+  }
+}
+
+TEST(ConvertErrorTest, NoLayerUnderThePrefix) {
+  const SafetensorsFile file =
+      FloatFile(SafetensorsDtype::kF32, 1, 32, std::vector<float>(32, 1));
+  const absl::Status status =
+      checkpoint::DetectLayout(file, "model.layers.1.mlp.down_proj").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("model.layers.1.mlp.down_proj.qweight"),
+                    HasSubstr("model.layers.1.mlp.down_proj_blocks"),
+                    HasSubstr("model.layers.1.mlp.down_proj.weight"),
+                    HasSubstr("test.safetensors")));
+  EXPECT_EQ(checkpoint::DetectLayout(file, kPrefix).value(),
+            CheckpointLayout::kFloat);
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // tensors as AutoAWQ does, MXFP4 tensors as OpenAI's gpt-oss checkpoints
 // hold them, NVFP4 tensors as NVIDIA's ModelOpt exports them, and float
 // weights [N, K] as PyTorch's nn.Linear stores them. The packing is written
-// here from the producers' code, independently of checkpoint/convert.cc, so
-// that a test of the converter does not check it against itself.
+// here from the producers' code, independently of the converters in
+// checkpoint/, so that a test of a converter does not check it against
+// itself.
 //
 // Example:
 //   const ProducerWeight w = RandomProducerWeight(/*seed=*/7, 256, 64, 32,
@@ -30,7 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "checkpoint/convert.h"
+#include "checkpoint/gptq.h"
 #include "checkpoint/safetensors.h"
 #include "format/dtype.h"
 #include "format/reference.h"

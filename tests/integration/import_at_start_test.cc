@@ -18,7 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/convert.h"
+#include "checkpoint/float_quantizer.h"
+#include "checkpoint/gptq.h"
 #include "checkpoint/safetensors.h"
 #include "format/dtype.h"
 #include "format/reference.h"
