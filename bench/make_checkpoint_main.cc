@@ -157,7 +157,8 @@ std::string WordsBytes(const std::vector<uint32_t>& words) {
 }
 
 // The tensors of one projection under `prefix`, as the layout's producer
-// names and shapes them (checkpoint/convert.h describes each).
+// names and shapes them (checkpoint/gptq.h, awq.h and fp4_blocks.h describe
+// each).
 std::vector<OwnedTensor> ProjectionTensors(CheckpointLayout layout,
                                            const std::string& prefix,
                                            const Projection& projection,
