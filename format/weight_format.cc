@@ -55,10 +55,14 @@ std::string FixedGroupSizesText() {
 absl::StatusOr<WeightFormat> WeightFormatFromWire(int wire_value,
                                                   absl::string_view wire_name) {
   std::string valid;
-  for (const WeightFormatTraits& row : kWeightFormatTable) {
+  for (size_t i = 0; i < kWeightFormatCount; ++i) {
+    const WeightFormatTraits& row = kWeightFormatTable[i];
     if (wire_value == row.wire_value) return row.format;
-    absl::StrAppend(&valid, valid.empty() ? "" : ", ", "WEIGHT_FORMAT_",
-                    absl::AsciiStrToUpper(row.name));
+    absl::StrAppend(&valid,
+                    i == 0                        ? ""
+                    : i + 1 == kWeightFormatCount ? " or "
+                                                  : ", ",
+                    "WEIGHT_FORMAT_", absl::AsciiStrToUpper(row.name));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "weight format ",
