@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/safetensors.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/reference.h"
 #include "format/weight_format.h"
@@ -27,7 +28,6 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/checkpoint/producer_layers.h"
 #include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
@@ -45,6 +45,7 @@ using ::nibble::checkpoint::testing::ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
 using ::nibble::checkpoint::testing::SerializeTensors;
 using ::nibble::checkpoint::testing::Tensor;
+using ::nibble::client::ToProto;
 using ::nibble::testing::FreshDirectory;
 using ::nibble::testing::ReadFile;
 using ::nibble::testing::StartNibbledLoggingTo;
