@@ -37,6 +37,7 @@
 #include "client/load_run.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
+#include "client/proto_conversions.h"
 #include "client/request_sender.h"
 #include "client/svg_plot.h"
 #include "client/sweep_range.h"
@@ -45,7 +46,6 @@
 #include "format/reference.h"
 #include "format/weight_format.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "HOST:PORT of the nibble server; a comma-separated list spreads the "
@@ -177,6 +177,8 @@ using client::SweepJson;
 using client::SweepOver;
 using client::SweepPlot;
 using client::SweepStep;
+using client::ToProto;
+using client::WeightSpecFromInfo;
 using client::WriteOutput;
 
 int UsageError(absl::string_view message) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/proto_conversions.h"
 #include "client/upload_message.h"
 #include "grpc/grpc.h"
 #include "grpcpp/completion_queue.h"
@@ -18,7 +19,6 @@
 #include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/status.h"
-#include "proto/conversions.h"
 
 namespace nibble {
 namespace {
@@ -162,9 +162,9 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::UploadBytes(
     const WeightBytes& weight, absl::string_view name) {
   if (absl::Status status = weight.CheckSizes(); !status.ok()) return status;
   v1::UploadWeightRequest header;
-  FillWeightHeader(name, weight.spec, weight.activation_order,
-                   header.mutable_header());
-  header.mutable_header()->set_code_layout(ToProto(weight.layout));
+  client::FillWeightHeader(name, weight.spec, weight.activation_order,
+                           header.mutable_header());
+  header.mutable_header()->set_code_layout(client::ToProto(weight.layout));
   return SendUpload(header, {{v1::WEIGHT_TENSOR_QWEIGHT, weight.qweight},
                              {v1::WEIGHT_TENSOR_SCALES, weight.scales},
                              {v1::WEIGHT_TENSOR_ZEROS, weight.zeros}});
@@ -257,7 +257,7 @@ absl::StatusOr<v1::MatmulResponse> NibbleClient::Matmul(absl::string_view name,
   v1::MatmulRequest request;
   request.set_weight_name(std::string(name));
   request.set_m(m);
-  request.set_dtype(ToProto(dtype));
+  request.set_dtype(client::ToProto(dtype));
   request.set_a(std::string(a));
   grpc::ClientContext context;
   PrepareContext(context);

@@ -27,9 +27,9 @@
 #include "client/connection_flags.h"
 #include "client/matrix_bytes.h"
 #include "client/nibble_client.h"
+#include "client/proto_conversions.h"
 #include "client/weight_files.h"
 #include "format/reference.h"
-#include "proto/conversions.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "HOST:PORT of the nibble server");
@@ -150,7 +150,7 @@ absl::StatusOr<T> Required(const absl::Flag<std::optional<T>>& flag) {
 }
 
 std::string FormatName(v1::WeightFormat format) {
-  absl::StatusOr<WeightFormat> known = FromProto(format);
+  absl::StatusOr<WeightFormat> known = client::FromProto(format);
   return known.ok() ? std::string(WeightFormatName(*known))
                     : v1::WeightFormat_Name(format);
 }
@@ -161,7 +161,7 @@ void PrintWeightInfo(const v1::WeightInfo& info) {
             << "k:      " << info.k() << "\n"
             << "n:      " << info.n() << "\n"
             << "group:  " << info.group_size() << "\n";
-  if (absl::StatusOr<WeightFormat> format = FromProto(info.format());
+  if (absl::StatusOr<WeightFormat> format = client::FromProto(info.format());
       format.ok() && HasGlobalScale(*format)) {
     std::cout << "global: " << info.global_scale() << "\n";
   }
@@ -269,7 +269,7 @@ int RunMatmul(NibbleClient& client) {
     return RpcFailure(absl::StrCat("looking up weight \"", *name, "\""),
                       info.status());
   }
-  absl::StatusOr<WeightSpec> spec = WeightSpecFromInfo(*info);
+  absl::StatusOr<WeightSpec> spec = client::WeightSpecFromInfo(*info);
   if (!spec.ok()) {
     return Failure(absl::StrCat("the server describes weight \"", *name,
                                 "\" oddly: ", spec.status().message()));

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -26,7 +27,6 @@
 #include "grpcpp/support/client_callback.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 
 namespace nibble {
 namespace client {

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace nibble {
@@ -31,6 +33,24 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
 }
 
 size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+absl::StatusOr<DType> DTypeFromWire(int wire_value,
+                                    absl::string_view wire_name) {
+  std::string valid;
+  for (size_t i = 0; i < std::size(kDTypeTable); ++i) {
+    const DTypeTraits& row = kDTypeTable[i];
+    if (wire_value == row.wire_value) return row.dtype;
+    absl::StrAppend(&valid,
+                    i == 0                            ? ""
+                    : i + 1 == std::size(kDTypeTable) ? " or "
+                                                      : ", ",
+                    "DTYPE_", absl::AsciiStrToUpper(DTypeName(row.dtype)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dtype ",
+      wire_name.empty() ? absl::StrCat(wire_value) : std::string(wire_name),
+      " is not supported: use ", valid));
+}
 
 uint16_t FloatToHalf(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);

@@ -1,6 +1,6 @@
-// Element types of activations and outputs, and their conversion to and from
-// fp32, done bitwise so that results do not depend on the compiler's or the
-// CPU's half-precision support.
+// Element types of activations and outputs, their nibble.v1 wire values, and
+// their conversion to and from fp32, done bitwise so that results do not
+// depend on the compiler's or the CPU's half-precision support.
 //
 // Example:
 //   absl::StatusOr<nibble::DType> dtype = nibble::ParseDType("bf16");
@@ -12,6 +12,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -20,10 +21,38 @@ namespace nibble {
 
 enum class DType { kF32, kF16, kBF16 };
 
+struct DTypeTraits {
+  DType dtype;
+  // The nibble.v1.DType value, so that the server and the client each
+  // translate by the table instead of a switch of their own.
+  int wire_value;
+};
+
+// One row per dtype, in the enum's order.
+inline constexpr DTypeTraits kDTypeTable[] = {
+    {DType::kF32, 1}, {DType::kF16, 2}, {DType::kBF16, 3}};
+
+inline constexpr const DTypeTraits& Traits(DType dtype) {
+  return kDTypeTable[static_cast<size_t>(dtype)];
+}
+
+static_assert(
+    [] {
+      for (size_t i = 0; i < std::size(kDTypeTable); ++i) {
+        if (static_cast<size_t>(kDTypeTable[i].dtype) != i) return false;
+      }
+      return true;
+    }(),
+    "kDTypeTable: rows in the enum's order");
+
 // "f32", "f16" or "bf16".
 absl::string_view DTypeName(DType dtype);
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 size_t DTypeSize(DType dtype);
+// The dtype of a nibble.v1.DType value; INVALID_ARGUMENT listing the valid
+// ones (DTYPE_<NAME>) for any other.
+absl::StatusOr<DType> DTypeFromWire(int wire_value,
+                                    absl::string_view wire_name);
 
 // IEEE binary16 to fp32, exact for every input (subnormals, infinities, NaN).
 inline float HalfToFloat(uint16_t h) {

@@ -14,13 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
+#include "client/proto_conversions.h"
 #include "format/fp4_columns.h"
 #include "format/weight_format.h"
 #include "inference/grpc_predict_v2.pb.h"
 #include "kernels/tuning_table.h"
 #include "nibble/v1/nibble.pb.h"
-#include "proto/conversions.h"
-#include "server/weight_file.h"
+#include "server/storage/weight_file.h"
 #include "tests/format/column_layout.h"
 #include "tests/fuzz/fuzz_messages.h"
 
@@ -69,9 +69,9 @@ std::vector<std::string> UploadMessages(
     const nibble::QuantizedWeight& weight,
     nibble::CodeLayout layout = nibble::CodeLayout::kCanonical) {
   v1::UploadWeightRequest header;
-  nibble::FillWeightHeader("seed", weight.spec, weight.activation_order,
-                           header.mutable_header());
-  header.mutable_header()->set_code_layout(nibble::ToProto(layout));
+  nibble::client::FillWeightHeader("seed", weight.spec, weight.activation_order,
+                                   header.mutable_header());
+  header.mutable_header()->set_code_layout(nibble::client::ToProto(layout));
   std::vector<std::string> messages = {header.SerializeAsString()};
   std::pair<v1::WeightTensor, std::string> tensors[] = {
       {v1::WEIGHT_TENSOR_QWEIGHT, Bytes(weight.qweight)},

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "inference/grpc_predict_v2.pb.h"
@@ -19,11 +20,10 @@
 #include "kernels/packed_weight.h"
 #include "kernels/scheduler.h"
 #include "nibble/v1/nibble.pb.h"
-#include "proto/conversions.h"
-#include "server/kserve_conversions.h"
-#include "server/matmul_runner.h"
-#include "server/proto_conversions.h"
-#include "server/weight_store.h"
+#include "server/core/matmul_runner.h"
+#include "server/core/weight_store.h"
+#include "server/edge/kserve_conversions.h"
+#include "server/edge/proto_conversions.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -55,7 +55,8 @@ class FakeServer {
   // As SubmitMatmulRpc and the batcher answer it.
   absl::StatusOr<v1::MatmulResponse> Matmul(
       const v1::MatmulRequest& request) const {
-    absl::StatusOr<nibble::DType> dtype = nibble::FromProto(request.dtype());
+    absl::StatusOr<nibble::DType> dtype =
+        nibble::server::FromProto(request.dtype());
     if (!dtype.ok()) return dtype.status();
     absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
         store_.Get(request.weight_name());
@@ -112,7 +113,7 @@ class FakeServer {
     if (!weight.ok()) return nullptr;
     v1::WeightInfo info;
     nibble::server::FillWeightInfo(**weight, &info);
-    FUZZ_CHECK(nibble::WeightSpecFromInfo(info).ok());
+    FUZZ_CHECK(nibble::client::WeightSpecFromInfo(info).ok());
     return *std::move(weight);
   }
 
@@ -168,13 +169,13 @@ void Decode(Message message, const uint8_t* data, size_t size) {
       if (!request.ParseFromArray(data, size)) return;
       if (request.has_header()) {
         absl::StatusOr<nibble::WeightSpec> spec =
-            nibble::FromProto(request.header());
+            nibble::server::FromProto(request.header());
         if (spec.ok() && spec->Validate().ok()) {
           // Validate bounds every dimension, so no byte count overflows.
           FUZZ_CHECK(spec->canonical_bytes() > 0);
         }
         absl::StatusOr<std::vector<int32_t>> order =
-            nibble::ActivationOrderFromProto(request.header());
+            nibble::server::ActivationOrderFromProto(request.header());
         if (spec.ok() && order.ok()) {
           nibble::ValidateActivationOrder(*order, spec->k).IgnoreError();
         }

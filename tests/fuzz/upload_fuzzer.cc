@@ -17,9 +17,8 @@
 #include "format/fp4_columns.h"
 #include "kernels/packed_weight.h"
 #include "nibble/v1/nibble.pb.h"
-#include "proto/conversions.h"
-#include "server/proto_conversions.h"
-#include "server/upload_assembler.h"
+#include "server/core/upload_assembler.h"
+#include "server/edge/proto_conversions.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_messages.h"
 
@@ -78,13 +77,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nibble::v1::UploadWeightRequest request;
     if (!request.ParseFromArray(message.data(), message.size())) return 0;
     if (request.has_header()) {
-      absl::StatusOr<WeightSpec> spec = nibble::FromProto(request.header());
+      absl::StatusOr<WeightSpec> spec =
+          nibble::server::FromProto(request.header());
       if (!spec.ok()) return 0;
       absl::StatusOr<std::vector<int32_t>> order =
-          nibble::ActivationOrderFromProto(request.header());
+          nibble::server::ActivationOrderFromProto(request.header());
       if (!order.ok()) return 0;
       absl::StatusOr<CodeLayout> layout =
-          nibble::FromProto(request.header().code_layout());
+          nibble::server::FromProto(request.header().code_layout());
       if (!layout.ok()) return 0;
       const absl::Status status =
           upload.OnHeader(request.header().name(), *spec, *order, *layout);

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "server/weight_file.h"
+#include "server/storage/weight_file.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
@@ -13,13 +14,13 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/upload_messages.h"
 
 namespace nibble {
 namespace {
 
+using ::nibble::client::ToProto;
 using ::testing::HasSubstr;
 
 TEST(NibbledBackendTest, CudaWithoutAGpuIsAUsageErrorSayingWhatIsMissing) {

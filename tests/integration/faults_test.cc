@@ -31,13 +31,13 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/integration/metrics_scrape.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
@@ -47,6 +47,7 @@
 namespace nibble {
 namespace {
 
+using ::nibble::client::ToProto;
 using ::nibble::testing::Bytes;
 using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;

@@ -21,6 +21,7 @@
 #include "checkpoint/float_quantizer.h"
 #include "checkpoint/gptq.h"
 #include "checkpoint/safetensors.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/reference.h"
 #include "format/weight_format.h"
@@ -28,7 +29,6 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/checkpoint/producer_layers.h"
 #include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
@@ -46,6 +46,7 @@ using ::nibble::checkpoint::testing::ProducerWeight;
 using ::nibble::checkpoint::testing::RandomProducerWeight;
 using ::nibble::checkpoint::testing::SerializeTensors;
 using ::nibble::checkpoint::testing::Tensor;
+using ::nibble::client::ToProto;
 using ::nibble::testing::FreshDirectory;
 using ::nibble::testing::ReadFile;
 using ::nibble::testing::StartNibbledLoggingTo;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/reference.h"
 #include "format/weight_format.h"
@@ -20,7 +21,6 @@
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/upload_messages.h"
@@ -28,6 +28,7 @@
 namespace nibble {
 namespace {
 
+using ::nibble::client::ToProto;
 using ::nibble::testing::Activations;
 using ::nibble::testing::OutputValues;
 using ::nibble::testing::RandomActivations;

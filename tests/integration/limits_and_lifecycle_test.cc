@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
@@ -24,7 +25,6 @@
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/integration/metrics_scrape.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
@@ -34,6 +34,7 @@ namespace nibble {
 namespace {
 
 using ::grpc::health::v1::HealthCheckResponse;
+using ::nibble::client::ToProto;
 using ::nibble::testing::Bytes;
 using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;

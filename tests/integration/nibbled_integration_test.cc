@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/reference.h"
 #include "format/weight_format.h"
@@ -23,7 +24,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gemm_kernel.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "reflection_subset.grpc.pb.h"
 #include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
@@ -32,6 +32,7 @@
 namespace nibble {
 namespace {
 
+using ::nibble::client::ToProto;
 using ::nibble::testing::Activations;
 using ::nibble::testing::OutputValues;
 using ::nibble::testing::RandomActivations;

@@ -19,13 +19,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "proto/conversions.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/upload_messages.h"
 #include "tests/integration/weight_client.h"
@@ -33,6 +33,7 @@
 namespace nibble {
 namespace {
 
+using ::nibble::client::ToProto;
 using ::nibble::testing::NibbledProcess;
 using ::nibble::testing::ResidentBytes;
 using ::nibble::testing::StartNibbledLoggingTo;

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "proto/conversions.h"
+#include "client/proto_conversions.h"
 
 namespace nibble::testing {
 namespace {
@@ -27,7 +27,8 @@ v1::UploadWeightRequest UploadHeader(
     const std::string& name, const WeightSpec& spec,
     absl::Span<const int32_t> activation_order) {
   v1::UploadWeightRequest request;
-  FillWeightHeader(name, spec, activation_order, request.mutable_header());
+  client::FillWeightHeader(name, spec, activation_order,
+                           request.mutable_header());
   return request;
 }
 

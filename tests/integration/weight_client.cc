@@ -2,9 +2,9 @@
 
 #include <random>
 
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "gtest/gtest.h"
-#include "proto/conversions.h"
 #include "tests/integration/upload_messages.h"
 
 namespace nibble::testing {
@@ -51,7 +51,7 @@ std::string WeightClient::Matmul(const std::string& name, int64_t k) {
   v1::MatmulRequest request;
   request.set_weight_name(name);
   request.set_m(3);
-  request.set_dtype(ToProto(DType::kF32));
+  request.set_dtype(client::ToProto(DType::kF32));
   request.set_a(Bytes(a));
   grpc::ClientContext context;
   v1::MatmulResponse response;

@@ -1,0 +1,288 @@
+#include "server/core/batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace nibble::server {
+
+MatmulBackend BackendOf(const MatmulRunner* runner) {
+  return {.run =
+              [runner](const ResidentWeight& weight, int64_t m, DType dtype,
+                       absl::string_view a) {
+                return runner->Run(weight.packed, weight.name, m, /*k=*/0,
+                                   dtype, a, weight.device.get());
+              },
+          .loses_precision =
+              [runner](const ResidentWeight& weight, int64_t m, DType dtype) {
+                return runner->LosesPrecision(weight.packed, m, dtype);
+              }};
+}
+
+MatmulBatcher::MatmulBatcher(BatcherOptions options, MatmulBackend backend)
+    : options_(std::move(options)), backend_(std::move(backend)) {
+  for (int i = 0; i < std::max(options_.dispatchers, 1); ++i) {
+    dispatchers_.emplace_back([this] { DispatchLoop(); });
+  }
+}
+
+MatmulBatcher::~MatmulBatcher() { Shutdown(); }
+
+void MatmulBatcher::Submit(MatmulWork work) {
+  const ResidentWeight& weight = *work.weight;
+  if (absl::Status status =
+          CheckMatmulShape(weight.packed.spec(), weight.name, work.m, work.k,
+                           work.dtype, work.a.size());
+      !status.ok()) {
+    work.done(status);
+    return;
+  }
+  if (work.m > options_.max_request_rows) {
+    work.done(absl::InvalidArgumentError(absl::StrCat(
+        "M=", work.m, " rows is more than this server takes per request (",
+        options_.max_request_rows,
+        ", nibbled --max_request_rows); split A into smaller requests")));
+    return;
+  }
+  const absl::Time now = absl::Now();
+  if (work.deadline <= now) {
+    work.done(absl::DeadlineExceededError(
+        absl::StrCat("the deadline passed before the matmul on weight \"",
+                     weight.name, "\" was queued")));
+    return;
+  }
+  absl::Status refusal;
+  mu_.Lock();
+  const auto found = queues_.find(&weight);
+  const int64_t queued_rows = found == queues_.end() ? 0 : found->second.rows;
+  if (stopping_) {
+    refusal = absl::UnavailableError(
+        "the server is shutting down and takes no new matmuls; retry on "
+        "another replica");
+    ++stats_.requests_refused_shutting_down;
+  } else if (queued_rows + work.m > options_.max_queue_rows) {
+    refusal = absl::ResourceExhaustedError(
+        absl::StrCat("the queue of weight \"", weight.name, "\" holds ",
+                     queued_rows, " rows of A and ", work.m,
+                     " more would pass its limit of ", options_.max_queue_rows,
+                     " rows (max_queue_rows); retry later or send fewer rows"));
+    ++stats_.requests_refused_queue_full;
+  }
+  if (!refusal.ok()) {
+    mu_.Unlock();
+    work.done(refusal);
+    return;
+  }
+  WeightQueue& queue = queues_[&weight];
+  if (queue.weight == nullptr) queue.weight = work.weight;
+  if (RunsInline(queue, work)) {
+    stats_.queue_seconds.Record(0);
+    RunInline(queue, std::move(work));
+    return;
+  }
+  queue.rows += work.m;
+  queue.requests.push_back({std::move(work), now});
+  work_changed_.Signal();
+  mu_.Unlock();
+}
+
+bool MatmulBatcher::RunsInline(const WeightQueue& queue,
+                               const MatmulWork& work) const {
+  return options_.run_idle_inline && !queue.running && queue.requests.empty() &&
+         options_.max_batch_delay == absl::ZeroDuration() &&
+         work.m <= kMaxInlineRows;
+}
+
+void MatmulBatcher::RunInline(WeightQueue& queue, MatmulWork work) {
+  queue.running = true;
+  Batch batch;
+  batch.queue = &queue;
+  batch.run.push_back(std::move(work));
+  mu_.Unlock();
+  RunBatch(std::move(batch));
+  mu_.Lock();
+  queue.running = false;
+  const bool queued_meanwhile = !queue.requests.empty();
+  if (!queued_meanwhile) queues_.erase(queue.weight.get());
+  // What queued meanwhile is the dispatchers' now, as is the end. Otherwise
+  // they sleep on: waking one would only delay this request's reply.
+  if (queued_meanwhile || stopping_) work_changed_.SignalAll();
+  mu_.Unlock();
+}
+
+void MatmulBatcher::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    work_changed_.SignalAll();
+  }
+  std::call_once(joined_, [this] {
+    for (std::thread& dispatcher : dispatchers_) dispatcher.join();
+  });
+}
+
+BatcherStats MatmulBatcher::Stats() const {
+  absl::MutexLock lock(&mu_);
+  BatcherStats stats = stats_;
+  for (const auto& [weight, queue] : queues_) {
+    if (queue.rows > 0) stats.queued_rows_by_weight[weight->name] += queue.rows;
+  }
+  return stats;
+}
+
+void MatmulBatcher::ForgetWeight(absl::string_view name) {
+  absl::MutexLock lock(&mu_);
+  stats_.run_by_weight.erase(std::string(name));
+  for (auto& [weight, queue] : queues_) {
+    if (weight->name == name) queue.forgotten = true;
+  }
+}
+
+void MatmulBatcher::DispatchLoop() {
+  mu_.Lock();
+  while (true) {
+    absl::Time wake = absl::InfiniteFuture();
+    WeightQueue* queue = NextReadyQueue(absl::Now(), &wake);
+    if (queue == nullptr) {
+      if (stopping_ && queues_.empty()) break;
+      work_changed_.WaitWithDeadline(&mu_, wake);
+      continue;
+    }
+    Batch batch = TakeBatch(*queue, absl::Now());
+    mu_.Unlock();
+    RunBatch(std::move(batch));
+    mu_.Lock();
+    queue->running = false;
+    if (queue->requests.empty()) queues_.erase(queue->weight.get());
+    // Another dispatcher may be waiting for this weight, or for the end.
+    work_changed_.SignalAll();
+  }
+  mu_.Unlock();
+}
+
+MatmulBatcher::WeightQueue* MatmulBatcher::NextReadyQueue(absl::Time now,
+                                                          absl::Time* wake) {
+  WeightQueue* oldest = nullptr;
+  for (auto& [weight, queue] : queues_) {
+    if (queue.running || queue.requests.empty()) continue;
+    const absl::Time enqueued = queue.requests.front().enqueued;
+    const absl::Time ready_at = enqueued + options_.max_batch_delay;
+    if (!stopping_ && queue.rows < options_.max_batch_rows && ready_at > now) {
+      *wake = std::min(*wake, ready_at);
+      continue;
+    }
+    if (oldest == nullptr || enqueued < oldest->requests.front().enqueued) {
+      oldest = &queue;
+    }
+  }
+  return oldest;
+}
+
+MatmulBatcher::Batch MatmulBatcher::TakeBatch(WeightQueue& queue,
+                                              absl::Time now) {
+  Batch batch;
+  batch.queue = &queue;
+  queue.running = true;
+  const ResidentWeight& weight = *queue.weight;
+  int64_t rows = 0;
+  // Whether every request taken would lose precision alone too, so that the
+  // batch may.
+  bool all_lose_precision = true;
+  for (auto it = queue.requests.begin(); it != queue.requests.end();) {
+    MatmulWork& work = it->work;
+    const int64_t m = work.m;
+    if (work.deadline <= now) {
+      ++stats_.requests_expired;
+      batch.dropped.emplace_back(
+          std::move(work),
+          absl::DeadlineExceededError(absl::StrCat(
+              "the deadline passed while the matmul waited in the queue of "
+              "weight \"",
+              queue.weight->name, "\"; allow more time or send less load")));
+    } else if (work.is_cancelled && work.is_cancelled()) {
+      ++stats_.requests_cancelled;
+      batch.dropped.emplace_back(
+          std::move(work),
+          absl::CancelledError("the client cancelled the matmul while it was "
+                               "queued; it was not run"));
+    } else if (batch.run.empty() || (work.dtype == batch.run.front().dtype &&
+                                     rows + m <= options_.max_batch_rows)) {
+      const bool alone_loses = LosesPrecision(weight, m, work.dtype);
+      if (!batch.run.empty() && LosesPrecision(weight, rows + m, work.dtype) &&
+          !(all_lose_precision && alone_loses)) {
+        break;  // the batch is as large as it can be without rounding
+      }
+      all_lose_precision = all_lose_precision && alone_loses;
+      rows += m;
+      stats_.queue_seconds.Record(absl::ToDoubleSeconds(now - it->enqueued));
+      batch.run.push_back(std::move(work));
+    } else {
+      ++it;
+      continue;
+    }
+    queue.rows -= m;
+    it = queue.requests.erase(it);
+    if (rows >= options_.max_batch_rows) break;
+  }
+  return batch;
+}
+
+bool MatmulBatcher::LosesPrecision(const ResidentWeight& weight, int64_t m,
+                                   DType dtype) const {
+  return backend_.loses_precision && backend_.loses_precision(weight, m, dtype);
+}
+
+void MatmulBatcher::RunBatch(Batch batch) {
+  for (auto& [work, status] : batch.dropped) work.done(status);
+  if (batch.run.empty()) return;
+  const ResidentWeight& weight = *batch.queue->weight;
+  const DType dtype = batch.run.front().dtype;
+  int64_t rows = 0;
+  for (const MatmulWork& work : batch.run) rows += work.m;
+  // A request alone runs on its own bytes; a merged batch on a copy.
+  std::string merged;
+  if (batch.run.size() > 1) {
+    merged.reserve(rows * weight.packed.spec().k * DTypeSize(dtype));
+    for (const MatmulWork& work : batch.run) merged += work.a;
+  }
+  const absl::Time compute_start = absl::Now();
+  absl::StatusOr<MatmulResult> result = backend_.run(
+      weight, rows, dtype, batch.run.size() > 1 ? merged : batch.run[0].a);
+  const absl::Duration compute_time = absl::Now() - compute_start;
+  {
+    const int64_t requests = static_cast<int64_t>(batch.run.size());
+    absl::MutexLock lock(&mu_);
+    ++stats_.batches_run;
+    stats_.requests_run += requests;
+    stats_.rows_run += rows;
+    stats_.batch_rows.Record(static_cast<double>(rows));
+    stats_.compute_seconds.Record(absl::ToDoubleSeconds(compute_time));
+    if (!batch.queue->forgotten) {
+      WeightMatmulCounts& counts = stats_.run_by_weight[weight.name];
+      counts.requests += requests;
+      counts.rows += rows;
+    }
+  }
+  if (!result.ok()) {
+    for (MatmulWork& work : batch.run) work.done(result.status());
+    return;
+  }
+  if (batch.run.size() == 1) {
+    batch.run[0].done(*std::move(result));
+    return;
+  }
+  const size_t row_bytes = weight.packed.spec().n * DTypeSize(dtype);
+  size_t offset = 0;
+  for (MatmulWork& work : batch.run) {
+    MatmulResult own{.c = result->c.substr(offset, work.m * row_bytes),
+                     .kernel = result->kernel,
+                     .compute_time_ns = result->compute_time_ns};
+    offset += work.m * row_bytes;
+    work.done(std::move(own));
+  }
+}
+
+}  // namespace nibble::server

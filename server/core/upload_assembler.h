@@ -1,0 +1,106 @@
+// The state machine of one weight upload: a header, then every byte of the
+// weight's tensors in order (qweight, scales, zeros), each chunk at the offset
+// where the previous one ended, in the canonical layout or, for formats with
+// HasColumnLayout, the column layout their checkpoints store (fp4_columns.h).
+// It builds
+// the weight in the canonical layout, or for a server that keeps no canonical
+// weights packs its codes straight into the CPU kernels' panels as they
+// arrive, and hands it over only when
+// every byte has arrived; until then nothing is visible anywhere, so an
+// abandoned upload leaves no trace.
+//
+// Example:
+//   nibble::server::UploadAssembler upload;
+//   RETURN_IF_ERROR(upload.OnHeader("proj", spec));
+//   RETURN_IF_ERROR(upload.OnChunk(WeightTensorKind::kQweight, 0, bytes));
+//   ...
+//   absl::StatusOr<nibble::QuantizedWeight> weight = upload.Finish();
+#ifndef NIBBLE_SERVER_CORE_UPLOAD_ASSEMBLER_H_
+#define NIBBLE_SERVER_CORE_UPLOAD_ASSEMBLER_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "base/bulk_allocator.h"
+#include "format/fp4_columns.h"
+#include "format/weight_format.h"
+#include "kernels/packed_weight.h"
+
+namespace nibble::server {
+
+enum class WeightTensorKind { kQweight, kScales, kZeros };
+
+absl::string_view WeightTensorName(WeightTensorKind tensor);
+
+class UploadAssembler {
+ public:
+  // With `pack_codes`, qweight goes into panels as it arrives
+  // (PanelCodeWriter) and FinishPacked hands the weight over; Finish
+  // otherwise.
+  explicit UploadAssembler(bool pack_codes = false) : pack_codes_(pack_codes) {}
+
+  // INVALID_ARGUMENT for a second header, a bad name, an invalid spec, an
+  // activation order that is not a permutation of 0..K-1 (empty for none) or
+  // kColumns for a format without a column layout.
+  absl::Status OnHeader(absl::string_view name, const WeightSpec& spec,
+                        std::vector<int32_t> activation_order = {},
+                        CodeLayout layout = CodeLayout::kCanonical);
+
+  // INVALID_ARGUMENT, saying what was expected, for a chunk before the
+  // header, of a tensor the format lacks, out of order, at the wrong offset,
+  // or running past the tensor's size.
+  absl::Status OnChunk(WeightTensorKind tensor, uint64_t offset,
+                       absl::string_view data);
+
+  // The complete weight; INVALID_ARGUMENT, saying how far the upload got,
+  // when the header or any byte is missing. Call once.
+  absl::StatusOr<QuantizedWeight> Finish();
+  // The same, packed (PackedWeight::PackWithCodes), with `pack_codes`.
+  absl::StatusOr<PackedWeight> FinishPacked();
+  // The complete weight as it arrived in CodeLayout::kColumns, in memory the
+  // assembler owns; fails as Finish does. For a server that copies it to the
+  // GPU as it is. Call once, instead of Finish, without `pack_codes`.
+  absl::StatusOr<Fp4Columns> FinishColumns();
+
+  bool has_header() const { return has_header_; }
+  const std::string& name() const { return name_; }
+  const WeightSpec& spec() const { return weight_.spec; }
+  CodeLayout layout() const { return layout_; }
+  // The header's; empty for none.
+  const std::vector<int32_t>& activation_order() const {
+    return weight_.activation_order;
+  }
+
+ private:
+  // Bytes of `tensor` the spec calls for.
+  int64_t ExpectedBytes(WeightTensorKind tensor) const;
+  // OK when the header and every byte have arrived.
+  absl::Status CheckComplete() const;
+
+  const bool pack_codes_;
+  bool has_header_ = false;
+  std::string name_;
+  CodeLayout layout_ = CodeLayout::kCanonical;
+  // Filled in place as chunks arrive; sized to the bytes received so far,
+  // with capacity for exactly the spec's bytes. With kColumns, its qweight
+  // and scales come from the columns at the end.
+  QuantizedWeight weight_;
+  // With kColumns: the codes (unless pack_codes_) and the scale codes, as
+  // they arrive.
+  std::vector<uint8_t, BulkAllocator<uint8_t>> column_codes_;
+  std::vector<uint8_t, BulkAllocator<uint8_t>> column_scale_codes_;
+  // With pack_codes_: qweight's panels, from its first chunk on (not at the
+  // header, which the server checks against the budget first).
+  std::optional<PanelCodeWriter> codes_;
+  std::array<int64_t, 3> received_ = {};  // bytes, by WeightTensorKind
+};
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_CORE_UPLOAD_ASSEMBLER_H_

@@ -1,0 +1,171 @@
+#include "server/edge/matmul_stream.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/edge/matmul_rpc.h"
+
+namespace nibble::server {
+
+MatmulStreamReactor::MatmulStreamReactor(const WeightStore* store,
+                                         MatmulBatcher* batcher,
+                                         grpc::CallbackServerContext* context)
+    : store_(store),
+      batcher_(batcher),
+      deadline_(absl::FromChrono(context->deadline())) {
+  mu_.Lock();
+  Drive();
+}
+
+void MatmulStreamReactor::Complete(uint64_t id,
+                                   absl::StatusOr<v1::MatmulResponse> result) {
+  v1::MatmulStreamResponse reply;
+  reply.set_id(id);
+  if (result.ok()) {
+    *reply.mutable_response() = *std::move(result);
+  } else {
+    // absl::StatusCode and grpc::StatusCode share their values.
+    reply.mutable_error()->set_code(static_cast<int>(result.status().code()));
+    reply.mutable_error()->set_message(std::string(result.status().message()));
+  }
+  mu_.Lock();
+  --unanswered_;
+  // A failed stream writes nothing more.
+  if (!failure_.has_value()) replies_.push_back(std::move(reply));
+  Drive();
+}
+
+void MatmulStreamReactor::OnReadDone(bool ok) {
+  mu_.Lock();
+  reading_ = false;
+  if (!ok) {
+    half_closed_ = true;
+    Drive();
+    return;
+  }
+  if (failure_.has_value()) {  // nobody would receive the answer
+    Drive();
+    return;
+  }
+  v1::MatmulStreamRequest request;
+  request.Swap(&request_);
+  ++unanswered_;  // keeps the reactor alive until Complete below
+  // Lets the next read run while this request computes.
+  Drive();
+  if (!request.has_request()) {
+    Complete(request.id(),
+             absl::InvalidArgumentError(absl::StrCat(
+                 "stream request ", request.id(),
+                 " has no `request`; set it to the MatmulRequest to run")));
+    return;
+  }
+  const uint64_t id = request.id();
+  SubmitMatmulRpc(
+      *store_, *batcher_, std::move(*request.mutable_request()),
+      {.deadline = deadline_, .is_cancelled = [this] { return Failed(); }},
+      [this, id](absl::StatusOr<v1::MatmulResponse> result) {
+        Complete(id, std::move(result));
+      });
+}
+
+void MatmulStreamReactor::OnWriteDone(bool ok) {
+  mu_.Lock();
+  writing_ = false;
+  if (!ok) {
+    Fail(grpc::Status(grpc::StatusCode::CANCELLED,
+                      "a reply could not be written; the client is gone"));
+  }
+  Drive();
+}
+
+void MatmulStreamReactor::OnCancel() {
+  mu_.Lock();
+  Fail(grpc::Status(grpc::StatusCode::CANCELLED,
+                    "the stream was cancelled; unanswered requests were "
+                    "dropped"));
+  Drive();
+}
+
+void MatmulStreamReactor::OnDone() {
+  mu_.Lock();
+  done_ = true;
+  // Otherwise the driver or the last Complete deletes it.
+  const bool delete_now = !driving_ && unanswered_ == 0;
+  mu_.Unlock();
+  if (delete_now) delete this;
+}
+
+bool MatmulStreamReactor::Failed() const {
+  absl::MutexLock lock(&mu_);
+  return failure_.has_value();
+}
+
+void MatmulStreamReactor::Fail(grpc::Status status) {
+  if (failure_.has_value()) return;
+  failure_ = std::move(status);
+  replies_.clear();
+}
+
+MatmulStreamReactor::Operation MatmulStreamReactor::NextOperation() {
+  if (finished_) return Operation::kNone;
+  if (failure_.has_value()) {
+    // gRPC must not be holding a reply we are about to destroy; the write in
+    // flight fails fast and its OnWriteDone comes back here.
+    if (writing_) return Operation::kNone;
+    finished_ = true;
+    return Operation::kFinish;
+  }
+  if (!writing_ && !replies_.empty()) {
+    reply_in_flight_ = std::move(replies_.front());
+    replies_.pop_front();
+    writing_ = true;
+    return Operation::kWrite;
+  }
+  const int64_t owed = unanswered_ + static_cast<int64_t>(replies_.size());
+  if (!reading_ && !half_closed_ && owed < kMaxOwedReplies) {
+    reading_ = true;
+    return Operation::kRead;
+  }
+  if (half_closed_ && !writing_ && owed == 0) {
+    finished_ = true;
+    return Operation::kFinish;
+  }
+  return Operation::kNone;
+}
+
+void MatmulStreamReactor::Drive() {
+  if (driving_) {
+    mu_.Unlock();
+    return;
+  }
+  driving_ = true;
+  for (Operation operation = NextOperation(); operation != Operation::kNone;
+       operation = NextOperation()) {
+    const grpc::Status final_status = operation == Operation::kFinish
+                                          ? failure_.value_or(grpc::Status::OK)
+                                          : grpc::Status::OK;
+    mu_.Unlock();
+    switch (operation) {
+      case Operation::kRead:
+        StartRead(&request_);
+        break;
+      case Operation::kWrite:
+        StartWrite(&reply_in_flight_);
+        break;
+      case Operation::kFinish:
+        Finish(final_status);
+        break;
+      case Operation::kNone:
+        break;
+    }
+    mu_.Lock();
+  }
+  driving_ = false;
+  const bool delete_now = done_ && unanswered_ == 0;
+  mu_.Unlock();
+  if (delete_now) delete this;
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,119 @@
+// The server side of one nibble.v1 MatmulStream call: it reads requests,
+// answers each id with a MatmulResponse or a RequestError, and ends the stream
+// with OK once the client has half-closed and every request is answered.
+// Replies go out in completion order, which need not be the order of the
+// requests. Ids are echoed as they came: a client that reuses an id gets one
+// reply per request carrying it, and must tell them apart itself.
+//
+// Example (in a callback service method):
+//   return new nibble::server::MatmulStreamReactor(store, batcher, context);
+//
+// Each request read is submitted to the batcher, which answers it through
+// Complete() from its own thread; requests of a stream may share batches with
+// each other and with other calls. Once the stream has failed, requests still
+// queued count as cancelled and never run.
+//
+// State machine (all fields guarded by mu_):
+//   reading:   at most one StartRead in flight; the next one starts only
+//              while fewer than kMaxOwedReplies replies are owed (requests
+//              read but not yet answered, plus answers waiting to be
+//              written), so a client that never reads cannot make the server
+//              buffer without bound. The first read starts in the
+//              constructor. OnReadDone(false) means half-closed.
+//   writing:   answers queue in replies_; at most one StartWrite in flight,
+//              the next one started when the previous completes.
+//   finishing: Finish(OK) once half-closed with nothing owed and no write in
+//              flight; Finish(CANCELLED) after OnCancel or a failed write as
+//              soon as no write is in flight (a read still in flight then
+//              fails). After that no operation starts, unwritten and late
+//              answers are dropped, and Finish is never called again.
+//   lifetime:  gRPC calls OnDone after Finish and every operation completed;
+//              the reactor deletes itself once OnDone has run and every
+//              request read has been answered through Complete().
+// Only one thread at a time (the "driver", see Drive) starts gRPC
+// operations, and never while holding mu_, so that a reaction gRPC runs
+// inline from StartRead, StartWrite or Finish cannot deadlock on mu_.
+#ifndef NIBBLE_SERVER_EDGE_MATMUL_STREAM_H_
+#define NIBBLE_SERVER_EDGE_MATMUL_STREAM_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "nibble/v1/nibble.pb.h"
+#include "server/core/batcher.h"
+#include "server/core/weight_store.h"
+
+namespace nibble::server {
+
+class MatmulStreamReactor final
+    : public grpc::ServerBidiReactor<v1::MatmulStreamRequest,
+                                     v1::MatmulStreamResponse> {
+ public:
+  // Replies owed before reading pauses.
+  static constexpr int64_t kMaxOwedReplies = 64;
+
+  // Starts reading. `store` and `batcher` must outlive the reactor; requests
+  // get the call's deadline.
+  MatmulStreamReactor(const WeightStore* store, MatmulBatcher* batcher,
+                      grpc::CallbackServerContext* context);
+
+  // Answers the request `id` that was read earlier; exactly once per request
+  // read. Thread-safe; the reactor may be deleted before it returns.
+  void Complete(uint64_t id, absl::StatusOr<v1::MatmulResponse> result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCancel() override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDone() override ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  enum class Operation { kNone, kRead, kWrite, kFinish };
+
+  ~MatmulStreamReactor() override = default;
+
+  // Called with mu_ held after a state change; returns with it released.
+  // Starts every operation the state now calls for, unless another thread is
+  // already driving (it will see the change), and deletes the reactor when
+  // its life is over.
+  void Drive() ABSL_UNLOCK_FUNCTION(mu_);
+  // The next operation to start, with the state updated as if it had been.
+  Operation NextOperation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the stream with `status` unless it is already stopping.
+  void Fail(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether nobody would receive answers any more. Asked by the batcher
+  // instead of the context, which may be gone before the last Complete.
+  bool Failed() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const WeightStore* const store_;
+  MatmulBatcher* const batcher_;
+  const absl::Time deadline_;
+
+  mutable absl::Mutex mu_;
+  // Filled by the read in flight; only touched by gRPC while reading_.
+  v1::MatmulStreamRequest request_;
+  // The reply being written; must stay unchanged while writing_.
+  v1::MatmulStreamResponse reply_in_flight_;
+  std::deque<v1::MatmulStreamResponse> replies_ ABSL_GUARDED_BY(mu_);
+  // Requests read whose Complete() has not been called yet.
+  int64_t unanswered_ ABSL_GUARDED_BY(mu_) = 0;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Set when the stream was cancelled or a write failed; the status to
+  // finish with instead of OK.
+  std::optional<grpc::Status> failure_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool driving_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_EDGE_MATMUL_STREAM_H_

@@ -1,0 +1,290 @@
+#include "server/edge/nibble_server.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
+#include "grpcpp/security/server_credentials.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "server/operations/log.h"
+#include "server/operations/metrics.h"
+
+namespace nibble::server {
+namespace {
+
+// The CPU backend schedules `kernels` by the tuning table; the CUDA backend
+// puts the GPU's kernels first, so that `kernels` run only the shapes those
+// refuse, and picks variants by the GPU's rule.
+Scheduler MakeScheduler(Backend backend, std::vector<const GemmKernel*> kernels,
+                        const TuningTable& table) {
+  if (backend != Backend::kCuda) return Scheduler(std::move(kernels), table);
+  std::vector<const GemmKernel*> all = cuda::CudaKernels();
+  all.insert(all.end(), kernels.begin(), kernels.end());
+  return Scheduler(std::move(all), TuningTable(), cuda::PreferredVariant);
+}
+
+}  // namespace
+
+NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
+                           std::vector<const GemmKernel*> kernels)
+    : backend_(backend),
+      pool_(options.threads),
+      scheduler_(
+          MakeScheduler(backend, std::move(kernels), options.tuning_table)),
+      store_({.max_resident_bytes = options.max_weight_bytes,
+              .max_weights = options.max_weights}),
+      data_dir_(options.data_dir.empty()
+                    ? std::nullopt
+                    : std::make_optional<WeightDirectory>(options.data_dir)),
+      runner_(&scheduler_, &pool_),
+      batcher_(options.batching, BackendOf(&runner_)),
+      auth_(options.auth),
+      service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
+               auth_ ? &*auth_ : nullptr, backend),
+      kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr) {}
+
+NibbleServer::~NibbleServer() {
+  // Quietly: after a Drain this does nothing, and a server that failed to
+  // start has nothing in flight to report on.
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now()));
+}
+
+absl::Status NibbleServer::LoadWeights() {
+  if (!data_dir_.has_value()) return absl::OkStatus();
+  int initial_weight_files = 0;
+  absl::StatusOr<LoadReport> report =
+      data_dir_->LoadAll([&](WeightFile file) -> absl::Status {
+        if (initial_weights_names_.contains(file.name)) {
+          ++initial_weight_files;
+          return absl::OkStatus();
+        }
+        // Before packing, so that a weight past the budget costs no memory;
+        // LoadAll reports it and leaves its file alone.
+        if (absl::Status status = store_.CheckFits(
+                file.name,
+                PackedResidentBytes(file.weight.spec,
+                                    !file.weight.activation_order.empty()));
+            !status.ok()) {
+          return status;
+        }
+        absl::StatusOr<PackedWeight> packed =
+            PackForBackend(backend_, file.weight);
+        if (!packed.ok()) return packed.status();
+        absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+            UploadToBackend(backend_, file.name, file.weight);
+        if (!device.ok()) return device.status();
+        return store_.Insert(std::move(file.name), *std::move(packed),
+                             *std::move(device));
+      });
+  if (!report.ok()) return report.status();
+  data_dir_report_ = *std::move(report);
+  // LoadAll counted them as loaded; they were stored before it ran.
+  data_dir_report_.weights_loaded -= initial_weight_files;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The service names health reports on, besides the server as a whole ("").
+const char* const kHealthServices[] = {"nibble.v1.NibbleService",
+                                       "inference.GRPCInferenceService"};
+
+int Milliseconds(absl::Duration duration) {
+  return static_cast<int>(absl::ToInt64Milliseconds(duration));
+}
+
+std::shared_ptr<grpc::ServerCredentials> Credentials(
+    const ServerOptions& options) {
+  if (options.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions tls(
+      options.tls_client_ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  tls.pem_root_certs = options.tls_client_ca;
+  tls.pem_key_cert_pairs.push_back({options.tls_key, options.tls_cert});
+  return grpc::SslServerCredentials(tls);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
+    const ServerOptions& options, std::vector<const GemmKernel*> kernels) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  absl::StatusOr<Backend> backend =
+      ResolveBackend(options.backend, cuda::CompiledIn(), cuda::DeviceCount());
+  if (!backend.ok()) return backend.status();
+  std::unique_ptr<NibbleServer> server(
+      new NibbleServer(options, *backend, std::move(kernels)));
+  // Checked before listening, so that an unusable directory fails at once.
+  if (server->data_dir_.has_value()) {
+    if (absl::Status status = server->data_dir_->Prepare(); !status.ok()) {
+      return status;
+    }
+  }
+  // Before listening, so that a failed import is never seen by a client.
+  if (options.initial_weights) {
+    // The import stores layers two at a time.
+    absl::Mutex names_mutex;
+    const auto remember =
+        [&server, &names_mutex](
+            absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored,
+            absl::string_view name) -> absl::StatusOr<int64_t> {
+      if (!stored.ok()) return stored.status();
+      absl::MutexLock lock(&names_mutex);
+      server->initial_weights_names_.emplace(name);
+      return (*stored)->packed.resident_bytes();
+    };
+    const auto store = [&](const QuantizedWeight& weight,
+                           absl::string_view name) {
+      return remember(server->service_.Store(weight, name), name);
+    };
+    const auto store_packed = [&](PackedWeight packed, absl::string_view name) {
+      return remember(server->service_.StorePacked(std::move(packed), name),
+                      name);
+    };
+    const auto store_columns = [&](const Fp4Columns& columns,
+                                   absl::string_view name) {
+      return remember(server->service_.StoreColumns(columns, name), name);
+    };
+    // StoreColumns decides where the columns go.
+    const bool keeps_canonical = server->service_.KeepsCanonicalWeights();
+    const InitialWeightStore stores{
+        .canonical = store,
+        .packed = keeps_canonical
+                      ? std::nullopt
+                      : std::optional<StorePackedWeightFunction>(store_packed),
+        .columns = keeps_canonical
+                       ? std::optional<StoreColumnsFunction>(store_columns)
+                       : std::nullopt};
+    if (absl::Status status = options.initial_weights(stores); !status.ok()) {
+      return status;
+    }
+  }
+  if (server->data_dir_.has_value()) server->store_.SetLoading(true);
+  server->kserve_service_.SetReady(false);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, Credentials(options),
+                           &server->port_);
+  // Without this a second nibbled on the same port would start too and
+  // silently take half of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options.max_receive_buffer_bytes > 0) {
+    // The builder keeps its own reference to the quota.
+    grpc::ResourceQuota receive_quota("nibbled-receive");
+    receive_quota.Resize(options.max_receive_buffer_bytes);
+    builder.SetResourceQuota(receive_quota);
+  }
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             Milliseconds(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             Milliseconds(options.keepalive_timeout));
+  // Clients that keep idle connections alive with their own pings are
+  // welcome; gRPC's default (one ping in 5 minutes) would disconnect them.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      Milliseconds(options.min_client_ping_interval));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.max_concurrent_streams);
+  builder.RegisterService(&server->service_);
+  builder.RegisterService(&server->kserve_service_);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(
+      std::make_unique<RpcMetricsInterceptorFactory>(&server->rpc_stats_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     ": the address is malformed or the port is in use"));
+  }
+  // gRPC's health service exists once the server is built, reporting ""
+  // SERVING; until this line a probe could see that, but the store already
+  // answers every call that needs weights with UNAVAILABLE.
+  server->SetServing(false);
+  // Before loading, so that the load can be watched.
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
+        MetricsHttpServer::Start(options.metrics_listen, [raw = server.get()] {
+          return raw->RenderMetrics();
+        });
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_http_ = *std::move(metrics);
+  }
+  if (absl::Status status = server->LoadWeights(); !status.ok()) {
+    return status;
+  }
+  server->store_.SetLoading(false);
+  server->SetServing(true);
+  return server;
+}
+
+void NibbleServer::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);
+  for (const char* service : kHealthServices) {
+    health->SetServingStatus(service, serving);
+  }
+  kserve_service_.SetReady(serving);
+  serving_ = serving;
+}
+
+std::string NibbleServer::RenderMetrics() const {
+  MetricsSnapshot snapshot{.rpcs = rpc_stats_.Snapshot(),
+                           .batcher = batcher_.Stats(),
+                           .weights = {},
+                           .reserved_weight_bytes = store_.reserved_bytes(),
+                           .max_weight_bytes = store_.max_resident_bytes(),
+                           .max_weights = store_.max_weights(),
+                           .gpu_resident_bytes = store_.device_bytes(),
+                           .serving = serving_.load()};
+  for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {
+    snapshot.weights.push_back(
+        {.name = weight->name,
+         .resident_bytes = weight->packed.resident_bytes()});
+  }
+  return RenderPrometheusText(snapshot);
+}
+
+void NibbleServer::Drain(absl::Duration delay, absl::Duration grace) {
+  absl::MutexLock lock(&drain_mutex_);
+  if (server_ == nullptr || drained_) return;
+  drained_ = true;
+  SetServing(false);
+  if (delay > absl::ZeroDuration()) {
+    LogInfo("draining: health is NOT_SERVING, still accepting calls",
+            {{"drain_delay", absl::FormatDuration(delay)}});
+    absl::SleepFor(delay);
+  }
+  LogInfo("draining: stopped accepting calls, finishing in-flight ones",
+          {{"grace", absl::FormatDuration(grace)}});
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  // Every call has ended, so no client waits on the batcher any more; this
+  // stops its threads once they have answered what they still hold.
+  batcher_.Shutdown();
+  LogInfo("draining: done, every call has ended");
+}
+
+void NibbleServer::Shutdown(absl::Duration grace) {
+  Drain(absl::ZeroDuration(), grace);
+}
+
+void NibbleServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace nibble::server

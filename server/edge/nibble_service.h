@@ -1,0 +1,130 @@
+// The gRPC face of nibble.v1.NibbleService: it decodes requests, hands them to
+// the weight store and the matmul batcher, and turns their absl::Status into
+// gRPC status at the edge. Its only state is a lock that keeps the weight
+// store and the data directory (nibbled --data_dir) in step: an upload is on
+// disk before it is acknowledged. Matmul and MatmulStream use the callback
+// API: a request is queued on the batcher and answered from its thread, so
+// gRPC's threads never wait for a kernel.
+//
+// Example:
+//   nibble::server::NibbleServiceImpl service(&store, &batcher);
+//   grpc::ServerBuilder builder;
+//   builder.RegisterService(&service);
+#ifndef NIBBLE_SERVER_EDGE_NIBBLE_SERVICE_H_
+#define NIBBLE_SERVER_EDGE_NIBBLE_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "format/fp4_columns.h"
+#include "grpcpp/grpcpp.h"
+#include "nibble/v1/nibble.grpc.pb.h"
+#include "server/core/batcher.h"
+#include "server/core/weight_store.h"
+#include "server/operations/auth.h"
+#include "server/storage/weight_directory.h"
+
+namespace nibble::server {
+
+class NibbleServiceImpl final
+    : public v1::NibbleService::WithCallbackMethod_Matmul<
+          v1::NibbleService::WithCallbackMethod_MatmulStream<
+              v1::NibbleService::Service>> {
+ public:
+  // All must outlive the service. Without `data_dir` weights live only in
+  // memory.
+  // `data_dir` (--data_dir) and `auth` (--auth_token_file) may be null.
+  // Uploads are copied to the memory of `backend` (resolved; see
+  // UploadToBackend).
+  NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
+                    const WeightDirectory* data_dir = nullptr,
+                    const TokenAuthenticator* auth = nullptr,
+                    Backend backend = Backend::kCpu);
+
+  // Puts `weight` in the store as `name` the way an upload does (nibbled
+  // --import): within --max_weight_bytes and --max_weights, copied to the
+  // backend, written to data_dir before it is served. ALREADY_EXISTS when
+  // the name is taken; the store's, the backend's or data_dir's error
+  // otherwise, with nothing kept.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> Store(
+      const QuantizedWeight& weight, absl::string_view name);
+  // The same for a weight packed without a canonical weight, which only a
+  // service that keeps none can take (FAILED_PRECONDITION otherwise).
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> StorePacked(
+      PackedWeight packed, absl::string_view name);
+  // The same for a weight in its checkpoints' column layout (HasColumnLayout):
+  // copied to the GPU as it is where TakesColumnsWhole, else made canonical
+  // and stored as Store does.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> StoreColumns(
+      const Fp4Columns& columns, absl::string_view name);
+  // Whether stored weights need their canonical layout: to copy to the GPU
+  // or to write to data_dir. When not, uploads pack their codes as they
+  // arrive.
+  bool KeepsCanonicalWeights() const {
+    return backend_ != Backend::kCpu || data_dir_ != nullptr;
+  }
+
+  grpc::Status UploadWeight(grpc::ServerContext* context,
+                            grpc::ServerReader<v1::UploadWeightRequest>* reader,
+                            v1::WeightInfo* response) override;
+  grpc::Status GetWeight(grpc::ServerContext* context,
+                         const v1::GetWeightRequest* request,
+                         v1::WeightInfo* response) override;
+  grpc::Status ListWeights(grpc::ServerContext* context,
+                           const v1::ListWeightsRequest* request,
+                           v1::ListWeightsResponse* response) override;
+  grpc::Status DeleteWeight(grpc::ServerContext* context,
+                            const v1::DeleteWeightRequest* request,
+                            v1::DeleteWeightResponse* response) override;
+  grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
+                                   const v1::MatmulRequest* request,
+                                   v1::MatmulResponse* response) override;
+  grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
+  MatmulStream(grpc::CallbackServerContext* context) override;
+
+ private:
+  absl::Status Upload(grpc::ServerContext* context,
+                      grpc::ServerReader<v1::UploadWeightRequest>* reader,
+                      v1::WeightInfo* response);
+  // Whether a weight of `spec` in the column layout goes to the accelerator
+  // as it is: it serves the weight whole, and no data_dir needs the
+  // canonical layout.
+  bool TakesColumnsWhole(const WeightSpec& spec) const {
+    return data_dir_ == nullptr && AcceleratorServesWhole(backend_, spec);
+  }
+  // The last step of Upload and Store: packs `weight` for the backend,
+  // copies it there and inserts it (Insert).
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> Commit(
+      const std::string& name, const QuantizedWeight& weight,
+      WeightStore::Reservation reservation);
+  // Commit for a weight in the column layout that goes to the GPU as it
+  // arrived (TakesColumnsWhole).
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> CommitColumns(
+      const std::string& name, const Fp4Columns& columns,
+      std::vector<int32_t> activation_order,
+      WeightStore::Reservation reservation);
+  // Writes `canonical`'s file (when not null) and inserts `packed` and
+  // `device` within `reservation`.
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> Insert(
+      const std::string& name, PackedWeight packed,
+      std::unique_ptr<nibble::DeviceWeight> device,
+      const QuantizedWeight* canonical, WeightStore::Reservation reservation);
+
+  WeightStore* store_;
+  MatmulBatcher* batcher_;
+  const WeightDirectory* data_dir_;
+  const TokenAuthenticator* auth_;
+  const Backend backend_;
+  // Held from an upload's last name check until its weight is in the store,
+  // and while a weight is deleted, so that two uploads of one name cannot
+  // both write its file and a file never outlives its weight. A slow disk
+  // delays other uploads and deletes, never matmuls.
+  absl::Mutex commit_mutex_;
+};
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_EDGE_NIBBLE_SERVICE_H_

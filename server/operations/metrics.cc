@@ -1,0 +1,259 @@
+#include "server/operations/metrics.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace nibble::server {
+
+std::string EscapeLabelValue(absl::string_view value) {
+  std::string escaped;
+  escaped.reserve(value.size());
+  for (const char c : value) {
+    switch (c) {
+      case '\\':
+        escaped += "\\\\";
+        break;
+      case '"':
+        escaped += "\\\"";
+        break;
+      case '\n':
+        escaped += "\\n";
+        break;
+      default:
+        escaped += c;
+    }
+  }
+  return escaped;
+}
+
+namespace {
+
+using Labels =
+    std::initializer_list<std::pair<absl::string_view, absl::string_view>>;
+
+// Shortest text that parses back to `value`, in the style of Prometheus's Go
+// client ("0.0001", "5e-05", "+Inf"), so that bucket labels look familiar.
+std::string FormatDouble(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buffer[32];
+  const std::to_chars_result result = std::to_chars(
+      buffer, buffer + sizeof(buffer), value, std::chars_format::general);
+  return std::string(buffer, result.ptr);
+}
+
+// Appends families of samples to one exposition text.
+class Exposition {
+ public:
+  // Starts the family `name`; its samples must follow.
+  void Family(absl::string_view name, absl::string_view type,
+              absl::string_view help) {
+    std::string escaped_help;
+    for (const char c : help) {
+      if (c == '\\') {
+        escaped_help += "\\\\";
+      } else if (c == '\n') {
+        escaped_help += "\\n";
+      } else {
+        escaped_help += c;
+      }
+    }
+    absl::StrAppend(&text_, "# HELP ", name, " ", escaped_help, "\n", "# TYPE ",
+                    name, " ", type, "\n");
+  }
+
+  void Sample(absl::string_view name, Labels labels, absl::string_view value) {
+    Sample(name, labels, {}, value);
+  }
+  void Sample(absl::string_view name, Labels labels, int64_t value) {
+    Sample(name, labels, {}, absl::StrCat(value));
+  }
+
+  // The _bucket, _sum and _count samples of a histogram family `name`.
+  void HistogramSamples(absl::string_view name, Labels labels,
+                        const Histogram& histogram) {
+    const std::string bucket = absl::StrCat(name, "_bucket");
+    const std::span<const double> bounds = histogram.upper_bounds();
+    const std::vector<int64_t> cumulative = histogram.CumulativeCounts();
+    for (size_t i = 0; i < cumulative.size(); ++i) {
+      const std::string le =
+          i < bounds.size() ? FormatDouble(bounds[i]) : std::string("+Inf");
+      Sample(bucket, labels, {"le", le}, absl::StrCat(cumulative[i]));
+    }
+    Sample(absl::StrCat(name, "_sum"), labels, {},
+           FormatDouble(histogram.sum()));
+    Sample(absl::StrCat(name, "_count"), labels, {},
+           absl::StrCat(histogram.count()));
+  }
+
+  std::string Take() { return std::move(text_); }
+
+ private:
+  // `extra` is one more label after `labels`, left out when its name is
+  // empty.
+  void Sample(absl::string_view name, Labels labels,
+              std::pair<absl::string_view, absl::string_view> extra,
+              absl::string_view value) {
+    text_.append(name.data(), name.size());
+    if (labels.size() > 0 || !extra.first.empty()) {
+      text_ += '{';
+      bool first = true;
+      auto append = [&](absl::string_view label,
+                        absl::string_view label_value) {
+        absl::StrAppend(&text_, first ? "" : ",", label, "=\"",
+                        EscapeLabelValue(label_value), "\"");
+        first = false;
+      };
+      for (const auto& [label, label_value] : labels) {
+        append(label, label_value);
+      }
+      if (!extra.first.empty()) append(extra.first, extra.second);
+      text_ += '}';
+    }
+    absl::StrAppend(&text_, " ", value, "\n");
+  }
+
+  std::string text_;
+};
+
+// gRPC's name for a status code: "OK", "CANCELLED", ... (absl's codes are
+// gRPC's).
+std::string CodeName(int code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+void RenderRpcs(const std::vector<RpcMethodStats>& rpcs, Exposition& out) {
+  out.Family("nibble_rpc_requests_total", "counter",
+             "gRPC calls finished, by full method name and status code.");
+  for (const RpcMethodStats& method : rpcs) {
+    for (int code = 0; code < kGrpcStatusCodes; ++code) {
+      if (method.calls_by_code[code] == 0) continue;
+      out.Sample("nibble_rpc_requests_total",
+                 {{"method", method.method}, {"code", CodeName(code)}},
+                 method.calls_by_code[code]);
+    }
+  }
+  out.Family("nibble_rpc_duration_seconds", "histogram",
+             "Time from a gRPC call's arrival to its status being sent; a "
+             "stream is one call.");
+  for (const RpcMethodStats& method : rpcs) {
+    out.HistogramSamples("nibble_rpc_duration_seconds",
+                         {{"method", method.method}}, method.duration_seconds);
+  }
+}
+
+void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
+  const std::vector<WeightGauge>& weights = snapshot.weights;
+  int64_t total_bytes = 0;
+  for (const WeightGauge& weight : weights) {
+    total_bytes += weight.resident_bytes;
+  }
+  out.Family("nibble_weights", "gauge", "Weights resident.");
+  out.Sample("nibble_weights", {}, static_cast<int64_t>(weights.size()));
+  out.Family("nibble_resident_weight_bytes", "gauge",
+             "Bytes of memory all resident weights take, packed.");
+  out.Sample("nibble_resident_weight_bytes", {}, total_bytes);
+  out.Family("nibble_weight_bytes", "gauge",
+             "Bytes of memory one resident weight takes, packed.");
+  for (const WeightGauge& weight : weights) {
+    out.Sample("nibble_weight_bytes", {{"weight", weight.name}},
+               weight.resident_bytes);
+  }
+  out.Family("nibble_reserved_weight_bytes", "gauge",
+             "Bytes reserved against the budget by uploads in progress.");
+  out.Sample("nibble_reserved_weight_bytes", {},
+             snapshot.reserved_weight_bytes);
+  out.Family("nibble_max_weight_bytes", "gauge",
+             "The budget for resident and reserved weight bytes "
+             "(--max_weight_bytes); 0 for none.");
+  out.Sample("nibble_max_weight_bytes", {}, snapshot.max_weight_bytes);
+  out.Family("nibble_max_weights", "gauge",
+             "The most weights held resident plus uploads in progress "
+             "(--max_weights); 0 for none.");
+  out.Sample("nibble_max_weights", {}, snapshot.max_weights);
+  out.Family("nibble_gpu_resident_bytes", "gauge",
+             "Bytes of GPU memory all resident weights take (--backend=cuda); "
+             "0 on the CPU backend.");
+  out.Sample("nibble_gpu_resident_bytes", {}, snapshot.gpu_resident_bytes);
+}
+
+void RenderBatcher(const BatcherStats& stats, Exposition& out) {
+  out.Family("nibble_matmul_requests_total", "counter",
+             "Matmul requests run, by weight name.");
+  for (const auto& [weight, counts] : stats.run_by_weight) {
+    out.Sample("nibble_matmul_requests_total", {{"weight", weight}},
+               counts.requests);
+  }
+  out.Family("nibble_matmul_rows_total", "counter",
+             "Rows of A run, by weight name.");
+  for (const auto& [weight, counts] : stats.run_by_weight) {
+    out.Sample("nibble_matmul_rows_total", {{"weight", weight}}, counts.rows);
+  }
+  out.Family("nibble_matmul_dropped_total", "counter",
+             "Matmul requests admitted to no kernel call: refused because "
+             "their weight's queue was full or the server was shutting down, "
+             "or dropped from the queue past their deadline or cancelled.");
+  out.Sample("nibble_matmul_dropped_total", {{"reason", "queue_full"}},
+             stats.requests_refused_queue_full);
+  out.Sample("nibble_matmul_dropped_total", {{"reason", "shutting_down"}},
+             stats.requests_refused_shutting_down);
+  out.Sample("nibble_matmul_dropped_total", {{"reason", "expired"}},
+             stats.requests_expired);
+  out.Sample("nibble_matmul_dropped_total", {{"reason", "cancelled"}},
+             stats.requests_cancelled);
+
+  int64_t queued_rows = 0;
+  for (const auto& [weight, rows] : stats.queued_rows_by_weight) {
+    queued_rows += rows;
+  }
+  out.Family("nibble_queued_rows", "gauge",
+             "Rows of A waiting for a kernel call, all weights.");
+  out.Sample("nibble_queued_rows", {}, queued_rows);
+  out.Family("nibble_weight_queued_rows", "gauge",
+             "Rows of A waiting for a kernel call, by weight name; weights "
+             "with none are left out.");
+  for (const auto& [weight, rows] : stats.queued_rows_by_weight) {
+    out.Sample("nibble_weight_queued_rows", {{"weight", weight}}, rows);
+  }
+
+  out.Family("nibble_batch_rows", "histogram",
+             "Rows of A per kernel call: how well requests are merged.");
+  out.HistogramSamples("nibble_batch_rows", {}, stats.batch_rows);
+  out.Family("nibble_matmul_queue_seconds", "histogram",
+             "Time a matmul request waited before its kernel call started; 0 "
+             "for one run at once.");
+  out.HistogramSamples("nibble_matmul_queue_seconds", {}, stats.queue_seconds);
+  out.Family("nibble_batch_compute_seconds", "histogram",
+             "Wall time of one kernel call, which may serve several merged "
+             "requests.");
+  out.HistogramSamples("nibble_batch_compute_seconds", {},
+                       stats.compute_seconds);
+}
+
+}  // namespace
+
+std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
+  Exposition out;
+  out.Family("nibble_build_info", "gauge",
+             "Always 1; the version label names the nibbled build.");
+  out.Sample("nibble_build_info", {{"version", NIBBLE_VERSION}}, 1);
+  out.Family("nibble_serving", "gauge",
+             "Whether nibbled takes new calls (1) or is shutting down (0).");
+  out.Sample("nibble_serving", {}, snapshot.serving ? 1 : 0);
+  RenderRpcs(snapshot.rpcs, out);
+  RenderWeights(snapshot, out);
+  RenderBatcher(snapshot.batcher, out);
+  return out.Take();
+}
+
+}  // namespace nibble::server

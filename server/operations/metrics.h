@@ -1,0 +1,91 @@
+// nibbled's metrics in the Prometheus text exposition format (version 0.0.4),
+// rendered from a plain snapshot that the server fills from its parts: the
+// RPC counters, the batcher's stats and the resident weights.
+//
+// Example:
+//   nibble::server::MetricsSnapshot snapshot{
+//       .rpcs = rpc_stats.Snapshot(),
+//       .batcher = batcher.Stats(),
+//       .weights = {{.name = "proj", .resident_bytes = 8650752}},
+//       .serving = true};
+//   std::string text = nibble::server::RenderPrometheusText(snapshot);
+//   // # HELP nibble_serving Whether nibbled takes new calls (1) or ...
+//   // # TYPE nibble_serving gauge
+//   // nibble_serving 1
+//   // ...
+//
+// Metrics, all prefixed nibble_:
+//   build_info{version}                    gauge, always 1
+//   serving                                gauge, 1 or 0
+//   rpc_requests_total{method,code}        counter; method is gRPC's full
+//                                          name, "/nibble.v1.NibbleService/
+//                                          Matmul"; code is "OK",
+//                                          "INVALID_ARGUMENT", ...
+//   rpc_duration_seconds{method}           histogram
+//   weights                                gauge
+//   resident_weight_bytes                  gauge, all weights
+//   weight_bytes{weight}                   gauge
+//   reserved_weight_bytes                  gauge, held by uploads in progress
+//   max_weight_bytes                       gauge, the budget; 0 for none
+//   max_weights                            gauge, --max_weights; 0 for none
+//   gpu_resident_bytes                     gauge, GPU memory all weights
+//                                          take (--backend=cuda)
+//   matmul_requests_total{weight}          counter, requests run
+//   matmul_rows_total{weight}              counter, rows of A run
+//   matmul_dropped_total{reason}           counter; reason is queue_full,
+//                                          shutting_down, expired, cancelled
+//   queued_rows                            gauge, rows of A waiting, all
+//                                          weights
+//   weight_queued_rows{weight}             gauge, weights with rows waiting
+//   batch_rows                             histogram, rows per kernel call
+//   matmul_queue_seconds                   histogram, per request run
+//   batch_compute_seconds                  histogram, per kernel call
+#ifndef NIBBLE_SERVER_OPERATIONS_METRICS_H_
+#define NIBBLE_SERVER_OPERATIONS_METRICS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "server/core/batcher.h"
+#include "server/edge/rpc_metrics.h"
+
+namespace nibble::server {
+
+struct WeightGauge {
+  std::string name;
+  int64_t resident_bytes = 0;
+};
+
+// What one scrape reports; every part is a copy, so rendering holds no lock.
+struct MetricsSnapshot {
+  std::vector<RpcMethodStats> rpcs;
+  BatcherStats batcher;
+  std::vector<WeightGauge> weights;
+  // Held by uploads in progress (see WeightStore::Reserve).
+  int64_t reserved_weight_bytes = 0;
+  // --max_weight_bytes in effect; 0 for none.
+  int64_t max_weight_bytes = 0;
+  // --max_weights in effect; 0 for none.
+  int64_t max_weights = 0;
+  // Accelerator memory the weights' device copies take (see
+  // WeightStore::device_bytes); 0 on the CPU backend.
+  int64_t gpu_resident_bytes = 0;
+  // False once the server is shutting down.
+  bool serving = false;
+};
+
+// The body of a /metrics answer, Content-Type kPrometheusContentType.
+std::string RenderPrometheusText(const MetricsSnapshot& snapshot);
+
+inline constexpr char kPrometheusContentType[] =
+    "text/plain; version=0.0.4; charset=utf-8";
+
+// `value` with backslash, double quote and newline escaped, as a label value
+// between double quotes must be.
+std::string EscapeLabelValue(absl::string_view value);
+
+}  // namespace nibble::server
+
+#endif  // NIBBLE_SERVER_OPERATIONS_METRICS_H_

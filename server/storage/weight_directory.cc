@@ -1,0 +1,220 @@
+#include "server/storage/weight_directory.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <functional>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "base/file_contents.h"
+#include "format/weight_name.h"
+
+namespace nibble::server {
+namespace {
+
+constexpr absl::string_view kWeightFileSuffix = ".nibble";
+// Marks the files of unfinished saves, <name>.nibble.tmp-<pid>-<n>. They end
+// in digits, so they never end in kWeightFileSuffix, even for a weight named
+// like "x.nibble.tmp-1".
+constexpr absl::string_view kTempMarker = ".nibble.tmp-";
+
+std::string ErrnoText(int error) {
+  return std::error_code(error, std::generic_category()).message();
+}
+
+// "cannot <action> <path>: <reason>", as RESOURCE_EXHAUSTED when the disk is
+// full and UNAVAILABLE otherwise.
+absl::Status IoError(absl::string_view action, absl::string_view path,
+                     int error) {
+  std::string message =
+      absl::StrCat("cannot ", action, " ", path, ": ", ErrnoText(error));
+  if (error == ENOSPC || error == EDQUOT) {
+    return absl::ResourceExhaustedError(std::move(message));
+  }
+  return absl::UnavailableError(std::move(message));
+}
+
+// Appended to "<dir>/<name>.nibble": a name that no concurrent save, in this
+// process or another, also uses.
+std::string UniqueTempSuffix() {
+  static std::atomic<uint64_t> next_save{0};
+  return absl::StrCat(".tmp-", getpid(), "-", next_save.fetch_add(1));
+}
+
+absl::Status WriteAll(int fd, absl::string_view bytes, absl::string_view path) {
+  while (!bytes.empty()) {
+    const ssize_t written = write(fd, bytes.data(), bytes.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return IoError("write", path, errno);
+    }
+    bytes.remove_prefix(written);
+  }
+  return absl::OkStatus();
+}
+
+// Writes `pieces` to a new file at `path` and syncs it; on failure the file
+// is removed again.
+absl::Status WriteNewFile(
+    const std::string& path,
+    const std::function<absl::Status(
+        const std::function<absl::Status(absl::string_view)>&)>& pieces) {
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError("create", path, errno);
+  absl::Status status = pieces([fd, &path](absl::string_view bytes) {
+    return WriteAll(fd, bytes, path);
+  });
+  if (status.ok() && fsync(fd) != 0) status = IoError("sync", path, errno);
+  if (close(fd) != 0 && status.ok()) status = IoError("close", path, errno);
+  if (!status.ok()) unlink(path.c_str());
+  return status;
+}
+
+absl::Status SyncDirectory(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return IoError("open directory", path, errno);
+  absl::Status status = absl::OkStatus();
+  if (fsync(fd) != 0) status = IoError("sync directory", path, errno);
+  close(fd);
+  return status;
+}
+
+}  // namespace
+
+std::string WeightDirectory::FilePath(absl::string_view name) const {
+  return absl::StrCat(path_, "/", name, kWeightFileSuffix);
+}
+
+absl::Status WeightDirectory::Prepare() const {
+  std::error_code error;
+  std::filesystem::create_directories(path_, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create data directory ", path_, ": ", error.message()));
+  }
+  if (!std::filesystem::is_directory(path_, error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data directory ", path_, " is not a directory"));
+  }
+  const std::string probe = absl::StrCat(path_, "/.write-probe",
+                                         kWeightFileSuffix, UniqueTempSuffix());
+  absl::Status written = WriteNewFile(
+      probe, [](const std::function<absl::Status(absl::string_view)>& sink) {
+        return sink("probe");
+      });
+  if (written.ok() && unlink(probe.c_str()) != 0) {
+    written = IoError("delete", probe, errno);
+  }
+  if (!written.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data directory ", path_, " is not writable: ", written.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightDirectory::Save(absl::string_view name,
+                                   const QuantizedWeight& weight) const {
+  if (absl::Status status = ValidateWeightName(name); !status.ok()) {
+    return status;
+  }
+  const std::string final_path = FilePath(name);
+  const std::string temp_path = absl::StrCat(final_path, UniqueTempSuffix());
+  if (absl::Status status = WriteNewFile(
+          temp_path,
+          [&](const std::function<absl::Status(absl::string_view)>& sink) {
+            return WriteWeightFile(name, weight, sink);
+          });
+      !status.ok()) {
+    return status;
+  }
+  if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
+    const int error = errno;
+    unlink(temp_path.c_str());
+    return IoError(absl::StrCat("rename ", temp_path, " to"), final_path,
+                   error);
+  }
+  // Until the directory is synced the rename may not survive a power cut,
+  // so the save has not happened.
+  if (absl::Status status = SyncDirectory(path_); !status.ok()) {
+    unlink(final_path.c_str());
+    return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightDirectory::Remove(absl::string_view name) const {
+  if (absl::Status status = ValidateWeightName(name); !status.ok()) {
+    return status;
+  }
+  const std::string path = FilePath(name);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return IoError("delete", path, errno);
+  }
+  return SyncDirectory(path_);
+}
+
+absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
+    const std::function<absl::Status(WeightFile)>& accept) const {
+  std::error_code error;
+  std::vector<std::string> file_names;
+  for (std::filesystem::directory_iterator it(path_, error), end;
+       !error && it != end; it.increment(error)) {
+    file_names.push_back(it->path().filename().string());
+  }
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot list data directory ", path_, ": ", error.message()));
+  }
+  std::sort(file_names.begin(), file_names.end());
+
+  LoadReport report;
+  for (const std::string& file_name : file_names) {
+    const std::string path = absl::StrCat(path_, "/", file_name);
+    absl::string_view stem = file_name;
+    if (!absl::ConsumeSuffix(&stem, kWeightFileSuffix)) {
+      if (!absl::StrContains(file_name, kTempMarker)) continue;
+      if (unlink(path.c_str()) == 0 || errno == ENOENT) {
+        report.removed_temp_files.push_back(path);
+      } else {
+        report.problems.push_back(
+            {path, absl::StrCat("cannot delete this leftover temporary file: ",
+                                ErrnoText(errno))});
+      }
+      continue;
+    }
+    absl::StatusOr<std::string> bytes = ReadFileContents(path);
+    if (!bytes.ok()) {
+      report.problems.push_back({path, std::string(bytes.status().message())});
+      continue;
+    }
+    absl::StatusOr<WeightFile> file = ParseWeightFile(*bytes);
+    if (!file.ok()) {
+      report.problems.push_back({path, std::string(file.status().message())});
+      continue;
+    }
+    if (file->name != stem) {
+      report.problems.push_back(
+          {path, absl::StrCat("holds weight \"", file->name,
+                              "\", but its file name says \"", stem, "\"")});
+      continue;
+    }
+    if (absl::Status status = accept(*std::move(file)); !status.ok()) {
+      report.problems.push_back({path, std::string(status.message())});
+      continue;
+    }
+    ++report.weights_loaded;
+  }
+  return report;
+}
+
+}  // namespace nibble::server

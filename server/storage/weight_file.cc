@@ -1,0 +1,282 @@
+#include "server/storage/weight_file.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "format/weight_name.h"
+
+namespace nibble::server {
+namespace {
+
+// The canonical layout is little-endian and QuantizedWeight holds it in host
+// order, so tensors are written and read as raw bytes.
+static_assert(std::endian::native == std::endian::little,
+              "weight files assume a little-endian host");
+
+constexpr uint64_t kMultiplier1 = 0x9e3779b97f4a7c15ull;
+constexpr uint64_t kMultiplier2 = 0xc2b2ae3d27d4eb4full;
+constexpr uint64_t kMultiplier3 = 0xff51afd7ed558ccdull;
+
+// Longest name ValidateWeightName accepts; checked before it is read.
+constexpr uint32_t kMaxNameBytes = 128;
+
+// Header field offsets; see the table in weight_file.h.
+constexpr int kVersionOffset = 8;
+constexpr int kFormatOffset = 12;
+constexpr int kKOffset = 16;
+constexpr int kNOffset = 24;
+constexpr int kGroupSizeOffset = 32;
+constexpr int kQweightBytesOffset = 40;
+constexpr int kScalesBytesOffset = 48;
+constexpr int kZerosBytesOffset = 56;
+constexpr int kNameLengthOffset = 64;
+constexpr int kGlobalScaleOffset = 68;
+
+uint64_t LoadWord(const char* bytes) {
+  uint64_t word;
+  std::memcpy(&word, bytes, sizeof(word));
+  return word;
+}
+
+void PutU32(uint32_t value, char* out) { std::memcpy(out, &value, 4); }
+void PutU64(uint64_t value, char* out) { std::memcpy(out, &value, 8); }
+uint32_t GetU32(absl::string_view bytes, size_t offset) {
+  uint32_t value;
+  std::memcpy(&value, bytes.data() + offset, 4);
+  return value;
+}
+uint64_t GetU64(absl::string_view bytes, size_t offset) {
+  uint64_t value;
+  std::memcpy(&value, bytes.data() + offset, 8);
+  return value;
+}
+
+// Header bytes 68..71: the global scale as fp32 bits where the format has
+// one, zero otherwise.
+uint32_t GlobalScaleField(const WeightSpec& spec) {
+  return HasGlobalScale(spec.format)
+             ? std::bit_cast<uint32_t>(spec.global_scale)
+             : 0;
+}
+
+template <typename T>
+absl::string_view AsBytes(const std::vector<T>& array) {
+  return absl::string_view(reinterpret_cast<const char*>(array.data()),
+                           array.size() * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> CopyArray(absl::string_view bytes) {
+  std::vector<T> array(bytes.size() / sizeof(T));
+  if (!bytes.empty()) std::memcpy(array.data(), bytes.data(), bytes.size());
+  return array;
+}
+
+absl::Status CheckTensorBytes(absl::string_view tensor, uint64_t header_bytes,
+                              int64_t spec_bytes) {
+  if (header_bytes == static_cast<uint64_t>(spec_bytes)) {
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(
+      absl::StrCat("header gives ", tensor, " ", header_bytes,
+                   " bytes, but its shape needs ", spec_bytes));
+}
+
+}  // namespace
+
+void WeightFileChecksum::Mix(uint64_t word) {
+  state_ = std::rotl(state_ ^ (word * kMultiplier1), 29) * kMultiplier2;
+}
+
+void WeightFileChecksum::Update(absl::string_view bytes) {
+  // An empty view may have a null data(), which memcpy must not be given.
+  if (bytes.empty()) return;
+  length_ += bytes.size();
+  if (pending_bytes_ > 0) {
+    const size_t take = std::min<size_t>(8 - pending_bytes_, bytes.size());
+    std::memcpy(pending_ + pending_bytes_, bytes.data(), take);
+    pending_bytes_ += take;
+    bytes.remove_prefix(take);
+    if (pending_bytes_ < 8) return;
+    Mix(LoadWord(pending_));
+    pending_bytes_ = 0;
+  }
+  const char* data = bytes.data();
+  const size_t words = bytes.size() / 8;
+  for (size_t i = 0; i < words; ++i) Mix(LoadWord(data + 8 * i));
+  pending_bytes_ = bytes.size() % 8;
+  if (pending_bytes_ > 0)
+    std::memcpy(pending_, data + 8 * words, pending_bytes_);
+}
+
+uint64_t WeightFileChecksum::Finish() {
+  if (pending_bytes_ > 0) {
+    std::memset(pending_ + pending_bytes_, 0, 8 - pending_bytes_);
+    Mix(LoadWord(pending_));
+    pending_bytes_ = 0;
+  }
+  // The length tells a zero-padded last word from real zero bytes.
+  Mix(length_);
+  uint64_t hash = state_;
+  hash ^= hash >> 33;
+  hash *= kMultiplier3;
+  hash ^= hash >> 33;
+  return hash;
+}
+
+absl::Status WriteWeightFile(
+    absl::string_view name, const QuantizedWeight& weight,
+    const std::function<absl::Status(absl::string_view)>& sink) {
+  const WeightSpec& spec = weight.spec;
+  char header[kWeightFileHeaderBytes] = {};
+  std::memcpy(header, kWeightFileMagic.data(), kWeightFileMagic.size());
+  PutU32(weight.activation_order.empty()
+             ? kWeightFileVersion
+             : kWeightFileVersionWithActivationOrder,
+         header + kVersionOffset);
+  PutU32(Traits(spec.format).file_code, header + kFormatOffset);
+  PutU64(spec.k, header + kKOffset);
+  PutU64(spec.n, header + kNOffset);
+  PutU64(spec.group_size, header + kGroupSizeOffset);
+  PutU64(spec.qweight_bytes(), header + kQweightBytesOffset);
+  PutU64(spec.scales_bytes(), header + kScalesBytesOffset);
+  PutU64(spec.zeros_bytes(), header + kZerosBytesOffset);
+  PutU32(name.size(), header + kNameLengthOffset);
+  PutU32(GlobalScaleField(spec), header + kGlobalScaleOffset);
+
+  WeightFileChecksum checksum;
+  for (absl::string_view piece :
+       {absl::string_view(header, sizeof(header)), name,
+        AsBytes(weight.qweight), AsBytes(weight.scales), AsBytes(weight.zeros),
+        AsBytes(weight.activation_order)}) {
+    checksum.Update(piece);
+    if (absl::Status status = sink(piece); !status.ok()) return status;
+  }
+  char trailer[kWeightFileChecksumBytes];
+  PutU64(checksum.Finish(), trailer);
+  return sink(absl::string_view(trailer, sizeof(trailer)));
+}
+
+std::string SerializeWeightFile(absl::string_view name,
+                                const QuantizedWeight& weight) {
+  std::string bytes;
+  bytes.reserve(kWeightFileHeaderBytes + name.size() +
+                weight.spec.canonical_bytes() +
+                weight.activation_order.size() * sizeof(int32_t) +
+                kWeightFileChecksumBytes);
+  WriteWeightFile(name, weight, [&bytes](absl::string_view piece) {
+    bytes.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  }).IgnoreError();  // appending to a string cannot fail
+  return bytes;
+}
+
+absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
+  constexpr uint64_t kSmallest =
+      kWeightFileHeaderBytes + kWeightFileChecksumBytes;
+  if (bytes.size() < kSmallest) {
+    return absl::DataLossError(
+        absl::StrCat("file is truncated: ", bytes.size(),
+                     " bytes, a weight file has at least ", kSmallest));
+  }
+  if (bytes.substr(0, kWeightFileMagic.size()) != kWeightFileMagic) {
+    return absl::DataLossError(
+        "not a nibble weight file: it does not start with \"NIBWEIGH\"");
+  }
+  const uint32_t version = GetU32(bytes, kVersionOffset);
+  if (version != kWeightFileVersion &&
+      version != kWeightFileVersionWithActivationOrder) {
+    return absl::DataLossError(absl::StrCat(
+        "file format version ", version, ", this nibbled reads versions ",
+        kWeightFileVersion, " and ", kWeightFileVersionWithActivationOrder));
+  }
+  absl::StatusOr<WeightFormat> format =
+      WeightFormatFromFileCode(GetU32(bytes, kFormatOffset));
+  if (!format.ok()) return format.status();
+  // Out-of-range values wrap to negative numbers, which Validate refuses.
+  const uint32_t global_scale_bits = GetU32(bytes, kGlobalScaleOffset);
+  if (!HasGlobalScale(*format) && global_scale_bits != 0) {
+    return absl::DataLossError(
+        absl::StrCat("header bytes 68..71 are not zero, and ",
+                     WeightFormatName(*format), " has no global scale"));
+  }
+  const WeightSpec spec{
+      *format, static_cast<int64_t>(GetU64(bytes, kKOffset)),
+      static_cast<int64_t>(GetU64(bytes, kNOffset)),
+      static_cast<int64_t>(GetU64(bytes, kGroupSizeOffset)),
+      HasGlobalScale(*format) ? std::bit_cast<float>(global_scale_bits) : 1.0f};
+  if (absl::Status status = spec.Validate(); !status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("invalid weight spec in the header: ", status.message()));
+  }
+  // Validate bounds k and n by 2^20, so these sums cannot overflow.
+  for (absl::Status status :
+       {CheckTensorBytes("qweight", GetU64(bytes, kQweightBytesOffset),
+                         spec.qweight_bytes()),
+        CheckTensorBytes("scales", GetU64(bytes, kScalesBytesOffset),
+                         spec.scales_bytes()),
+        CheckTensorBytes("zeros", GetU64(bytes, kZerosBytesOffset),
+                         spec.zeros_bytes())}) {
+    if (!status.ok()) return status;
+  }
+  const uint32_t name_bytes = GetU32(bytes, kNameLengthOffset);
+  if (name_bytes > kMaxNameBytes) {
+    return absl::DataLossError(absl::StrCat("header gives a name of ",
+                                            name_bytes, " bytes, at most ",
+                                            kMaxNameBytes, " are allowed"));
+  }
+  const int64_t order_bytes = version == kWeightFileVersionWithActivationOrder
+                                  ? spec.k * int64_t{sizeof(int32_t)}
+                                  : 0;
+  const uint64_t file_bytes = kSmallest + name_bytes +
+                              static_cast<uint64_t>(spec.canonical_bytes()) +
+                              order_bytes;
+  if (bytes.size() < file_bytes) {
+    return absl::DataLossError(absl::StrCat("file is truncated: ", bytes.size(),
+                                            " bytes, its header says ",
+                                            file_bytes));
+  }
+  if (bytes.size() > file_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "file has ", bytes.size() - file_bytes,
+        " bytes past the end its header gives (", file_bytes, " bytes)"));
+  }
+  WeightFileChecksum checksum;
+  checksum.Update(bytes.substr(0, file_bytes - kWeightFileChecksumBytes));
+  const uint64_t computed = checksum.Finish();
+  const uint64_t stored = GetU64(bytes, file_bytes - kWeightFileChecksumBytes);
+  if (computed != stored) {
+    return absl::DataLossError(absl::StrCat(
+        "checksum mismatch: the file is corrupt (stored ", absl::Hex(stored),
+        ", computed ", absl::Hex(computed), ")"));
+  }
+
+  absl::string_view rest = bytes.substr(kWeightFileHeaderBytes);
+  WeightFile file;
+  file.name = std::string(rest.substr(0, name_bytes));
+  if (absl::Status status = ValidateWeightName(file.name); !status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("invalid name in the header: ", status.message()));
+  }
+  rest.remove_prefix(name_bytes);
+  file.weight.spec = spec;
+  file.weight.qweight =
+      CopyArray<uint32_t>(rest.substr(0, spec.qweight_bytes()));
+  rest.remove_prefix(spec.qweight_bytes());
+  file.weight.scales = CopyArray<uint16_t>(rest.substr(0, spec.scales_bytes()));
+  rest.remove_prefix(spec.scales_bytes());
+  file.weight.zeros = CopyArray<uint8_t>(rest.substr(0, spec.zeros_bytes()));
+  rest.remove_prefix(spec.zeros_bytes());
+  file.weight.activation_order =
+      CopyArray<int32_t>(rest.substr(0, order_bytes));
+  if (absl::Status status = file.weight.Validate(); !status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("invalid weight data: ", status.message()));
+  }
+  return file;
+}
+
+}  // namespace nibble::server

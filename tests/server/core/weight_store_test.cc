@@ -1,0 +1,317 @@
+// Tests the resident weight store: names, duplicates, lookups, deletion while
+// a request still holds the weight, the resident-bytes budget with the
+// reservations of uploads in progress, and loading.
+#include "server/core/weight_store.h"
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace nibble::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+PackedWeight SmallWeight(uint64_t seed) {
+  return *PackedWeight::Pack(
+      RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, seed));
+}
+
+TEST(ValidateWeightNameTest, AcceptsSafeNames) {
+  for (const char* name : {"a", "layer.0.q_proj", "W-1_x", "x.y.z"}) {
+    EXPECT_TRUE(ValidateWeightName(name).ok()) << name;
+  }
+  EXPECT_TRUE(ValidateWeightName(std::string(128, 'a')).ok());
+}
+
+TEST(ValidateWeightNameTest, RefusesUnsafeNames) {
+  EXPECT_THAT(ValidateWeightName("").message(), HasSubstr("empty"));
+  EXPECT_THAT(ValidateWeightName(std::string(129, 'a')).message(),
+              HasSubstr("at most 128"));
+  EXPECT_THAT(ValidateWeightName(".hidden").message(),
+              HasSubstr("must not start with '.'"));
+  for (const char* name : {"a/b", "..", "a b", "a\\b", "naïve"}) {
+    EXPECT_EQ(ValidateWeightName(name).code(),
+              absl::StatusCode::kInvalidArgument)
+        << name;
+  }
+  EXPECT_EQ(ValidateWeightName(std::string("a\0b", 3)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WeightStoreTest, InsertGetListRemove) {
+  WeightStore store;
+  ASSERT_TRUE(store.Insert("b", SmallWeight(1)).ok());
+  ASSERT_TRUE(store.Insert("a", SmallWeight(2)).ok());
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> a = store.Get("a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)->name, "a");
+  EXPECT_EQ((*a)->packed.spec().k, 32);
+  const auto listed = store.List();
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0]->name, "a");
+  EXPECT_EQ(listed[1]->name, "b");
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_TRUE(store.CheckNameFree("a").ok());
+  EXPECT_EQ(store.CheckNameFree("b").code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(WeightStoreTest, PagesListEveryWeightOnceInOrder) {
+  WeightStore store;
+  const std::vector<std::string> names = {"a", "b.1", "b.2", "c", "d-0", "e"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_TRUE(store.Insert(names[i], SmallWeight(i)).ok());
+  }
+  std::vector<std::string> listed;
+  std::string after;
+  int pages = 0;
+  while (true) {
+    WeightStore::Page page = store.List(after, /*limit=*/4);
+    ++pages;
+    for (const auto& weight : page.weights) listed.push_back(weight->name);
+    if (!page.more) break;
+    after = listed.back();
+    // A page token names a weight that may be deleted before the next call.
+    ASSERT_TRUE(store.Remove(after).ok());
+  }
+  EXPECT_EQ(listed, names);
+  EXPECT_EQ(pages, 2);
+  // A full last page says nothing more follows.
+  EXPECT_FALSE(store.List("b.2", 2).more);
+  EXPECT_EQ(store.List("b.2", 2).weights.size(), 2u);
+  EXPECT_TRUE(store.List("z", 10).weights.empty());
+}
+
+TEST(WeightStoreTest, DuplicateNameIsRefusedAndKeepsTheFirst) {
+  WeightStore store;
+  ASSERT_TRUE(store.Insert("w", SmallWeight(1)).ok());
+  const uint32_t first_word = (*store.Get("w"))->packed.panel_codes(0)[0];
+  absl::Status status = store.Insert("w", SmallWeight(2));
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(status.message(), HasSubstr("\"w\" already exists"));
+  EXPECT_EQ((*store.Get("w"))->packed.panel_codes(0)[0], first_word);
+}
+
+TEST(WeightStoreTest, UnknownNameIsNotFound) {
+  WeightStore store;
+  EXPECT_EQ(store.Get("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(store.Remove("nope").message(), HasSubstr("no weight named"));
+}
+
+TEST(WeightStoreTest, RemovedWeightOutlivesItsUsers) {
+  WeightStore store;
+  ASSERT_TRUE(store.Insert("w", SmallWeight(1)).ok());
+  std::shared_ptr<const ResidentWeight> in_use = *store.Get("w");
+  ASSERT_TRUE(store.Remove("w").ok());
+  EXPECT_EQ(in_use->name, "w");
+  EXPECT_EQ(in_use->packed.spec().n, 8);
+}
+
+TEST(PackedResidentBytesTest, MatchesWhatPackingHolds) {
+  // N below, at and past a panel boundary; every group size; every format.
+  for (WeightFormat format :
+       {WeightFormat::kFp4, WeightFormat::kU4b8, WeightFormat::kU4}) {
+    for (const auto& [k, n, group] :
+         {std::tuple(32, 8, 32), std::tuple(64, 16, 32),
+          std::tuple(128, 17, 64), std::tuple(256, 40, 128),
+          std::tuple(96, 33, 96)}) {
+      const WeightSpec spec{format, k, n, group};
+      QuantizedWeight weight = RandomQuantizedWeight(spec, 7);
+      absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+      ASSERT_TRUE(packed.ok()) << spec.DebugString();
+      EXPECT_EQ(PackedResidentBytes(spec, /*has_activation_order=*/false),
+                packed->resident_bytes())
+          << spec.DebugString();
+      weight.activation_order = RandomActivationOrder(k, 7);
+      packed = PackedWeight::Pack(weight);
+      ASSERT_TRUE(packed.ok()) << spec.DebugString();
+      EXPECT_EQ(PackedResidentBytes(spec, /*has_activation_order=*/true),
+                packed->resident_bytes())
+          << spec.DebugString() << " with an activation order";
+    }
+  }
+}
+
+TEST(WeightStoreBudgetTest, CountsResidentBytesThroughInsertAndRemove) {
+  WeightStore store;
+  EXPECT_EQ(store.resident_bytes(), 0);
+  PackedWeight a = SmallWeight(1);
+  const int64_t bytes = a.resident_bytes();
+  ASSERT_TRUE(store.Insert("a", std::move(a)).ok());
+  ASSERT_TRUE(store.Insert("b", SmallWeight(2)).ok());
+  EXPECT_EQ(store.resident_bytes(), 2 * bytes);
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_EQ(store.resident_bytes(), bytes);
+  // A refused duplicate adds nothing.
+  EXPECT_FALSE(store.Insert("b", SmallWeight(3)).ok());
+  EXPECT_EQ(store.resident_bytes(), bytes);
+}
+
+TEST(WeightStoreBudgetTest, WeightPastTheBudgetIsRefusedAndChangesNothing) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store({.max_resident_bytes = 2 * bytes + bytes / 2});
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
+  ASSERT_TRUE(store.Insert("b", SmallWeight(2)).ok());
+  EXPECT_TRUE(store.CheckFits("c", bytes / 2).ok());
+  EXPECT_EQ(store.CheckFits("c", bytes).code(),
+            absl::StatusCode::kResourceExhausted);
+
+  absl::Status status = store.Insert("c", SmallWeight(3));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(),
+              HasSubstr("\"c\" needs " + std::to_string(bytes) + " bytes"));
+  EXPECT_THAT(status.message(),
+              HasSubstr(std::to_string(2 * bytes) + " of the " +
+                        std::to_string(store.max_resident_bytes())));
+  EXPECT_THAT(status.message(), HasSubstr("--max_weight_bytes"));
+  EXPECT_EQ(store.Get("c").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.resident_bytes(), 2 * bytes);
+  EXPECT_EQ(store.List().size(), 2u);
+
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_TRUE(store.Insert("c", SmallWeight(3)).ok());
+}
+
+TEST(WeightStoreBudgetTest, ZeroBudgetMeansNoLimit) {
+  WeightStore store;
+  EXPECT_EQ(store.max_resident_bytes(), 0);
+  EXPECT_TRUE(store.CheckFits("huge", int64_t{1} << 50).ok());
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      store.Reserve("huge", int64_t{1} << 50);
+  ASSERT_TRUE(reservation.ok());
+  EXPECT_EQ(store.reserved_bytes(), int64_t{1} << 50);
+}
+
+TEST(WeightStoreReservationTest, ReservationBlocksOthersUntilDestroyed) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store({.max_resident_bytes = bytes + bytes / 2});
+  {
+    absl::StatusOr<WeightStore::Reservation> first = store.Reserve("a", bytes);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->bytes(), bytes);
+    EXPECT_EQ(store.reserved_bytes(), bytes);
+    EXPECT_EQ(store.resident_bytes(), 0);
+
+    absl::StatusOr<WeightStore::Reservation> second = store.Reserve("b", bytes);
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(
+        second.status().message(),
+        HasSubstr(std::to_string(bytes) + " reserved by uploads in progress"));
+    EXPECT_EQ(store.CheckFits("b", bytes).code(),
+              absl::StatusCode::kResourceExhausted);
+    // A weight inserted without a reservation is refused as well.
+    EXPECT_EQ(store.Insert("b", SmallWeight(2)).code(),
+              absl::StatusCode::kResourceExhausted);
+
+    // Moving keeps one reservation, released once.
+    WeightStore::Reservation moved = *std::move(first);
+    EXPECT_EQ(moved.bytes(), bytes);
+    EXPECT_EQ(store.reserved_bytes(), bytes);
+  }
+  EXPECT_EQ(store.reserved_bytes(), 0);
+  EXPECT_TRUE(store.Reserve("b", bytes).ok());
+  EXPECT_EQ(store.reserved_bytes(), 0);
+}
+
+TEST(WeightStoreReservationTest, AssigningOverAReservationReleasesIt) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store({.max_resident_bytes = 2 * bytes});
+  absl::StatusOr<WeightStore::Reservation> a = store.Reserve("a", bytes);
+  absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", bytes);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  *a = *std::move(b);
+  EXPECT_EQ(store.reserved_bytes(), bytes);
+}
+
+TEST(WeightStoreReservationTest, InsertTurnsTheReservationIntoResidentBytes) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  // Room for exactly one weight: counting it both reserved and resident
+  // would refuse it.
+  WeightStore store({.max_resident_bytes = bytes});
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      store.Reserve("a", bytes);
+  ASSERT_TRUE(reservation.ok());
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1), *std::move(reservation)).ok());
+  EXPECT_EQ(store.resident_bytes(), bytes);
+  EXPECT_EQ(store.reserved_bytes(), 0);
+  EXPECT_EQ(store.Reserve("b", 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_EQ(store.resident_bytes(), 0);
+  EXPECT_EQ(store.reserved_bytes(), 0);
+}
+
+TEST(WeightStoreReservationTest, RefusedInsertReleasesTheReservation) {
+  const int64_t bytes = SmallWeight(1).resident_bytes();
+  WeightStore store({.max_resident_bytes = 3 * bytes});
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
+  absl::StatusOr<WeightStore::Reservation> duplicate =
+      store.Reserve("a", bytes);
+  ASSERT_TRUE(duplicate.ok());
+  EXPECT_EQ(store.Insert("a", SmallWeight(2), *std::move(duplicate)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store.reserved_bytes(), 0);
+  EXPECT_EQ(store.resident_bytes(), bytes);
+
+  // A reservation smaller than the weight covers only its own bytes.
+  absl::StatusOr<WeightStore::Reservation> small = store.Reserve("b", 1);
+  ASSERT_TRUE(small.ok());
+  absl::StatusOr<WeightStore::Reservation> other =
+      store.Reserve("c", bytes + bytes / 2);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(store.Insert("b", SmallWeight(3), *std::move(small)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.reserved_bytes(), bytes + bytes / 2);
+  EXPECT_EQ(store.resident_bytes(), bytes);
+}
+
+TEST(WeightStoreCountTest, WeightsAndUploadsInProgressCountAgainstTheLimit) {
+  WeightStore store({.max_weights = 2});
+  ASSERT_TRUE(store.Insert("a", SmallWeight(1)).ok());
+  absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  absl::StatusOr<WeightStore::Reservation> c = store.Reserve("c", 1);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("\"c\" would pass the 2 weights allowed by "
+                        "--max_weights (1 resident, 1 uploads in progress)"));
+  EXPECT_EQ(store.Insert("c", SmallWeight(3)).code(),
+            absl::StatusCode::kResourceExhausted);
+  // The reservation holds b's place: b itself fits.
+  ASSERT_TRUE(store.Insert("b", SmallWeight(2), *std::move(b)).ok());
+  EXPECT_EQ(store.List().size(), 2u);
+
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_TRUE(store.Reserve("c", 1).ok());
+  // A refused insert gives its place back.
+  absl::StatusOr<WeightStore::Reservation> again = store.Reserve("b", 1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(store.Insert("b", SmallWeight(4), *std::move(again)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store.Insert("d", SmallWeight(5)).ok());
+}
+
+TEST(WeightStoreLoadingTest, ClientsWaitWhileTheLoaderInserts) {
+  WeightStore store;
+  store.SetLoading(true);
+  ASSERT_TRUE(store.Insert("w", SmallWeight(1)).ok());
+  for (const absl::Status& status :
+       {store.CheckLoaded(), store.Get("w").status(), store.CheckNameFree("x"),
+        store.Remove("w")}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(status.message(), HasSubstr("loading weights from --data_dir"));
+  }
+  store.SetLoading(false);
+  EXPECT_TRUE(store.CheckLoaded().ok());
+  EXPECT_TRUE(store.Get("w").ok());
+}
+
+}  // namespace
+}  // namespace nibble::server

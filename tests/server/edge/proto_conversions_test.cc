@@ -1,0 +1,201 @@
+#include "server/edge/proto_conversions.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/proto_conversions.h"
+#include "format/dtype.h"
+#include "format/weight_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/packed_weight.h"
+
+namespace nibble::server {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(ToGrpcStatusTest, KeepsTheCodeAndAShortMessage) {
+  const grpc::Status status =
+      ToGrpcStatus(absl::NotFoundError("no weight named \"w\""));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message(), "no weight named \"w\"");
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+TEST(ToGrpcStatusTest, CutsALongMessageSayingHowMuch) {
+  const std::string name(100'000, 'x');
+  const std::string message = absl::StrCat("no weight named \"", name, "\"");
+  const grpc::Status status = ToGrpcStatus(absl::NotFoundError(message));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(),
+              StartsWith(message.substr(0, kMaxStatusMessageBytes)));
+  EXPECT_THAT(
+      status.error_message(),
+      EndsWith(absl::StrCat("... (", message.size() - kMaxStatusMessageBytes,
+                            " more bytes cut)")));
+  EXPECT_LT(status.error_message().size(), kMaxStatusMessageBytes + 40);
+}
+
+TEST(WeightFormatProtoTest, EveryFormatRoundTrips) {
+  for (WeightFormat format : kAllWeightFormats) {
+    const absl::StatusOr<WeightFormat> back =
+        client::FromProto(client::ToProto(format));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, format);
+  }
+  EXPECT_THAT(
+      client::FromProto(v1::WEIGHT_FORMAT_UNSPECIFIED).status().message(),
+      HasSubstr("WEIGHT_FORMAT_MXFP4 or WEIGHT_FORMAT_NVFP4"));
+}
+
+// Both sides translate by the dtype table, each with its own functions.
+TEST(DTypeProtoTest, EveryDTypeRoundTripsBothWays) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const absl::StatusOr<DType> at_server = FromProto(client::ToProto(dtype));
+    ASSERT_TRUE(at_server.ok()) << at_server.status();
+    EXPECT_EQ(*at_server, dtype);
+    const absl::StatusOr<DType> at_client = client::FromProto(ToProto(dtype));
+    ASSERT_TRUE(at_client.ok()) << at_client.status();
+    EXPECT_EQ(*at_client, dtype);
+  }
+  EXPECT_EQ(FromProto(v1::DTYPE_UNSPECIFIED).status().message(),
+            "dtype DTYPE_UNSPECIFIED is not supported: use DTYPE_F32, "
+            "DTYPE_F16 or DTYPE_BF16");
+  EXPECT_THAT(client::FromProto(static_cast<v1::DType>(9)).status().message(),
+              HasSubstr("dtype 9 is not supported"));
+}
+
+TEST(CodeLayoutProtoTest, EveryLayoutRoundTripsAndUnsetIsCanonical) {
+  for (CodeLayout layout : {CodeLayout::kCanonical, CodeLayout::kColumns}) {
+    const absl::StatusOr<CodeLayout> back = FromProto(client::ToProto(layout));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, layout);
+  }
+  EXPECT_EQ(*FromProto(v1::WeightHeader().code_layout()),
+            CodeLayout::kCanonical);
+  EXPECT_THAT(
+      FromProto(static_cast<v1::CodeLayout>(9)).status().message(),
+      HasSubstr("code layout 9 is not supported: use "
+                "CODE_LAYOUT_CANONICAL (unset) or CODE_LAYOUT_COLUMNS"));
+}
+
+TEST(WeightFormatProtoTest, AnUnsetGlobalScaleIsOne) {
+  v1::WeightHeader header;
+  header.set_format(v1::WEIGHT_FORMAT_NVFP4);
+  header.set_k(64);
+  header.set_n(8);
+  header.set_group_size(16);
+  EXPECT_EQ(FromProto(header)->global_scale, 1.0f);
+  header.set_global_scale(0.25f);
+  EXPECT_EQ(FromProto(header)->global_scale, 0.25f);
+  header.set_format(v1::WEIGHT_FORMAT_FP4);
+  header.set_group_size(32);
+  EXPECT_THAT(FromProto(header)->Validate().message(),
+              HasSubstr("only for nvfp4"));
+}
+
+TEST(WeightFormatProtoTest, InfoCarriesTheGlobalScaleBack) {
+  const WeightSpec spec{WeightFormat::kNvfp4, 64, 8, 16, 0.375f};
+  absl::StatusOr<PackedWeight> packed =
+      PackedWeight::Pack(RandomQuantizedWeight(spec, /*seed=*/4));
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  v1::WeightInfo info;
+  FillWeightInfo(ResidentWeight{"w", *std::move(packed), nullptr}, &info);
+  EXPECT_EQ(info.format(), v1::WEIGHT_FORMAT_NVFP4);
+  EXPECT_EQ(info.global_scale(), 0.375f);
+  const absl::StatusOr<WeightSpec> back = client::WeightSpecFromInfo(info);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec);
+}
+
+TEST(WeightHeaderProtoTest, ActivationOrderRoundTripsAndInfoReportsIt) {
+  constexpr uint64_t kSeed = 17;
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed));
+  const WeightSpec spec{WeightFormat::kU4b8, 128, 8, 32};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+
+  // Through the wire bytes, as an upload sends it.
+  v1::UploadWeightRequest sent;
+  client::FillWeightHeader("w", spec, weight.activation_order,
+                           sent.mutable_header());
+  v1::UploadWeightRequest received;
+  ASSERT_TRUE(received.ParseFromString(sent.SerializeAsString()));
+  EXPECT_EQ(FromProto(received.header()).value(), spec);
+  const absl::StatusOr<std::vector<int32_t>> order =
+      ActivationOrderFromProto(received.header());
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(*order, weight.activation_order);
+
+  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  v1::WeightInfo info;
+  FillWeightInfo(ResidentWeight{"w", *std::move(packed), nullptr}, &info);
+  EXPECT_TRUE(info.activation_order());
+
+  // Unset means none.
+  v1::WeightHeader plain;
+  client::FillWeightHeader("w", spec, {}, &plain);
+  EXPECT_EQ(plain.activation_order_size(), 0);
+  EXPECT_TRUE(ActivationOrderFromProto(plain)->empty());
+  weight.activation_order.clear();
+  FillWeightInfo(ResidentWeight{"w", *PackedWeight::Pack(weight), nullptr},
+                 &info);
+  EXPECT_FALSE(info.activation_order());
+}
+
+TEST(WeightHeaderProtoTest, AnOrderEntryPastInt32IsInvalid) {
+  v1::WeightHeader header;
+  header.set_k(8);
+  for (uint32_t column : {0u, 1u, 0x80000000u}) {
+    header.add_activation_order(column);
+  }
+  const absl::Status status = ActivationOrderFromProto(header).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("activation_order[2] = 2147483648 is outside 0..K-1"));
+}
+
+TEST(ListPageFromProtoTest, DefaultsClampsAndContinuesAfterTheToken) {
+  v1::ListWeightsRequest request;
+  absl::StatusOr<ListPageRequest> page = ListPageFromProto(request);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->size, kDefaultListPageSize);
+  EXPECT_EQ(page->after, "");
+
+  request.set_page_size(7);
+  request.set_page_token("layer.3.q_proj");
+  page = ListPageFromProto(request);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->size, 7);
+  EXPECT_EQ(page->after, "layer.3.q_proj");
+
+  request.set_page_size(1 << 30);
+  EXPECT_EQ(ListPageFromProto(request)->size, kMaxListPageSize);
+}
+
+TEST(ListPageFromProtoTest, NegativeSizeOrForeignTokenIsInvalid) {
+  v1::ListWeightsRequest request;
+  request.set_page_size(-1);
+  EXPECT_EQ(ListPageFromProto(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ListPageFromProto(request).status().message(),
+              HasSubstr("page_size is -1"));
+  request.set_page_size(0);
+  for (const char* token : {"../x", "a b", ".hidden"}) {
+    request.set_page_token(token);
+    EXPECT_THAT(ListPageFromProto(request).status().message(),
+                HasSubstr("page_token is not one that ListWeights returned"))
+        << token;
+  }
+}
+
+}  // namespace
+}  // namespace nibble::server

@@ -1,0 +1,202 @@
+// Tests the data directory: save, load and remove, torn and corrupt files
+// skipped and reported, leftover temporary files removed, unusable
+// directories refused.
+#include "server/storage/weight_directory.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_files.h"
+
+namespace nibble::server {
+namespace {
+
+using ::nibble::testing::FileNames;
+using ::nibble::testing::FreshDirectory;
+using ::nibble::testing::ReadFile;
+using ::nibble::testing::WriteFile;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Loads `dir`, collecting the weights by name.
+absl::StatusOr<LoadReport> LoadInto(const WeightDirectory& dir,
+                                    std::map<std::string, WeightFile>* out) {
+  return dir.LoadAll([out](WeightFile file) {
+    std::string name = file.name;
+    out->emplace(std::move(name), std::move(file));
+    return absl::OkStatus();
+  });
+}
+
+TEST(WeightDirectoryTest, SavesLoadsAndRemoves) {
+  WeightDirectory dir(FreshDirectory("save") + "/nested/data");
+  ASSERT_TRUE(dir.Prepare().ok());
+  SCOPED_TRACE("seeds 1, 2");
+  const QuantizedWeight a =
+      RandomQuantizedWeight({WeightFormat::kU4, 64, 16, 32}, 1);
+  const QuantizedWeight b =
+      RandomQuantizedWeight({WeightFormat::kFp4, 128, 8, 128}, 2);
+  ASSERT_TRUE(dir.Save("a", a).ok());
+  ASSERT_TRUE(dir.Save("b.x-1", b).ok());
+  EXPECT_THAT(FileNames(dir.path()), ElementsAre("a.nibble", "b.x-1.nibble"));
+  EXPECT_EQ(ReadFile(dir.FilePath("a")), SerializeWeightFile("a", a));
+
+  std::map<std::string, WeightFile> loaded;
+  absl::StatusOr<LoadReport> report = LoadInto(dir, &loaded);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->weights_loaded, 2);
+  EXPECT_THAT(report->problems, IsEmpty());
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded["a"].weight.qweight, a.qweight);
+  EXPECT_EQ(loaded["a"].weight.zeros, a.zeros);
+  EXPECT_EQ(loaded["b.x-1"].weight.scales, b.scales);
+
+  ASSERT_TRUE(dir.Remove("a").ok());
+  EXPECT_THAT(FileNames(dir.path()), ElementsAre("b.x-1.nibble"));
+  EXPECT_TRUE(dir.Remove("a").ok()) << "removing a missing file is OK";
+}
+
+TEST(WeightDirectoryTest, SaveReplacesAndRefusesUnsafeNames) {
+  WeightDirectory dir(FreshDirectory("replace"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  const QuantizedWeight first =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 3);
+  const QuantizedWeight second =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 4);
+  SCOPED_TRACE("seeds 3, 4");
+  ASSERT_TRUE(dir.Save("w", first).ok());
+  ASSERT_TRUE(dir.Save("w", second).ok());
+  EXPECT_EQ(ReadFile(dir.FilePath("w")), SerializeWeightFile("w", second));
+  for (const char* name : {"../w", "a/b", ".hidden", ""}) {
+    EXPECT_EQ(dir.Save(name, first).code(), absl::StatusCode::kInvalidArgument)
+        << name;
+    EXPECT_EQ(dir.Remove(name).code(), absl::StatusCode::kInvalidArgument)
+        << name;
+  }
+  EXPECT_THAT(FileNames(dir.path()), ElementsAre("w.nibble"));
+}
+
+TEST(WeightDirectoryTest, SkipsTornAndCorruptFilesAndRemovesTempFiles) {
+  WeightDirectory dir(FreshDirectory("corrupt"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  SCOPED_TRACE("seeds 5, 6, 7");
+  const QuantizedWeight good =
+      RandomQuantizedWeight({WeightFormat::kU4, 64, 16, 64}, 5);
+  ASSERT_TRUE(dir.Save("good", good).ok());
+  ASSERT_TRUE(dir.Save("torn", RandomQuantizedWeight(
+                                   {WeightFormat::kFp4, 64, 16, 32}, 6))
+                  .ok());
+  ASSERT_TRUE(dir.Save("flipped", RandomQuantizedWeight(
+                                      {WeightFormat::kU4b8, 64, 16, 32}, 7))
+                  .ok());
+  // A file cut short, one with a flipped byte, one holding another weight's
+  // name, a save that never finished (a weight named like a temporary file
+  // is not one), and a file that is no weight at all.
+  std::string torn = ReadFile(dir.FilePath("torn"));
+  WriteFile(dir.FilePath("torn"), torn.substr(0, torn.size() / 2));
+  std::string flipped = ReadFile(dir.FilePath("flipped"));
+  flipped[flipped.size() / 2] ^= 0x01;
+  WriteFile(dir.FilePath("flipped"), flipped);
+  WriteFile(dir.FilePath("renamed"), ReadFile(dir.FilePath("good")));
+  WriteFile(dir.FilePath("good") + ".tmp-123-0", "half a weight");
+  ASSERT_TRUE(dir.Save("x.nibble.tmp-1", good).ok());
+  WriteFile(dir.path() + "/README", "not a weight");
+
+  std::map<std::string, WeightFile> loaded;
+  absl::StatusOr<LoadReport> report = LoadInto(dir, &loaded);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->weights_loaded, 2);
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded["good"].weight.qweight, good.qweight);
+  EXPECT_EQ(loaded.count("x.nibble.tmp-1"), 1u);
+
+  ASSERT_EQ(report->problems.size(), 3u);
+  std::map<std::string, std::string> reasons;
+  for (const WeightFileProblem& problem : report->problems) {
+    reasons[problem.path] = problem.reason;
+  }
+  EXPECT_THAT(reasons[dir.FilePath("torn")], HasSubstr("truncated"));
+  EXPECT_THAT(reasons[dir.FilePath("flipped")], HasSubstr("checksum"));
+  EXPECT_THAT(reasons[dir.FilePath("renamed")],
+              HasSubstr("holds weight \"good\""));
+  EXPECT_THAT(report->removed_temp_files,
+              ElementsAre(dir.FilePath("good") + ".tmp-123-0"));
+  // Bad files stay for the operator to look at; the temporary one is gone.
+  EXPECT_THAT(
+      FileNames(dir.path()),
+      ElementsAre("README", "flipped.nibble", "good.nibble", "renamed.nibble",
+                  "torn.nibble", "x.nibble.tmp-1.nibble"));
+}
+
+TEST(WeightDirectoryTest, RefusedWeightsAreReported) {
+  WeightDirectory dir(FreshDirectory("refused"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  ASSERT_TRUE(
+      dir.Save("w", RandomQuantizedWeight({WeightFormat::kU4, 32, 8, 32}, 8))
+          .ok());
+  absl::StatusOr<LoadReport> report = dir.LoadAll([](WeightFile) {
+    return absl::AlreadyExistsError("a weight named \"w\" already exists");
+  });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->weights_loaded, 0);
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_THAT(report->problems[0].reason, HasSubstr("already exists"));
+}
+
+TEST(WeightDirectoryTest, PrepareRefusesWhatIsNotADirectory) {
+  const std::string base = FreshDirectory("not-a-dir");
+  std::filesystem::create_directories(base);
+  WriteFile(base + "/file", "x");
+  absl::Status status = WeightDirectory(base + "/file").Prepare();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(base + "/file"));
+  status = WeightDirectory(base + "/file/sub").Prepare();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("cannot create data directory"));
+  // Prepare leaves nothing behind in a directory it accepts.
+  ASSERT_TRUE(WeightDirectory(base + "/ok").Prepare().ok());
+  EXPECT_THAT(FileNames(base + "/ok"), IsEmpty());
+}
+
+TEST(WeightDirectoryTest, FailedSaveSaysWhyAndLeavesNothingBehind) {
+  WeightDirectory dir(FreshDirectory("vanished"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  std::filesystem::remove_all(dir.path());
+  const absl::Status status =
+      dir.Save("w", RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 9));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat("cannot create ", dir.FilePath("w"),
+                                     ".tmp-", getpid(), "-")));
+  EXPECT_THAT(status.message(), HasSubstr("No such file or directory"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path()));
+}
+
+TEST(WeightDirectoryTest, FailedSaveInAReadOnlyDirectoryLeavesNothingBehind) {
+  if (geteuid() == 0) {
+    GTEST_SKIP() << "root writes into read-only directories";
+  }
+  WeightDirectory dir(FreshDirectory("readonly"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  std::filesystem::permissions(
+      dir.path(),
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  const absl::Status status = dir.Save(
+      "w", RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 10));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr(dir.path()));
+  EXPECT_EQ(dir.Prepare().code(), absl::StatusCode::kFailedPrecondition);
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all);
+  EXPECT_THAT(FileNames(dir.path()), IsEmpty());
+}
+
+}  // namespace
+}  // namespace nibble::server
