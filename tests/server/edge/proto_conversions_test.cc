@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "client/proto_conversions.h"
 #include "format/dtype.h"
@@ -41,6 +42,22 @@ TEST(ToGrpcStatusTest, CutsALongMessageSayingHowMuch) {
       EndsWith(absl::StrCat("... (", message.size() - kMaxStatusMessageBytes,
                             " more bytes cut)")));
   EXPECT_LT(status.error_message().size(), kMaxStatusMessageBytes + 40);
+}
+
+// The proto's enum is the one place outside the format table that names
+// the formats: each wire value must carry the name WEIGHT_FORMAT_<NAME>, and
+// the proto must have no format the table lacks.
+TEST(WeightFormatProtoTest, ProtoEnumMatchesTheFormatTable) {
+  for (const WeightFormatTraits& row : kWeightFormatTable) {
+    SCOPED_TRACE(row.name);
+    ASSERT_TRUE(v1::WeightFormat_IsValid(row.wire_value));
+    EXPECT_EQ(
+        v1::WeightFormat_Name(static_cast<v1::WeightFormat>(row.wire_value)),
+        absl::StrCat("WEIGHT_FORMAT_", absl::AsciiStrToUpper(row.name)));
+  }
+  EXPECT_EQ(v1::WeightFormat_descriptor()->value_count(),
+            static_cast<int>(kWeightFormatCount) + 1)  // and UNSPECIFIED
+      << "nibble.proto has a format that kWeightFormatTable lacks";
 }
 
 TEST(WeightFormatProtoTest, EveryFormatRoundTrips) {
