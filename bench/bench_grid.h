@@ -20,7 +20,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
-#include "bench/bench_options.h"
+#include "bench/bench_flags.h"
 #include "bench/timing.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/scheduler.h"

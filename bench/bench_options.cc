@@ -5,12 +5,30 @@
 #include <thread>
 #include <utility>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "base/command_line.h"
+
+// Strings, empty when not given, so that ApplyValueFlag parses and checks
+// them and names the flag in every mistake. BenchUsage says more.
+ABSL_FLAG(std::string, m, "", "rows of A, comma-separated");
+ABSL_FLAG(std::string, shapes, "", "weight shapes, KxN,...");
+ABSL_FLAG(std::string, formats, "", "weight formats, comma-separated");
+ABSL_FLAG(std::string, groups, "",
+          "group sizes, for every format whose group is free");
+ABSL_FLAG(std::string, threads, "", "kernel threads");
+ABSL_FLAG(std::string, repeats, "", "timed calls per kernel and problem");
+ABSL_FLAG(bool, quick, false, "a grid of seconds, for CI");
+ABSL_FLAG(std::string, tuning_table, "", "the scheduler's table");
+ABSL_FLAG(std::string, json, "",
+          "JSON lines into this file; alone, JSON lines on stdout");
+ABSL_FLAG(std::string, write_tuning_table, "",
+          "the fastest variant per shape and M, as a tuning table");
 
 namespace nibble::bench {
 namespace {
@@ -41,79 +59,6 @@ void ApplyQuickGrid(BenchOptions& options) {
                      {WeightFormat::kU4, 128}};
   options.repeats = 3;
 }
-
-}  // namespace
-
-absl::Status FlagError(absl::string_view flag, absl::string_view value,
-                       absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, "=", value, ": ", what));
-}
-
-absl::StatusOr<int64_t> ParsePositive(absl::string_view flag,
-                                      absl::string_view value,
-                                      absl::string_view item, int64_t max) {
-  int64_t number = 0;
-  if (!absl::SimpleAtoi(item, &number) || number <= 0) {
-    return FlagError(flag, value,
-                     absl::StrCat("\"", item, "\" is not a positive integer"));
-  }
-  if (number > max) {
-    return FlagError(
-        flag, value,
-        absl::StrCat(item, " is above the largest allowed, ", max));
-  }
-  return number;
-}
-
-// A comma-separated list of at least one item.
-absl::StatusOr<std::vector<absl::string_view>> SplitList(
-    absl::string_view flag, absl::string_view value) {
-  std::vector<absl::string_view> items = absl::StrSplit(value, ',');
-  for (absl::string_view item : items) {
-    if (item.empty()) {
-      return FlagError(flag, value,
-                       "give a comma-separated list without empty items");
-    }
-  }
-  return items;
-}
-
-absl::StatusOr<std::vector<int64_t>> ParsePositiveList(absl::string_view flag,
-                                                       absl::string_view value,
-                                                       int64_t max) {
-  absl::StatusOr<std::vector<absl::string_view>> items = SplitList(flag, value);
-  if (!items.ok()) return items.status();
-  std::vector<int64_t> numbers;
-  for (absl::string_view item : *items) {
-    absl::StatusOr<int64_t> number = ParsePositive(flag, value, item, max);
-    if (!number.ok()) return number.status();
-    numbers.push_back(*number);
-  }
-  return numbers;
-}
-
-absl::StatusOr<std::vector<Shape>> ParseShapes(absl::string_view value) {
-  absl::StatusOr<std::vector<absl::string_view>> items =
-      SplitList("shapes", value);
-  if (!items.ok()) return items.status();
-  std::vector<Shape> shapes;
-  for (absl::string_view item : *items) {
-    const std::vector<absl::string_view> sides = absl::StrSplit(item, 'x');
-    Shape shape;
-    if (sides.size() != 2 || !absl::SimpleAtoi(sides[0], &shape.k) ||
-        !absl::SimpleAtoi(sides[1], &shape.n) || shape.k <= 0 || shape.n <= 0) {
-      return FlagError("shapes", value,
-                       absl::StrCat("\"", item,
-                                    "\" is not KxN with positive K and N "
-                                    "(e.g. 4096x14336)"));
-    }
-    shapes.push_back(shape);
-  }
-  return shapes;
-}
-
-namespace {
 
 absl::StatusOr<std::vector<WeightFormat>> ParseFormats(
     absl::string_view value) {
@@ -243,86 +188,51 @@ absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<FlagArgument>> SplitFlags(
-    const std::vector<std::string>& args, absl::string_view program,
-    const std::vector<absl::string_view>& takes_value) {
-  std::vector<FlagArgument> flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      return std::vector<FlagArgument>{{"help", std::nullopt}};
-    }
-    if (arg.size() < 3 || arg.substr(0, 2) != "--") {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"",
-                                                     arg, "\": ", program,
-                                                     " takes only --flags"));
-    }
-    arg.remove_prefix(2);
-    const size_t equals = arg.find('=');
-    FlagArgument flag{std::string(arg.substr(0, equals)), std::nullopt};
-    if (equals != absl::string_view::npos) {
-      flag.value = std::string(arg.substr(equals + 1));
-    }
-    if (std::find(takes_value.begin(), takes_value.end(), flag.name) !=
-        takes_value.end()) {
-      if (!flag.value) {
-        if (i + 1 == args.size()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--", flag.name, " needs a value"));
-        }
-        flag.value = args[++i];
-      }
-      if (flag.value->empty()) {
-        return FlagError(flag.name, *flag.value, "the value is empty");
-      }
-    }
-    flags.push_back(std::move(flag));
-  }
-  return flags;
-}
-
-absl::StatusOr<BenchOptions> ParseBenchOptions(
-    const std::vector<std::string>& args) {
+absl::StatusOr<BenchOptions> ParseBenchCommandLine(int argc, char* argv[]) {
+  // The flags ApplyValueFlag reads; the others given are --quick, --json
+  // and absl's own (--flagfile, ...).
   static const std::vector<absl::string_view> kValueFlags = {
       "m",       "shapes",  "formats",      "groups",
       "threads", "repeats", "tuning_table", "write_tuning_table"};
-  absl::StatusOr<std::vector<FlagArgument>> flags =
-      SplitFlags(args, "nibble-bench", kValueFlags);
-  if (!flags.ok()) return flags.status();
+  absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
+      "nibble-bench", argc, argv,
+      {.optional_value_flags = {"json"}, .switch_flags = {"quick"}});
+  if (!command_line.ok()) return command_line.status();
   BenchOptions options = DefaultGrid();
+  if (command_line->help_requested) {
+    options.help = true;
+    return options;
+  }
   GivenFlags given;
-  for (const FlagArgument& flag : *flags) {
-    const std::string& name = flag.name;
-    if (name == "help") {
-      options.help = true;
-      return options;
-    }
-    if (name == "quick") {
-      if (flag.value)
-        return FlagError(name, *flag.value, "--quick takes no value");
-      given.quick = true;
-    } else if (name == "json") {
-      if (flag.value && flag.value->empty()) {
-        return FlagError(name, *flag.value,
-                         "give a file, or --json alone for stdout");
-      }
-      options.json_to_stdout = !flag.value.has_value();
-      options.json_path = flag.value.value_or("");
+  given.quick = absl::GetFlag(FLAGS_quick);
+  for (const std::string& name : command_line->flags_given) {
+    if (name == "json") {
+      options.json_path = absl::GetFlag(FLAGS_json);
+      options.json_to_stdout = options.json_path.empty();
     } else if (std::find(kValueFlags.begin(), kValueFlags.end(), name) !=
                kValueFlags.end()) {
-      if (absl::Status status =
-              ApplyValueFlag(name, *flag.value, given, options);
+      const std::string value = absl::FindCommandLineFlag(name)->CurrentValue();
+      if (absl::Status status = ApplyValueFlag(name, value, given, options);
           !status.ok()) {
         return status;
       }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     }
   }
   if (absl::Status status = BuildGrid(given, options); !status.ok()) {
     return status;
   }
   return options;
+}
+
+absl::StatusOr<BenchOptions> ParseBenchOptions(
+    const std::vector<std::string>& args) {
+  // Not in nibble-bench's own run: absl logs every flag a FlagSaver restores.
+  const absl::FlagSaver defaults;
+  std::vector<std::string> strings = {"nibble-bench"};
+  strings.insert(strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& string : strings) argv.push_back(string.data());
+  return ParseBenchCommandLine(static_cast<int>(argv.size()), argv.data());
 }
 
 std::string BenchUsage() {

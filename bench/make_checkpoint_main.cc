@@ -43,6 +43,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/bulk_allocator.h"
+#include "base/command_line.h"
 #include "checkpoint/gptq.h"
 #include "checkpoint/import.h"
 #include "checkpoint/safetensors.h"
@@ -70,10 +71,6 @@ namespace {
 using ::nibble::checkpoint::CheckpointLayout;
 using ::nibble::checkpoint::NamedTensorBytes;
 using ::nibble::checkpoint::SafetensorsDtype;
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 // One linear projection of a decoder layer, as B = weight^T [K, N].
 struct Projection {
@@ -396,6 +393,8 @@ int Main(int argc, char* argv[]) {
     return absl::EndsWith(file, "make_checkpoint_main.cc");
   };
   absl::SetFlagsUsageConfig(usage_config);
+  // absl's own parser, as nibbled's: nibble::ParseCommandLine would change
+  // the exit code of a bad flag (1 to 2), its message and --help.
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   const auto usage_error = [](absl::string_view message) {
     absl::FPrintF(stderr,

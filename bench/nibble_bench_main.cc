@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/command_line.h"
 #include "base/thread_pool.h"
 #include "bench/bench_grid.h"
 #include "bench/bench_options.h"
@@ -193,17 +194,16 @@ int Run(const BenchOptions& options) {
 
 int main(int argc, char** argv) {
   const absl::StatusOr<nibble::bench::BenchOptions> options =
-      nibble::bench::ParseBenchOptions(
-          std::vector<std::string>(argv + 1, argv + argc));
+      nibble::bench::ParseBenchCommandLine(argc, argv);
   if (!options.ok()) {
     absl::FPrintF(stderr,
                   "nibble-bench: %s\n(`nibble-bench --help` lists the flags)\n",
                   options.status().message());
-    return nibble::bench::kExitUsage;
+    return nibble::kExitUsage;
   }
   if (options->help) {
     std::cout << nibble::bench::BenchUsage();
-    return nibble::bench::kExitOk;
+    return nibble::kExitOk;
   }
   return nibble::bench::Run(*options);
 }

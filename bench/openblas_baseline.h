@@ -18,7 +18,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "bench/bench_options.h"
+#include "bench/bench_flags.h"
 #include "bench/timing.h"
 
 namespace nibble::bench {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_grid.h"
-#include "bench/bench_options.h"
 #include "bench/machine_limits.h"
 #include "bench/timing.h"
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/command_line.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/core/checkpoint_loader.h"
@@ -29,6 +30,9 @@
 
 namespace {
 
+using nibble::kExitFailure;
+using nibble::kExitOk;
+using nibble::kExitUsage;
 using nibble::server::Backend;
 using nibble::server::CheckpointLoadReport;
 using nibble::server::InitialWeightStore;
@@ -40,11 +44,8 @@ using nibble::server::NibbledOptions;
 using nibble::server::NibbleServer;
 using nibble::server::PlannedCheckpoint;
 
-// A bad flag, or a --data_dir or --backend that cannot be had.
-constexpr int kExitUsage = 2;
-// Anything else that stops nibbled before it serves.
-constexpr int kExitFailure = 1;
-
+// A flag value that cannot work, or a --data_dir or --backend that cannot be
+// had; anything else that stops nibbled before it serves is kExitFailure.
 int UsageError(const absl::Status& status) {
   absl::FPrintF(stderr, "nibbled: %s\n", status.message());
   return kExitUsage;
@@ -258,5 +259,5 @@ int main(int argc, char** argv) {
   AnnounceListening(*options, **server, isa, import.report);
   ServeUntilStopped(**server, stop_signals, *options);
   LogInfo("stopped");
-  return 0;
+  return kExitOk;
 }

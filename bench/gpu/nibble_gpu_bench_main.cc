@@ -26,12 +26,14 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,7 +44,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "bench/bench_options.h"
+#include "base/command_line.h"
+#include "bench/bench_flags.h"
 #include "bench/report.h"
 #include "bench/timing.h"
 #include "format/dtype.h"
@@ -50,6 +53,16 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_gemm.h"
 #include "kernels/gemm_kernel.h"
+
+// Strings, empty when not given, so that ApplyValueFlag parses and checks
+// them and names the flag in every mistake. Usage() says more.
+ABSL_FLAG(std::string, m, "", "rows of A, comma-separated");
+ABSL_FLAG(std::string, shapes, "", "weight shapes, KxN,...");
+ABSL_FLAG(std::string, formats, "", "weight formats at group sizes, F:G,...");
+ABSL_FLAG(std::string, repeats, "", "timed launches per variant and point");
+ABSL_FLAG(bool, quick, false, "two shapes, 50 repeats");
+ABSL_FLAG(std::string, json, "",
+          "JSON lines into this file; alone, JSON lines on stdout");
 
 namespace nibble::bench {
 namespace {
@@ -170,46 +183,37 @@ absl::Status ApplyValueFlag(absl::string_view name, absl::string_view value,
   return absl::OkStatus();
 }
 
-// The flags, without the program name. --quick is applied first, wherever it
-// is, so that the other flags change its grid.
-absl::StatusOr<GpuBenchOptions> ParseOptions(
-    const std::vector<std::string>& args) {
+// Sets the flags from argv and reads them. --quick is applied first, wherever
+// it is, so that the other flags change its grid.
+absl::StatusOr<GpuBenchOptions> ParseOptions(int argc, char* argv[]) {
+  // The flags ApplyValueFlag reads; the others given are --quick, --json and
+  // absl's own (--flagfile, ...).
   static const std::vector<absl::string_view> kValueFlags = {
       "m", "shapes", "formats", "repeats"};
-  absl::StatusOr<std::vector<FlagArgument>> flags =
-      SplitFlags(args, "nibble-gpu-bench", kValueFlags);
-  if (!flags.ok()) return flags.status();
+  absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
+      "nibble-gpu-bench", argc, argv,
+      {.optional_value_flags = {"json"}, .switch_flags = {"quick"}});
+  if (!command_line.ok()) return command_line.status();
   GpuBenchOptions options;
-  for (const FlagArgument& flag : *flags) {
-    if (flag.name == "quick") {
-      options.shapes = {{4096, 14336}, {14336, 4096}};
-      options.repeats = 50;
-    }
+  if (command_line->help_requested) {
+    options.help = true;
+    return options;
   }
-  for (const FlagArgument& flag : *flags) {
-    const std::string& name = flag.name;
-    if (name == "help") {
-      options.help = true;
-      return options;
-    }
-    if (name == "quick") {
-      if (flag.value)
-        return FlagError(name, *flag.value, "--quick takes no value");
-    } else if (name == "json") {
-      if (flag.value && flag.value->empty()) {
-        return FlagError(name, *flag.value,
-                         "give a file, or --json alone for stdout");
-      }
-      options.json_to_stdout = !flag.value.has_value();
-      options.json_path = flag.value.value_or("");
+  if (absl::GetFlag(FLAGS_quick)) {
+    options.shapes = {{4096, 14336}, {14336, 4096}};
+    options.repeats = 50;
+  }
+  for (const std::string& name : command_line->flags_given) {
+    if (name == "json") {
+      options.json_path = absl::GetFlag(FLAGS_json);
+      options.json_to_stdout = options.json_path.empty();
     } else if (std::find(kValueFlags.begin(), kValueFlags.end(), name) !=
                kValueFlags.end()) {
-      if (absl::Status status = ApplyValueFlag(name, *flag.value, options);
+      const std::string value = absl::FindCommandLineFlag(name)->CurrentValue();
+      if (absl::Status status = ApplyValueFlag(name, value, options);
           !status.ok()) {
         return status;
       }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     }
   }
   for (const Shape& shape : options.shapes) {
@@ -734,18 +738,17 @@ int Run(const GpuBenchOptions& options) {
 
 int main(int argc, char** argv) {
   const absl::StatusOr<nibble::bench::GpuBenchOptions> options =
-      nibble::bench::ParseOptions(
-          std::vector<std::string>(argv + 1, argv + argc));
+      nibble::bench::ParseOptions(argc, argv);
   if (!options.ok()) {
     absl::FPrintF(
         stderr,
         "nibble-gpu-bench: %s\n(`nibble-gpu-bench --help` lists the flags)\n",
         options.status().message());
-    return nibble::bench::kExitUsage;
+    return nibble::kExitUsage;
   }
   if (options->help) {
     std::cout << nibble::bench::Usage();
-    return nibble::bench::kExitOk;
+    return nibble::kExitOk;
   }
   return nibble::bench::Run(*options);
 }

@@ -337,6 +337,9 @@ absl::Status ParseNibbledFlags(int argc, char** argv) {
       !status.ok()) {
     return status;
   }
+  // absl's own parser, not nibble::ParseCommandLine, which would change what
+  // nibbled prints and returns for a bad flag (exit 2, other messages), for
+  // --help and for -h.
   absl::ParseCommandLine(argc, argv);
   return absl::OkStatus();
 }

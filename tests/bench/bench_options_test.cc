@@ -1,5 +1,5 @@
 // Tests nibble-bench's flag parsing: the default and quick grids, narrowing
-// flags, and usage mistakes.
+// flags, --json alone or with a file, and usage mistakes.
 #include "bench/bench_options.h"
 
 #include <string>
@@ -104,8 +104,36 @@ TEST(BenchOptionsTest, QuickIsSmallAndStillNarrows) {
   EXPECT_EQ(narrowed.repeats, 7);
 }
 
+TEST(BenchOptionsTest, EachParseStartsFromTheDefaults) {
+  EXPECT_THAT(Parse({"--m=4", "--quick"}).ms, ElementsAre(4));
+  const BenchOptions defaults = Parse({});
+  EXPECT_THAT(defaults.ms, ElementsAre(1, 4, 16, 64, 256));
+  EXPECT_EQ(defaults.repeats, 10);
+}
+
+TEST(BenchOptionsTest, JsonAloneWritesToStdout) {
+  const BenchOptions options = Parse({"--json"});
+  EXPECT_TRUE(options.json_to_stdout);
+  EXPECT_TRUE(options.json_path.empty());
+}
+
+TEST(BenchOptionsTest, JsonWithAFileWritesThere) {
+  const BenchOptions options = Parse({"--json=out.jsonl"});
+  EXPECT_FALSE(options.json_to_stdout);
+  EXPECT_EQ(options.json_path, "out.jsonl");
+}
+
+TEST(BenchOptionsTest, JsonAloneLeavesTheNextArgumentAlone) {
+  const BenchOptions options = Parse({"--json", "--quick", "--m=4"});
+  EXPECT_TRUE(options.json_to_stdout);
+  EXPECT_THAT(options.shapes, ElementsAre(Shape{1024, 1024}));
+  EXPECT_THAT(options.ms, ElementsAre(4));
+  EXPECT_EQ(Error({"--json", "out.jsonl"}),
+            "unexpected argument \"out.jsonl\": nibble-bench takes only "
+            "--flags");
+}
+
 TEST(BenchOptionsTest, OutputFlags) {
-  EXPECT_TRUE(Parse({"--json"}).json_to_stdout);
   const BenchOptions to_file =
       Parse({"--json=/tmp/r.jsonl", "--tuning_table", "in.txt",
              "--write_tuning_table=out.txt"});
@@ -121,7 +149,8 @@ TEST(BenchOptionsTest, UsageMistakesNameTheFlag) {
   EXPECT_EQ(Error({"--mm=1"}), "unknown flag --mm");
   EXPECT_EQ(Error({"stray"}),
             "unexpected argument \"stray\": nibble-bench takes only --flags");
-  EXPECT_EQ(Error({"--m"}), "--m needs a value");
+  // base/command_line's wording since it parses the flags.
+  EXPECT_EQ(Error({"--m"}), "flag --m needs a value");
   EXPECT_EQ(Error({"--m=1,0"}), "--m=1,0: \"0\" is not a positive integer");
   EXPECT_EQ(Error({"--m=1,,4"}),
             "--m=1,,4: give a comma-separated list without empty items");
@@ -138,9 +167,11 @@ TEST(BenchOptionsTest, UsageMistakesNameTheFlag) {
             "--formats=u4b8,int4: unknown weight format \"int4\": use fp4, "
             "u4b8, u4, mxfp4 or nvfp4");
   EXPECT_EQ(Error({"--quick=yes"}), "--quick=yes: --quick takes no value");
-  EXPECT_EQ(Error({"--json="}),
-            "--json=: give a file, or --json alone for stdout");
+  EXPECT_EQ(Error({"--noquick"}), "unknown flag --noquick");
+  EXPECT_EQ(Error({"--json="}), "--json=: give a value, or --json alone");
   EXPECT_EQ(Error({"--tuning_table="}), "--tuning_table=: the value is empty");
+  EXPECT_EQ(Error({"--tuning_table", ""}),
+            "--tuning_table=: the value is empty");
 }
 
 TEST(BenchOptionsTest, GridPointsMustBeValidWeights) {

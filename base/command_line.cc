@@ -1,7 +1,10 @@
-#include "client/command_line.h"
+#include "base/command_line.h"
 
 #include <algorithm>
+#include <deque>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
@@ -21,6 +24,8 @@ struct FlagArgument {
   std::string name;
   absl::CommandLineFlag* flag = nullptr;
   std::optional<std::string> value;
+  // "--noname" for the bool flag "name".
+  bool negated = false;
 };
 
 FlagArgument IdentifyFlag(absl::string_view argument) {
@@ -41,15 +46,25 @@ FlagArgument IdentifyFlag(absl::string_view argument) {
       result.name = result.name.substr(2);
       result.flag = negated;
       result.value = "false";
+      result.negated = true;
     }
   }
   return result;
 }
 
+bool Contains(const std::vector<std::string>& names, absl::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 }  // namespace
 
-absl::StatusOr<CommandLine> ParseCommandLine(int argc, char* argv[]) {
+absl::StatusOr<CommandLine> ParseCommandLine(
+    int argc, char* argv[], const CommandLineOptions& options) {
   CommandLine command_line;
+  // What absl::ParseCommandLine gets: argv, with an optional-value flag given
+  // alone as "--name=", since absl would take the next argument as its value.
+  std::vector<char*> absl_argv(argv, argv + argc);
+  std::deque<std::string> rewritten;
   // Check every flag before absl::ParseCommandLine sees them, so that it has
   // nothing left to reject.
   for (int i = 1; i < argc; ++i) {
@@ -61,9 +76,25 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char* argv[]) {
       command_line.help_requested = true;
       return command_line;
     }
-    if (flag.flag == nullptr) {
+    if (flag.flag == nullptr ||
+        (flag.negated && Contains(options.switch_flags, flag.name))) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", flag.name));
+          absl::StrCat("unknown flag --", flag.negated ? "no" : "", flag.name));
+    }
+    if (flag.value.has_value() && Contains(options.switch_flags, flag.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag.name, "=", *flag.value, ": --", flag.name,
+                       " takes no value"));
+    }
+    if (Contains(options.optional_value_flags, flag.name)) {
+      if (!flag.value.has_value()) {
+        flag.value = "";
+        absl_argv[i] =
+            rewritten.emplace_back(absl::StrCat("--", flag.name, "=")).data();
+      } else if (flag.value->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag.name, "=: give a value, or --", flag.name, " alone"));
+      }
     }
     if (!flag.value.has_value()) {
       if (flag.flag->IsOfType<bool>()) {
@@ -83,7 +114,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char* argv[]) {
     }
     command_line.flags_given.push_back(flag.name);
   }
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = absl::ParseCommandLine(
+      static_cast<int>(absl_argv.size()), absl_argv.data());
   command_line.positional.assign(positional.begin() + 1, positional.end());
   return command_line;
 }
