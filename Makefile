@@ -44,7 +44,7 @@ bench: configure
 
 # nibble-load's rate and stall targets against a nibbled on loopback.
 load-bench: build
-	bench/load_rate.sh $(BUILD_DIR)/bin
+	bench/server/load_rate.sh $(BUILD_DIR)/bin
 
 # The kernels alone, their tests and benchmark: no gRPC needed (GPU machines).
 kernels:
@@ -65,7 +65,7 @@ format:
 batching-bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load \
 	  nibble-bench
-	bench/batching_bench.sh $(BUILD_DIR)/bin
+	bench/server/batching_bench.sh $(BUILD_DIR)/bin
 
 # The unary latency target: Matmul M = 1 at concurrency 1 on a 4096x4096 u4b8
 # weight against the kernel time plus twice the health Check RPC's p50.
@@ -73,7 +73,7 @@ batching-bench: configure
 latency-bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load \
 	  nibble-bench
-	bench/latency_bench.sh $(BUILD_DIR)/bin
+	bench/server/latency_bench.sh $(BUILD_DIR)/bin
 
 # The import target: `nibble import` of a 1 GiB safetensors checkpoint (GPTQ,
 # AWQ, and BF16 quantized as u4b8:128; synthetic, nibble-make-checkpoint)
@@ -84,7 +84,7 @@ latency-bench: configure
 import-bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble \
 	  nibble-make-checkpoint
-	bench/import_bench.sh $(BUILD_DIR)/bin
+	bench/checkpoint/import_bench.sh $(BUILD_DIR)/bin
 
 # On the GPU machine: the kernels-only CUDA build, the GPU tests (also under
 # compute-sanitizer), nibble-gpu-bench against PyTorch, and the targets'

@@ -2,7 +2,7 @@
 # `make gpu-check`, run on the GPU machine: builds the kernels with CUDA and
 # without gRPC, runs the GPU tests (ctest -L gpu, then the test binary under
 # compute-sanitizer memcheck), nibble-gpu-bench (u4b8, fp4, mxfp4 and nvfp4)
-# and the PyTorch baselines, and prints bench/gpu/gpu_report.py's tables of
+# and the PyTorch baselines, and prints bench/kernels/cuda/gpu_report.py's tables of
 # the targets and of the formats side by side last.
 #
 # Usage: deploy/gpu-check.sh [BUILD_DIR]   (default build-gpu)
@@ -150,15 +150,15 @@ if ((bench_built)); then
 else
   skip nibble-gpu-bench "its build failed"
 fi
-step "torch baselines" torch.log "$PYTHON" bench/gpu/torch_baselines.py \
+step "torch baselines" torch.log "$PYTHON" bench/kernels/cuda/torch_baselines.py \
   "${bench_flags[@]}" "--json=$OUT/torch.jsonl"
 
 # The report is printed last by finish, so its step shows no log tail.
 if [[ -s $OUT/nibble_gpu.jsonl ]]; then
   echo "== targets"
-  "$PYTHON" bench/gpu/gpu_report.py --markdown "$OUT/nibble_gpu.jsonl" \
+  "$PYTHON" bench/kernels/cuda/gpu_report.py --markdown "$OUT/nibble_gpu.jsonl" \
     "$OUT/torch.jsonl" >"$OUT/report.md" 2>/dev/null
-  if "$PYTHON" bench/gpu/gpu_report.py "$OUT/nibble_gpu.jsonl" \
+  if "$PYTHON" bench/kernels/cuda/gpu_report.py "$OUT/nibble_gpu.jsonl" \
     "$OUT/torch.jsonl" >"$OUT/report.txt" 2>&1; then
     passed+=(targets)
   else

@@ -3,7 +3,7 @@
 # they load, the dynamic loader included, into one folder that runs on any
 # x86-64 Linux machine, one without gRPC or abseil too (a GPU machine
 # reached through the device tool, say): bin/ holds a wrapper per program
-# that starts it through the bundled loader. bench/import_bench.sh takes
+# that starts it through the bundled loader. bench/checkpoint/import_bench.sh takes
 # OUT_DIR/bin as its BIN_DIR.
 #
 #   deploy/portable-bundle.sh [BIN_DIR] [OUT_DIR]   (build/bin, build/portable)

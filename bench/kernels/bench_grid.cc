@@ -1,0 +1,85 @@
+#include "bench/kernels/bench_grid.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "format/weight_format.h"
+#include "kernels/packed_weight.h"
+
+namespace nibble::bench {
+
+std::vector<const GemmKernel*> FastKernels(
+    std::span<const GemmKernel* const> kernels, const GemmProblem& problem) {
+  std::vector<const GemmKernel*> fast;
+  for (KernelVariant variant : kFastVariants) {
+    for (const GemmKernel* kernel : kernels) {
+      if (kernel->variant() == variant && kernel->Supports(problem)) {
+        fast.push_back(kernel);
+        break;
+      }
+    }
+  }
+  return fast;
+}
+
+absl::StatusOr<std::vector<PointResult>> TimeWeight(
+    const WeightKind& kind, const Shape& shape, const std::vector<int64_t>& ms,
+    const Scheduler& scheduler, ThreadPool& pool, int repeats,
+    int64_t llc_bytes, absl::FunctionRef<void(int64_t m)> before_each) {
+  const WeightSpec spec{kind.format, shape.k, shape.n, kind.group_size};
+  absl::StatusOr<PackedWeight> packed =
+      PackedWeight::Pack(RandomQuantizedWeight(spec, /*seed=*/42));
+  if (!packed.ok()) return packed.status();
+  const int copies = CopiesToLeaveTheCache(packed->resident_bytes(), llc_bytes);
+  const std::vector<PackedWeight> weights(copies, *packed);
+
+  std::vector<PointResult> results;
+  for (int64_t m : ms) {
+    before_each(m);
+    const GemmProblem problem =
+        MakeGemmProblem(*packed, m, DType::kF32, pool.threads());
+    const std::vector<float> a = RandomFloats(m * shape.k, /*seed=*/m);
+    std::vector<float> c(m * shape.n);
+    absl::StatusOr<const GemmKernel*> pick = scheduler.Pick(problem);
+    if (!pick.ok()) return pick.status();
+
+    std::vector<const GemmKernel*> timed =
+        FastKernels(scheduler.kernels(), problem);
+    if (std::find(timed.begin(), timed.end(), *pick) == timed.end() &&
+        (*pick)->variant() != KernelVariant::kReference) {
+      timed.push_back(*pick);
+    }
+    PointResult result{.weight = kind,
+                       .shape = shape,
+                       .m = m,
+                       .threads = pool.threads(),
+                       .weight_bytes = packed->resident_bytes(),
+                       .kernels = {},
+                       .pick = std::string((*pick)->name())};
+    for (const GemmKernel* kernel : timed) {
+      absl::Status status;
+      const Timing timing = TimeCalls(
+          [&](int call) {
+            if (!status.ok()) return;
+            status = kernel->Run(
+                problem, {&weights[call % copies], a.data(), c.data()}, pool);
+          },
+          repeats);
+      if (!status.ok()) {
+        return absl::InternalError(absl::StrCat(kernel->name(), " failed on ",
+                                                problem.DebugString(), ": ",
+                                                status.message()));
+      }
+      result.kernels.push_back({.kernel = std::string(kernel->name()),
+                                .variant = kernel->variant(),
+                                .pick = kernel == *pick,
+                                .timing = timing});
+    }
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+}  // namespace nibble::bench

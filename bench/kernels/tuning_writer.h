@@ -1,0 +1,26 @@
+// Turns nibble-bench's measurements into the tuning table that nibbled and
+// the scheduler read: for each format, group, shape and thread count, the
+// fastest variant at each M of the grid. Consecutive Ms with the same winner
+// merge into one rule, and a winner at grid M_i covers m up to M_{i+1} - 1;
+// the last one covers any m (max_m 0).
+//
+// Example:
+//   nibble::TuningTable table = nibble::bench::MeasuredTuningTable(results);
+//   file << table.Serialize();
+#ifndef NIBBLE_BENCH_KERNELS_TUNING_WRITER_H_
+#define NIBBLE_BENCH_KERNELS_TUNING_WRITER_H_
+
+#include <vector>
+
+#include "bench/kernels/bench_grid.h"
+#include "kernels/tuning_table.h"
+
+namespace nibble::bench {
+
+// Rules in the order the keys first appear in `results`. Points without a
+// timed kernel are left out.
+TuningTable MeasuredTuningTable(const std::vector<PointResult>& results);
+
+}  // namespace nibble::bench
+
+#endif  // NIBBLE_BENCH_KERNELS_TUNING_WRITER_H_
