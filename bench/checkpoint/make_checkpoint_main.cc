@@ -9,8 +9,8 @@
 // random from --seed, so that every run writes the same bytes. --evict drops
 // a file from the page cache without root, so that the next read of it comes
 // from the disk. --fresh_memory times what storing that many bytes of
-// weights costs in memory alone. Used by bench/checkpoint/import_bench.sh (`make
-// import-bench`).
+// weights costs in memory alone. Used by bench/checkpoint/import_bench.sh
+// (`make import-bench`).
 //
 //   nibble-make-checkpoint --layout=gptq --bytes=1073741824 --out=ckpt.st
 //   nibble-make-checkpoint --evict=ckpt.st

@@ -1,8 +1,8 @@
 // nibble-gpu-bench: times nibble's CUDA kernels on a grid of shapes, weight
 // formats and M against the GPU's copy bandwidth, and writes JSON lines with
-// the fields nibble-bench writes. bench/kernels/cuda/torch_baselines.py times PyTorch
-// on the same grid and bench/kernels/cuda/gpu_report.py compares the two; `make
-// gpu-check` (deploy/gpu-check.sh) runs all three.
+// the fields nibble-bench writes. bench/kernels/cuda/torch_baselines.py times
+// PyTorch on the same grid and bench/kernels/cuda/gpu_report.py compares the
+// two; `make gpu-check` (deploy/gpu-check.sh) runs all three.
 //
 // How a point is timed: every variant (fused, double_buffered, striped) runs
 // kWarmupLaunches launches; then, behind a host function that holds the
