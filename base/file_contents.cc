@@ -17,16 +17,13 @@ absl::Status FileError(absl::string_view action, const std::string& path,
   std::string message =
       absl::StrCat("cannot ", action, " ", path, ": ",
                    std::error_code(error, std::generic_category()).message());
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(std::move(message));
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(std::move(message));
-    default:
-      return absl::UnavailableError(std::move(message));
+  if (error == ENOENT || error == ENOTDIR) {
+    return absl::NotFoundError(std::move(message));
   }
+  if (error == EACCES || error == EPERM) {
+    return absl::PermissionDeniedError(std::move(message));
+  }
+  return absl::UnavailableError(std::move(message));
 }
 
 absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
