@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/choice_list.h"
 
 namespace nibble {
 
@@ -36,20 +37,16 @@ size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 absl::StatusOr<DType> DTypeFromWire(int wire_value,
                                     absl::string_view wire_name) {
-  std::string valid;
-  for (size_t i = 0; i < std::size(kDTypeTable); ++i) {
-    const DTypeTraits& row = kDTypeTable[i];
+  std::vector<std::string> valid;
+  for (const DTypeTraits& row : kDTypeTable) {
     if (wire_value == row.wire_value) return row.dtype;
-    absl::StrAppend(&valid,
-                    i == 0                            ? ""
-                    : i + 1 == std::size(kDTypeTable) ? " or "
-                                                      : ", ",
-                    "DTYPE_", absl::AsciiStrToUpper(DTypeName(row.dtype)));
+    valid.push_back(
+        absl::StrCat("DTYPE_", absl::AsciiStrToUpper(DTypeName(row.dtype))));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "dtype ",
+  return UnsupportedChoiceError(
+      "dtype",
       wire_name.empty() ? absl::StrCat(wire_value) : std::string(wire_name),
-      " is not supported: use ", valid));
+      valid);
 }
 
 uint16_t FloatToHalf(float f) {

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/choice_list.h"
 #include "format/dequant.h"
 #include "format/dtype.h"
 
@@ -23,18 +24,11 @@ absl::StatusOr<WeightFormat> ParseWeightFormat(absl::string_view name) {
 
 std::string WeightFormatNamesWhere(bool (*has)(WeightFormat),
                                    absl::string_view last_separator) {
-  std::vector<absl::string_view> names;
+  std::vector<std::string> names;
   for (const WeightFormatTraits& row : kWeightFormatTable) {
-    if (has(row.format)) names.push_back(row.name);
+    if (has(row.format)) names.emplace_back(row.name);
   }
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) {
-      absl::StrAppend(&text, i + 1 == names.size() ? last_separator : ", ");
-    }
-    absl::StrAppend(&text, names[i]);
-  }
-  return text;
+  return JoinList(names, last_separator);
 }
 
 std::string WeightFormatNames(absl::string_view last_separator) {
@@ -54,20 +48,16 @@ std::string FixedGroupSizesText() {
 
 absl::StatusOr<WeightFormat> WeightFormatFromWire(int wire_value,
                                                   absl::string_view wire_name) {
-  std::string valid;
-  for (size_t i = 0; i < kWeightFormatCount; ++i) {
-    const WeightFormatTraits& row = kWeightFormatTable[i];
+  std::vector<std::string> valid;
+  for (const WeightFormatTraits& row : kWeightFormatTable) {
     if (wire_value == row.wire_value) return row.format;
-    absl::StrAppend(&valid,
-                    i == 0                        ? ""
-                    : i + 1 == kWeightFormatCount ? " or "
-                                                  : ", ",
-                    "WEIGHT_FORMAT_", absl::AsciiStrToUpper(row.name));
+    valid.push_back(
+        absl::StrCat("WEIGHT_FORMAT_", absl::AsciiStrToUpper(row.name)));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "weight format ",
+  return UnsupportedChoiceError(
+      "weight format",
       wire_name.empty() ? absl::StrCat(wire_value) : std::string(wire_name),
-      " is not supported: use ", valid));
+      valid);
 }
 
 absl::StatusOr<WeightFormat> WeightFormatFromFileCode(uint32_t code) {
