@@ -192,9 +192,15 @@ std::vector<const GemmKernel*> CudaKernels() {
 KernelVariant PreferredVariant(const GemmProblem& problem) {
   // On an H100 (make gpu-check, docs/performance.md): up to 64 rows the weight
   // read dominates and stream-K keeps every multiprocessor streaming to the
-  // end; above, the MMAs dominate and the codes are best kept out of shared
-  // memory, which the larger A tile needs.
-  return problem.m <= 64 ? KernelVariant::kStriped : KernelVariant::kFused;
+  // end; above, the MMAs dominate: on Hopper striped runs wgmma, before it
+  // fused keeps the codes out of shared memory, which the larger A tile
+  // needs.
+  if (problem.m <= 64) return KernelVariant::kStriped;
+  absl::StatusOr<DeviceInfo> device = CurrentDevice();
+  return device.ok() && UsesWgmma(KernelVariant::kStriped, problem.m,
+                                  device->compute_capability)
+             ? KernelVariant::kStriped
+             : KernelVariant::kFused;
 }
 
 }  // namespace nibble::cuda

@@ -1,5 +1,9 @@
-// Planning and launching the GEMM kernel of gemm_kernel.cuh: which kernel
-// by format, type and rows, and how many blocks share the work.
+// Planning and launching the GEMM kernels of gemm_kernel.cuh and
+// wgmma_kernel.cuh: which kernel by GPU, variant, format, type and rows, and
+// how many blocks share the work.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -10,19 +14,26 @@
 #include "kernels/cuda/cuda_gemm.h"
 #include "kernels/cuda/device_layout.h"
 #include "kernels/cuda/gemm_kernel.cuh"
+#include "kernels/cuda/wgmma_kernel.cuh"
 
 namespace nibble::cuda {
 namespace {
 
 using internal::ChooseFormatKernel;
+using internal::ChooseWgmmaKernel;
 using internal::KernelChoice;
-using internal::KernelFunction;
-using internal::kThreads;
+using internal::kWgmmaStepK;
 using internal::OutType;
 using internal::Params;
-using internal::ScaleRowsPerStep;
+using internal::ScaleRowK;
+using internal::WgmmaParams;
 
-// Rows of C per tile: 16, 32, 64 or 128, the fewest that cover M (up to 128).
+// Fewer rows than this leave wgmma's tensor cores mostly idle on rows of
+// zeros: the mma.sync kernel's 16- and 32-row tiles run them.
+constexpr int64_t kWgmmaMinRows = 32;
+
+// Rows of C per mma.sync tile: 16, 32, 64 or 128 (as m16 tiles), the fewest
+// that cover M (up to 128).
 int MTilesFor(int64_t m) {
   if (m <= 16) return 1;
   if (m <= 32) return 2;
@@ -30,60 +41,74 @@ int MTilesFor(int64_t m) {
   return 8;
 }
 
-KernelChoice Choose(WeightFormat format, DType a_dtype, int m_tiles,
-                    bool register_codes) {
+template <WeightFormat kFormat>
+KernelChoice ChooseFor(KernelVariant variant, bool wgmma, DType a_dtype,
+                       int64_t m) {
+  if (wgmma) {
+    return ChooseWgmmaKernel<kFormat>(
+        a_dtype, static_cast<int>(std::min<int64_t>(m, 256)));
+  }
+  return ChooseFormatKernel<kFormat>(a_dtype, MTilesFor(m),
+                                     variant == KernelVariant::kFused);
+}
+
+KernelChoice Choose(KernelVariant variant, bool wgmma, WeightFormat format,
+                    DType a_dtype, int64_t m) {
   switch (format) {
     // E8M0 scales are fp16 in the device layout: fp4 from there.
     case WeightFormat::kFp4:
     case WeightFormat::kMxfp4:
-      return ChooseFormatKernel<WeightFormat::kFp4>(a_dtype, m_tiles,
-                                                    register_codes);
+      return ChooseFor<WeightFormat::kFp4>(variant, wgmma, a_dtype, m);
     case WeightFormat::kNvfp4:
-      return ChooseFormatKernel<WeightFormat::kNvfp4>(a_dtype, m_tiles,
-                                                      register_codes);
+      return ChooseFor<WeightFormat::kNvfp4>(variant, wgmma, a_dtype, m);
     case WeightFormat::kU4b8:
-      return ChooseFormatKernel<WeightFormat::kU4b8>(a_dtype, m_tiles,
-                                                     register_codes);
+      return ChooseFor<WeightFormat::kU4b8>(variant, wgmma, a_dtype, m);
     case WeightFormat::kU4:
-      return ChooseFormatKernel<WeightFormat::kU4>(a_dtype, m_tiles,
-                                                   register_codes);
+      return ChooseFor<WeightFormat::kU4>(variant, wgmma, a_dtype, m);
   }
   return {};
+}
+
+const void* FunctionOf(const KernelChoice& kernel) {
+  return kernel.function != nullptr
+             ? reinterpret_cast<const void*>(kernel.function)
+             : reinterpret_cast<const void*>(kernel.wgmma_function);
 }
 
 // Raises the kernel's shared-memory limit and asks how many of its blocks
 // fit on a multiprocessor, once per kernel: launches stay cheap on the host.
 absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
   static absl::Mutex mutex;
-  static auto* known = new absl::flat_hash_map<KernelFunction, int>();
+  static auto* known = new absl::flat_hash_map<const void*, int>();
+  const void* function = FunctionOf(kernel);
   absl::MutexLock lock(&mutex);
-  if (auto it = known->find(kernel.function); it != known->end()) {
+  if (auto it = known->find(function); it != known->end()) {
     return it->second;
   }
-  if (absl::Status status = CudaStatus(
-          cudaFuncSetAttribute(kernel.function,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kernel.shared_bytes),
-          "cudaFuncSetAttribute");
+  if (absl::Status status =
+          CudaStatus(cudaFuncSetAttribute(
+                         function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         kernel.shared_bytes),
+                     "cudaFuncSetAttribute");
       !status.ok()) {
     return status;
   }
   int blocks = 0;
   if (absl::Status status = CudaStatus(
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-              &blocks, kernel.function, kThreads, kernel.shared_bytes),
+              &blocks, function, kernel.threads, kernel.shared_bytes),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
       !status.ok()) {
     return status;
   }
-  known->emplace(kernel.function, blocks);
+  known->emplace(function, blocks);
   return blocks;
 }
 
-// How a launch divides a problem: rows per tile (16 · m_tiles), thread
-// blocks, and output tiles, which blocks share when there are more blocks.
+// How a launch divides a problem: rows per tile, thread blocks, and output
+// tiles, which blocks share when there are more blocks.
 struct LaunchPlan {
-  int m_tiles = 1;
+  int64_t rows = 0;
   int64_t blocks = 0;
   int64_t tiles = 0;
   int64_t steps_per_tile = 0;
@@ -96,20 +121,19 @@ struct Plan {
   int iters_extra = 0;
 };
 
-absl::StatusOr<Plan> MakePlan(KernelVariant variant, int64_t m,
+absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
                               const WeightSpec& spec, DType a_dtype,
                               int sm_count) {
   Plan plan;
-  const bool register_codes = variant == KernelVariant::kFused;
-  plan.kernel = Choose(spec.format, a_dtype, MTilesFor(m), register_codes);
+  plan.kernel = Choose(variant, wgmma, spec.format, a_dtype, m);
   absl::StatusOr<int> blocks_per_sm = BlocksPerSm(plan.kernel);
   if (!blocks_per_sm.ok()) return blocks_per_sm.status();
   LaunchPlan& launch = plan.launch;
-  launch.m_tiles = plan.kernel.m_tiles;
-  const int64_t rows = 16 * launch.m_tiles;
+  launch.rows = plan.kernel.rows;
   const int64_t padded_n = (spec.n + kTileN - 1) / kTileN * kTileN;
-  launch.tiles = (m + rows - 1) / rows * (padded_n / plan.kernel.columns);
-  launch.steps_per_tile = spec.k / kKMultiple;
+  launch.tiles =
+      (m + launch.rows - 1) / launch.rows * (padded_n / plan.kernel.columns);
+  launch.steps_per_tile = spec.k / (wgmma ? kWgmmaStepK : kKMultiple);
   const int64_t iterations = launch.tiles * launch.steps_per_tile;
   if (iterations >= int64_t{1} << 31) {
     return absl::InvalidArgumentError(
@@ -135,11 +159,51 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, int64_t m,
 }
 
 // Params::group_step_shift: log2 of the scale rows in a group (a scale row
-// is kKMultiple / ScaleRowsPerStep rows of K), or 31 for one group.
+// is ScaleRowK rows of K), or 31 for one group.
 int GroupStepShift(const WeightSpec& spec) {
   if (spec.group_size == spec.k) return 31;
-  const int64_t scale_row = kKMultiple / ScaleRowsPerStep(spec.format);
-  return std::countr_zero(static_cast<uint64_t>(spec.group_size / scale_row));
+  return std::countr_zero(
+      static_cast<uint64_t>(spec.group_size / ScaleRowK(spec.format)));
+}
+
+// A [M, K] for the wgmma kernel's tensor copies: boxes of kWgmmaStepK
+// values by `rows` rows, in the 128-byte swizzle its MMAs read.
+absl::StatusOr<CUtensorMap> ActivationMap(const void* a, DType a_dtype,
+                                          int64_t m, int64_t k, int rows) {
+  static const auto encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    const bool ok = cudaGetDriverEntryPointByVersion(
+                        "cuTensorMapEncodeTiled", &function, 12000,
+                        cudaEnableDefault, &found) == cudaSuccess &&
+                    found == cudaDriverEntryPointSuccess;
+    return ok ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function)
+              : nullptr;
+  }();
+  if (encode == nullptr) {
+    return absl::UnavailableError(
+        "the CUDA driver has no cuTensorMapEncodeTiled: update the driver to "
+        "one for CUDA 12 or later");
+  }
+  CUtensorMap map;
+  const cuuint64_t sizes[2] = {static_cast<cuuint64_t>(k),
+                               static_cast<cuuint64_t>(m)};
+  const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {kWgmmaStepK, static_cast<cuuint32_t>(rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = encode(
+      &map,
+      a_dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      2, const_cast<void*>(a), sizes, row_bytes, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cuTensorMapEncodeTiled for A [", m,
+                                            ", ", k, "] failed: error ",
+                                            static_cast<int>(result)));
+  }
+  return map;
 }
 
 OutType OutTypeOf(DType dtype) {
@@ -179,14 +243,17 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   }
   absl::StatusOr<DeviceInfo> device = CurrentDevice();
   if (!device.ok()) return device.status();
-  absl::StatusOr<Plan> plan =
-      MakePlan(gemm.variant, gemm.m, spec, gemm.a_dtype, device->sm_count);
+  // The tensor copies need A 16-byte aligned.
+  const bool wgmma =
+      UsesWgmma(gemm.variant, gemm.m, device->compute_capability) &&
+      reinterpret_cast<uintptr_t>(gemm.a) % 16 == 0;
+  absl::StatusOr<Plan> plan = MakePlan(gemm.variant, wgmma, gemm.m, spec,
+                                       gemm.a_dtype, device->sm_count);
   if (!plan.ok()) return plan.status();
   const LaunchPlan& launch = plan->launch;
   if (launch.blocks != launch.tiles) {
     if (absl::Status status = workspace.Reserve(
-            launch.tiles * 16 * launch.m_tiles * plan->kernel.columns,
-            launch.tiles);
+            launch.tiles * launch.rows * plan->kernel.columns, launch.tiles);
         !status.ok()) {
       return status;
     }
@@ -205,18 +272,41 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   params.blocks16_n = static_cast<int>(gemm.b->padded_n() / 16);
   params.group_step_shift = GroupStepShift(spec);
   params.k_steps = static_cast<int>(launch.steps_per_tile);
-  params.tiles_m = static_cast<int>((gemm.m + 16 * launch.m_tiles - 1) /
-                                    (16 * launch.m_tiles));
+  params.tiles_m = static_cast<int>((gemm.m + launch.rows - 1) / launch.rows);
   params.iters_base = plan->iters_base;
   params.iters_extra = plan->iters_extra;
   params.out = OutTypeOf(gemm.c_dtype);
   params.output_scale = gemm.b->output_scale();
-  plan->kernel.function<<<static_cast<unsigned>(launch.blocks), kThreads,
-                          plan->kernel.shared_bytes, stream>>>(params);
+  const dim3 grid(static_cast<unsigned>(launch.blocks));
+  const KernelChoice& kernel = plan->kernel;
+  if (wgmma) {
+    absl::StatusOr<CUtensorMap> a_map = ActivationMap(
+        gemm.a, gemm.a_dtype, gemm.m, spec.k, static_cast<int>(launch.rows));
+    if (!a_map.ok()) return a_map.status();
+    kernel
+        .wgmma_function<<<grid, kernel.threads, kernel.shared_bytes, stream>>>(
+            WgmmaParams{*a_map, params});
+  } else {
+    kernel.function<<<grid, kernel.threads, kernel.shared_bytes, stream>>>(
+        params);
+  }
   return CudaStatus(
       cudaGetLastError(),
-      absl::StrCat("launching ", KernelName(gemm.variant, spec.format,
-                                            device->compute_capability)));
+      absl::StrCat("launching ",
+                   LaunchedKernelName(gemm.variant, spec.format,
+                                      device->compute_capability, gemm.m)));
+}
+
+bool UsesWgmma(KernelVariant variant, int64_t m, int compute_capability) {
+  return compute_capability == 90 && variant != KernelVariant::kFused &&
+         m >= kWgmmaMinRows;
+}
+
+std::string LaunchedKernelName(KernelVariant variant, WeightFormat format,
+                               int compute_capability, int64_t m) {
+  return absl::StrCat(
+      KernelName(variant, format, compute_capability),
+      UsesWgmma(variant, m, compute_capability) ? "_wgmma" : "");
 }
 
 }  // namespace nibble::cuda

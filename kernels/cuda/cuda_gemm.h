@@ -3,7 +3,7 @@
 // CUDA runtime; the rest of nibble uses cuda_backend.h.
 //
 // C [M, N] = A [M, K] · dequant(B), A in fp16 or bf16, fp32 accumulation on
-// mma.sync m16n8k16, C in fp16, bf16 or fp32.
+// mma.sync m16n8k16 or, on Hopper, wgmma m64n64k16; C in fp16, bf16 or fp32.
 //
 // Example:
 //   nibble::cuda::Workspace workspace;
@@ -156,6 +156,16 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
 // e.g. "fused_u4b8_sm90": variant, format and the architecture it runs.
 std::string KernelName(KernelVariant variant, WeightFormat format,
                        int compute_capability);
+
+// Whether a launch of `variant` for `m` rows runs the wgmma kernel
+// (wgmma_kernel.cuh) on a GPU of `compute_capability`: the pipelined
+// variants on Hopper from 32 rows do, unless A is not 16-byte aligned (the
+// tensor copies need it); the rest run the mma.sync kernel.
+bool UsesWgmma(KernelVariant variant, int64_t m, int compute_capability);
+
+// KernelName with "_wgmma" where UsesWgmma: what a launch of m rows runs.
+std::string LaunchedKernelName(KernelVariant variant, WeightFormat format,
+                               int compute_capability, int64_t m);
 
 }  // namespace nibble::cuda
 

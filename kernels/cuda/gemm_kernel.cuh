@@ -5,21 +5,20 @@
 // its scales into fp16 (device_layout.h), after which it is fp4 with groups
 // of 32 and a factor on C (KernelFormat).
 //
-// A thread block owns a tile of 16 * MT rows and 128 or 256 columns of C and
-// walks K in stages of kStepK = 128 rows. Each of its 8 warps owns one or two
-// 16-column blocks: per 16-row block of K and column block it dequantizes one
-// 32-bit word of codes (its two n8 B fragments, see device_layout.h) in
-// registers and issues 2 * MT mma.sync.m16n8k16 with fp32 accumulators. A,
-// scales and zero points go through a ring of kStages shared-memory stages
-// filled by cp.async.
+// The mma.sync kernel: what runs on GPUs before Hopper, and the fused
+// variant on Hopper (wgmma_kernel.cuh has the others there). A thread block
+// owns a tile of 16 * MT rows and 128 or 256 columns of C and walks K in stages
+// of kStepK = 128 rows. Each of its 8 warps owns one or two 16-column blocks:
+// per 16-row block of K and column block it dequantizes one 32-bit word of
+// codes (its two n8 B fragments, see device_layout.h) in registers and issues 2
+// * MT mma.sync.m16n8k16 with fp32 accumulators. A, scales and zero points go
+// through a ring of kStages shared-memory stages filled by cp.async.
 //   fused:           codes go from global memory straight into a ring of
 //                    registers, never through shared memory;
 //   double_buffered: codes go through the cp.async stages too;
 //   striped:         double_buffered with the (tile, k step) sequence cut
 //                    evenly across one wave of blocks (stream-K).
-// Whenever a block covers only part of a tile's K steps, it adds its fp32
-// partial sums into the workspace; the last block to finish a tile (a
-// counter per tile) writes C and zeroes the workspace behind it.
+// Tiles shared by several blocks are summed as gemm_common.cuh says.
 #ifndef NIBBLE_KERNELS_CUDA_GEMM_KERNEL_CUH_
 #define NIBBLE_KERNELS_CUDA_GEMM_KERNEL_CUH_
 
@@ -28,11 +27,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "format/dtype.h"
 #include "format/weight_format.h"
+#include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/device_layout.h"
+#include "kernels/cuda/gemm_common.cuh"
 
 namespace nibble::cuda::internal {
 
@@ -43,181 +43,17 @@ constexpr int kWarps = kThreads / 32;
 // that the barrier and the bookkeeping of a stage pay for 8 KB of codes.
 constexpr int kStepK = 2 * static_cast<int>(kTileK);
 // Per stage and 16-column block of each warp: codes, and scales and zero
-// points in kScaleRows rows, one per 32 rows of K (per 16 rows for formats
-// whose groups are 16 rows), so that a 16-row block kk reads row
-// kk * kScaleRows / 8 whatever the group size.
+// points in kScaleRows rows, one per ScaleRowK rows of K, so that a 16-row
+// block kk reads row kk * kScaleRows / 8 whatever the group size.
 constexpr int kCodeBytesPerBlock = kThreads * 32;
 constexpr int kZeroBytesPerBlock = 4 * kWarps * 8 * 2;
 
 constexpr int ScaleRowsPerStep(WeightFormat format) {
-  return FixedGroupSize(format) == 16 ? 8 : 4;
+  return kStepK / ScaleRowK(format);
 }
 template <int kScaleRows>
 constexpr int ScaleBytesPerBlock() {
   return kScaleRows * kWarps * 8 * 4;
-}
-template <WeightFormat kFormat>
-inline constexpr bool kFp4Codes = HasFp4Codes(kFormat);
-
-enum class OutType { kF16, kBF16, kF32 };
-
-struct Params {
-  const uint4* codes;
-  const uint32_t* scales;
-  const uint16_t* zeros;
-  const void* a;
-  void* c;
-  float* partials;
-  int* counters;
-  int m, n, k;
-  int blocks16_n;  // padded N / 16
-  // Scale row j of the weight (rows 32 j .. 32 j + 31 of K, or 16 j ..
-  // 16 j + 15 for groups of 16) is in group j >> group_step_shift: 0 for groups
-  // of one scale row, 1 for two, 2 for four, 31 for one group (per-channel).
-  int group_step_shift;
-  int k_steps;
-  int tiles_m;
-  int iters_base;   // every block runs this many (tile, k step) iterations,
-  int iters_extra;  // and the first iters_extra blocks one more
-  OutType out;
-  // Multiplies C: the weight's global scale, or the power of two that the
-  // device layout took out of E8M0 scales; 1 otherwise.
-  float output_scale;
-};
-
-// Bit-level fp16 / bf16 pairs: the magic-number and rebias constants, and
-// the few pair operations the dequantization needs.
-template <typename T>
-struct Pair;
-
-template <>
-struct Pair<half> {
-  static constexpr uint32_t kMagic = 0x64006400u;             // 1024: ulp 1
-  static constexpr uint32_t kSixteenth = 0x2c002c00u;         // 1/16
-  static constexpr uint32_t kMinusMagicOver16 = 0xd400d400u;  // -64
-  static constexpr uint32_t kFp4Rebias = 0x74007400u;         // 2^14
-  static constexpr int kFp4Shift = 9;  // e2m1 -> exponent
-  static constexpr uint32_t kFp4Mask = 0x0e000e00u;
-
-  __device__ static uint32_t Sub(uint32_t x, uint32_t y) {
-    return Bits(__hsub2(Value(x), Value(y)));
-  }
-  __device__ static uint32_t Mul(uint32_t x, uint32_t y) {
-    return Bits(__hmul2(Value(x), Value(y)));
-  }
-  __device__ static uint32_t Fma(uint32_t x, uint32_t y, uint32_t z) {
-    return Bits(__hfma2(Value(x), Value(y), Value(z)));
-  }
-  __device__ static uint32_t FromHalfPair(uint32_t h) { return h; }
-  __device__ static void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                             uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-
- private:
-  __device__ static half2 Value(uint32_t x) {
-    return *reinterpret_cast<half2*>(&x);
-  }
-  __device__ static uint32_t Bits(half2 x) {
-    return *reinterpret_cast<uint32_t*>(&x);
-  }
-};
-
-template <>
-struct Pair<__nv_bfloat16> {
-  static constexpr uint32_t kMagic = 0x43004300u;      // 128: ulp 1
-  static constexpr uint32_t kFp4Rebias = 0x7e807e80u;  // 2^126
-  static constexpr int kFp4Shift = 6;
-  static constexpr uint32_t kFp4Mask = 0x01c001c0u;
-
-  __device__ static uint32_t Sub(uint32_t x, uint32_t y) {
-    return Bits(__hsub2(Value(x), Value(y)));
-  }
-  __device__ static uint32_t Mul(uint32_t x, uint32_t y) {
-    return Bits(__hmul2(Value(x), Value(y)));
-  }
-  // fp16 scale pair to bf16, rounding to nearest.
-  __device__ static uint32_t FromHalfPair(uint32_t h) {
-    return Bits(
-        __float22bfloat162_rn(__half22float2(*reinterpret_cast<half2*>(&h))));
-  }
-  __device__ static void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                             uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-
- private:
-  __device__ static __nv_bfloat162 Value(uint32_t x) {
-    return *reinterpret_cast<__nv_bfloat162*>(&x);
-  }
-  __device__ static uint32_t Bits(__nv_bfloat162 x) {
-    return *reinterpret_cast<uint32_t*>(&x);
-  }
-};
-
-// One word of codes into the four B fragment registers of two n8 tiles. The
-// two halves of a register are two rows of one column, so each n8 tile takes
-// its column's scale and zero point (in both halves of `scale` and `zero`).
-template <WeightFormat kFormat, typename T>
-__device__ __forceinline__ void Dequantize(uint32_t word,
-                                           const uint32_t (&scale)[2],
-                                           const uint32_t (&zero)[2],
-                                           uint32_t (&b)[4]) {
-  using P = Pair<T>;
-  if constexpr (kFp4Codes<kFormat>) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // Sign to bit 15, exponent and mantissa to the low exponent bits, then
-      // multiply the exponent bias difference back in.
-      const uint32_t codes = word >> (4 * i);
-      const uint32_t value = ((codes << 12) & 0x80008000u) |
-                             ((codes << P::kFp4Shift) & P::kFp4Mask);
-      b[i] = P::Mul(P::Mul(value, P::kFp4Rebias), scale[i / 2]);
-    }
-  } else if constexpr (std::is_same_v<T, half>) {
-    // Codes i and i + 1 from one shift: (magic | q) - (magic + zero) is
-    // q - zero exactly, and (magic | 16 q) / 16 - (magic / 16 + zero) too,
-    // in one fused multiply-add, since fp16 has room for q four bits up.
-#pragma unroll
-    for (int i = 0; i < 4; i += 2) {
-      const uint32_t codes = word >> (4 * i);
-      const int tile = i / 2;
-      const uint32_t low =
-          P::Sub((codes & 0x000f000fu) | P::kMagic, P::kMagic | zero[tile]);
-      const uint32_t high =
-          P::Fma((codes & 0x00f000f0u) | P::kMagic, P::kSixteenth,
-                 P::kMinusMagicOver16 | (zero[tile] << 4));
-      b[i] = P::Mul(low, scale[tile]);
-      b[i + 1] = P::Mul(high, scale[tile]);
-    }
-  } else {
-    // bf16's 7-bit mantissa has no room above the code: one shift each.
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t codes = word >> (4 * i);
-      const int tile = i / 2;
-      b[i] = P::Mul(
-          P::Sub((codes & 0x000f000fu) | P::kMagic, P::kMagic | zero[tile]),
-          scale[tile]);
-    }
-  }
-}
-
-// Both halves of a pair set to its low (0) or high (1) half.
-__device__ __forceinline__ uint32_t Broadcast(uint32_t pair, int half) {
-  return __byte_perm(pair, pair, half == 0 ? 0x1010 : 0x3232);
-}
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
 // 16 bytes global -> shared, bypassing L1.
@@ -241,94 +77,32 @@ __device__ __forceinline__ void LoadMatrix(uint32_t (&a)[4],
                : "r"(SharedAddress(shared)));
 }
 
-// Which block runs iteration `iter` under the even split of Params.
-__device__ __forceinline__ int BlockOf(const Params& p, int iter) {
-  const int long_iters = p.iters_extra * (p.iters_base + 1);
-  return iter < long_iters ? iter / (p.iters_base + 1)
-                           : p.iters_extra + (iter - long_iters) / p.iters_base;
-}
-
-__device__ __forceinline__ void Store(const Params& p, int row, int col,
-                                      float value) {
-  if (row >= p.m || col >= p.n) return;
-  const int64_t index = static_cast<int64_t>(row) * p.n + col;
-  value *= p.output_scale;
-  switch (p.out) {
-    case OutType::kF16:
-      static_cast<half*>(p.c)[index] = __float2half_rn(value);
-      break;
-    case OutType::kBF16:
-      static_cast<__nv_bfloat16*>(p.c)[index] = __float2bfloat16_rn(value);
-      break;
-    case OutType::kF32:
-      static_cast<float*>(p.c)[index] = value;
-      break;
-  }
-}
-
-// Writes tile `tile` of C from a block's accumulators for iterations
-// [begin, end), or, when other blocks share the tile, adds them to its fp32
-// partial sums; the tile's last block to finish then writes C and leaves the
-// partial sums and the counter zero for the next launch. Every thread of the
-// block calls it.
+// Writes tile `tile` of C from a block's accumulators for its iterations
+// (FinishTile). Every thread of the block calls it.
 template <int kMTiles, int kNBlocks>
-__device__ __forceinline__ void FinishTile(
-    const Params& p, int tile, int begin, int end,
-    float (&acc)[kMTiles][2 * kNBlocks][4], int& last_block) {
+__device__ __forceinline__ void StoreTile(
+    const Params& p, int tile, Iterations iterations,
+    const float (&acc)[kMTiles][2 * kNBlocks][4], int& last_block) {
   constexpr int kRows = 16 * kMTiles;
   constexpr int kTiles8 = 2 * kNBlocks;  // n8 tiles of a warp
   constexpr int kColumns = kWarps * 16 * kNBlocks;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int tile_begin = tile * p.k_steps;
-  const int tile_end = tile_begin + p.k_steps;
-  if (begin > tile_begin || end < tile_end) {
-    float* partials =
-        p.partials + static_cast<int64_t>(tile) * kRows * kColumns;
-    auto slot = [&](int mt, int j, int r) {
-      return partials + (((warp * kMTiles + mt) * kTiles8 + j) * 4 + r) * 32 +
-             lane;
-    };
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int j = 0; j < kTiles8; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) atomicAdd(slot(mt, j, r), acc[mt][j][r]);
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const int contributors =
-          BlockOf(p, tile_end - 1) - BlockOf(p, tile_begin) + 1;
-      last_block = atomicAdd(p.counters + tile, 1) == contributors - 1;
-    }
-    __syncthreads();
-    if (!last_block) return;
-    __threadfence();
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int j = 0; j < kTiles8; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          acc[mt][j][r] = __ldcg(slot(mt, j, r));
-          *slot(mt, j, r) = 0.0f;
-        }
-    if (tid == 0) p.counters[tile] = 0;
-  }
   const int row0 = (tile % p.tiles_m) * kRows + lane / 4;
   const int col0 =
       (tile / p.tiles_m) * kColumns + warp * 16 * kNBlocks + (lane % 4) * 2;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int j = 0; j < kTiles8; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        Store(p, row0 + mt * 16 + (r / 2) * 8, col0 + j * 8 + r % 2,
-              acc[mt][j][r]);
-      }
+  // Accumulator i is acc[mt][j][r] for i = (mt * kTiles8 + j) * 4 + r.
+  FinishTile(
+      p, tile, iterations,
+      *reinterpret_cast<const float(*)[kMTiles * kTiles8 * 4]>(&acc[0][0][0]),
+      tid, kThreads, [] { __syncthreads(); }, last_block,
+      [&](int i, float value) {
+        const int mt = i / (kTiles8 * 4);
+        const int j = i / 4 % kTiles8;
+        const int r = i % 4;
+        Store(p, row0 + mt * 16 + (r / 2) * 8, col0 + j * 8 + r % 2, value);
+      });
 }
 
 template <int kMTiles, int kNBlocks, int kScaleRows>
@@ -372,8 +146,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int block = static_cast<int>(blockIdx.x);
-  const int begin = block * p.iters_base + min(block, p.iters_extra);
-  const int end = begin + p.iters_base + (block < p.iters_extra ? 1 : 0);
+  const Iterations iterations = IterationsOf(p, block);
+  const int begin = iterations.begin;
+  const int end = iterations.end;
   const int64_t group_stride = static_cast<int64_t>(p.blocks16_n) * 8;
 
   // The copies each thread makes per stage, spread so that every warp has
@@ -568,7 +343,7 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   auto finish_tile = [&](int tile) {
-    FinishTile<kMTiles, kNBlocks>(p, tile, begin, end, acc, last_block);
+    StoreTile<kMTiles, kNBlocks>(p, tile, iterations, acc, last_block);
   };
 
 #pragma unroll
@@ -617,15 +392,6 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kFusedStages = 4;
 constexpr int kPipelinedStages = 4;
 
-using KernelFunction = void (*)(Params);
-
-struct KernelChoice {
-  KernelFunction function = nullptr;
-  int shared_bytes = 0;
-  int m_tiles = 1;
-  int columns = 0;  // of a block's tile
-};
-
 // Up to 32 rows, where the weight read dominates, each warp takes two
 // 16-column blocks, so that the per-stage work is spread over twice the
 // bytes; above, one, to keep the accumulators in registers.
@@ -640,13 +406,22 @@ KernelChoice ChooseStaged(bool register_codes) {
   constexpr int kColumns = kWarps * 16 * kNBlocks;
   constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   if (register_codes) {
-    return {GemmKernel<kFormat, T, kMTiles, kNBlocks, true, kFusedStages>,
-            kFusedStages * StageBytes<kMTiles, kNBlocks, kScaleRows>(true),
-            kMTiles, kColumns};
+    return {.function =
+                GemmKernel<kFormat, T, kMTiles, kNBlocks, true, kFusedStages>,
+            .shared_bytes =
+                kFusedStages * StageBytes<kMTiles, kNBlocks, kScaleRows>(true),
+            .threads = kThreads,
+            .rows = 16 * kMTiles,
+            .columns = kColumns};
   }
-  return {GemmKernel<kFormat, T, kMTiles, kNBlocks, false, kPipelinedStages>,
+  return {
+      .function =
+          GemmKernel<kFormat, T, kMTiles, kNBlocks, false, kPipelinedStages>,
+      .shared_bytes =
           kPipelinedStages * StageBytes<kMTiles, kNBlocks, kScaleRows>(false),
-          kMTiles, kColumns};
+      .threads = kThreads,
+      .rows = 16 * kMTiles,
+      .columns = kColumns};
 }
 
 template <WeightFormat kFormat, typename T>

@@ -1,8 +1,12 @@
-// The u4b8 instantiations of the GEMM kernel (gemm_kernel.cuh).
+// The u4b8 instantiations of the GEMM kernels (gemm_kernel.cuh,
+// wgmma_kernel.cuh).
 #include "kernels/cuda/gemm_kernel.cuh"
+#include "kernels/cuda/wgmma_kernel.cuh"
 
 namespace nibble::cuda::internal {
 
 template KernelChoice ChooseFormatKernel<WeightFormat::kU4b8>(DType, int, bool);
+
+template KernelChoice ChooseWgmmaKernel<WeightFormat::kU4b8>(DType, int);
 
 }  // namespace nibble::cuda::internal

@@ -540,8 +540,8 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
       }
       point.variants.push_back(
           {.variant = variant,
-           .kernel = cuda::KernelName(variant, kind.format,
-                                      device.compute_capability),
+           .kernel = cuda::LaunchedKernelName(variant, kind.format,
+                                              device.compute_capability, m),
            .timing = timing->timing,
            .launch_us = timing->launch_us});
     }

@@ -1,0 +1,161 @@
+// The Hopper instructions the wgmma kernel (wgmma_kernel.cuh) issues, one
+// small wrapper each: shared-memory barriers (mbarrier) with transaction
+// counts, bulk copies and tensor copies (TMA) that complete on them, warpgroup
+// MMAs with A in registers, and register reallocation between warpgroups.
+// Device code for sm_90a only.
+//
+// Example (one stage of a producer and its consumers):
+//   producer: ArriveExpectBytes(full, bytes); LoadTile2d(dst, map, x, y, full);
+//   consumer: WaitBarrier(full, phase); ... wgmma ...; ArriveBarrier(empty);
+#ifndef NIBBLE_KERNELS_CUDA_SM90_PTX_CUH_
+#define NIBBLE_KERNELS_CUDA_SM90_PTX_CUH_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm_common.cuh"
+
+namespace nibble::cuda::internal {
+
+__device__ __forceinline__ void InitBarrier(uint64_t* barrier, int arrivals) {
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(barrier)),
+      "r"(arrivals));
+}
+// Makes initialized barriers visible to the copy engine.
+__device__ __forceinline__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` to come from copies.
+__device__ __forceinline__ void ArriveExpectBytes(uint64_t* barrier,
+                                                  uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   SharedAddress(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void ArriveBarrier(uint64_t* barrier) {
+  asm volatile(
+      "mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(barrier))
+      : "memory");
+}
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void WaitBarrier(uint64_t* barrier,
+                                            uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred complete;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, complete;\n}\n"
+        : "=r"(done)
+        : "r"(SharedAddress(barrier)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) global ->
+// shared, completing on `barrier`.
+__device__ __forceinline__ void CopyBulk(void* shared, const void* global,
+                                         uint32_t bytes, uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+      "[%0], [%1], %2, [%3];\n" ::"r"(SharedAddress(shared)),
+      "l"(global), "r"(bytes), "r"(SharedAddress(barrier))
+      : "memory");
+}
+// The box of `map` at element (x, y) into shared memory, completing on
+// `barrier` with the whole box's bytes (elements outside the tensor are 0).
+__device__ __forceinline__ void LoadTile2d(void* shared, const CUtensorMap* map,
+                                           int x, int y, uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(SharedAddress(shared)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y),
+      "r"(SharedAddress(barrier))
+      : "memory");
+}
+
+// A barrier among the `threads` threads that name barrier `id` (1 to 15; 0
+// is __syncthreads').
+__device__ __forceinline__ void SyncThreads(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void RaiseRegisters() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void LowerRegisters() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// The descriptor of a K-major operand in shared memory laid out as the
+// tensor copy's 128-byte swizzle writes it: rows of 64 fp16 values (128
+// bytes), 8-row groups 1024 bytes apart, the group 1024-byte aligned. A start
+// 32 bytes further on selects the next 16 values of K.
+__device__ __forceinline__ uint64_t SwizzledOperand(const void* shared) {
+  const uint64_t address = SharedAddress(shared);
+  return ((address & 0x3ffff) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+// Keeps the compiler from moving accesses of `x` across the asynchronous
+// MMAs that read and write it.
+__device__ __forceinline__ void FenceRegister(float& x) {
+  asm volatile("" : "+f"(x)::"memory");
+}
+__device__ __forceinline__ void FenceMmaOperands() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void CommitMmas() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void WaitMmas() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending)
+               : "memory");
+}
+
+// d[64 x 64] += a[64 x 16] · b[16 x 64]: A from registers (the four pair
+// registers of each thread, as mma.sync's m16n8k16 A fragment per warp), B
+// K-major in shared memory (`b`, a SwizzledOperand), fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void MmaM64N64K16(float (&d)[32],
+                                             const uint32_t (&a)[4],
+                                             uint64_t b);
+
+#define NIBBLE_WGMMA_M64N64K16(type)                                           \
+  asm volatile(                                                                \
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"           \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." type "." type              \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, "    \
+      "%15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, " \
+      "%29, %30, %31}, {%32, %33, %34, %35}, %36, accumulate, 1, 1, 0;\n}\n"   \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]),            \
+        "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),            \
+        "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),       \
+        "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),       \
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),       \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),       \
+        "+f"(d[30]), "+f"(d[31])                                               \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+
+template <>
+__device__ __forceinline__ void MmaM64N64K16<half>(float (&d)[32],
+                                                   const uint32_t (&a)[4],
+                                                   uint64_t b) {
+  NIBBLE_WGMMA_M64N64K16("f16");
+}
+template <>
+__device__ __forceinline__ void MmaM64N64K16<__nv_bfloat16>(
+    float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  NIBBLE_WGMMA_M64N64K16("bf16");
+}
+#undef NIBBLE_WGMMA_M64N64K16
+
+}  // namespace nibble::cuda::internal
+
+#endif  // NIBBLE_KERNELS_CUDA_SM90_PTX_CUH_

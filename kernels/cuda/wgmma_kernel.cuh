@@ -1,0 +1,339 @@
+// The Hopper GEMM kernel (sm_90a): the double_buffered and striped variants
+// from 32 rows of A up. Included, like gemm_kernel.cuh, by cuda_gemm.cu and
+// the per-format gemm_<format>.cu files that instantiate it.
+//
+// It computes Cᵀ = dequant(B)ᵀ · Aᵀ so that the dequantized weight is the
+// A operand of wgmma, which only that operand may take from registers: a
+// warp's word of codes per 16 x 16 block (device_layout.h) dequantizes
+// straight into the m64nNk16 A fragment of its 16 rows. A is wgmma's B
+// operand, K-major in shared memory as the tensor copy engine writes it.
+//
+// A thread block has three warpgroups:
+//   producer (ProduceStages): one warp fills a ring of shared-memory stages,
+//     64 rows of K each: A's box by a tensor copy, codes, scales and zero
+//     points by bulk copies, all completing on the stage's `full` barrier;
+//   two consumers (ConsumeStages): each owns kWeightTiles 64-column tiles of
+//     the block's columns, dequantizes them per stage and issues wgmma
+//     m64n64k16 for every 64 rows of A, then frees the stage (`empty`);
+//   epilogue (StoreTile): at a tile's end the consumers write C, through the
+//     workspace when blocks share the tile (gemm_common.cuh).
+// Blocks walk the (tile, k step) sequence as gemm_common.cuh says: whole
+// tiles for double_buffered, an even cut over one wave (stream-K) for
+// striped.
+#ifndef NIBBLE_KERNELS_CUDA_WGMMA_KERNEL_CUH_
+#define NIBBLE_KERNELS_CUDA_WGMMA_KERNEL_CUH_
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "format/dtype.h"
+#include "format/weight_format.h"
+#include "kernels/cuda/dequantize.cuh"
+#include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/sm90_ptx.cuh"
+
+namespace nibble::cuda::internal {
+
+inline constexpr int kWgmmaConsumers = 2;
+inline constexpr int kWgmmaThreads = 128 * (1 + kWgmmaConsumers);
+// Rows of K per stage: one 128-byte swizzle row of fp16 A, one 64-row word
+// group of the codes.
+inline constexpr int kWgmmaStepK = 64;
+
+struct WgmmaParams {
+  CUtensorMap a_map;  // A [M, K]: boxes of 64 x rows, 128-byte swizzle
+  Params p;           // k_steps in steps of kWgmmaStepK; `a` unused
+};
+
+// The shape of a block's work and of its shared-memory stages.
+template <WeightFormat Format, typename Element, int Rows, int WeightTiles>
+struct WgmmaTile {
+  static constexpr WeightFormat kFormat = Format;
+  using T = Element;  // of A: half or __nv_bfloat16
+  static constexpr int kRows = Rows;
+  static constexpr int kWeightTiles = WeightTiles;
+  static constexpr int kColumns = kWgmmaConsumers * kWeightTiles * 64;
+  static constexpr int kBlocks = kColumns / 16;  // 16-column code blocks
+  static constexpr int kScaleRows = kWgmmaStepK / ScaleRowK(kFormat);
+  static constexpr bool kZeros = HasZeros(kFormat);
+  static constexpr int kSubs = kRows / 64;  // n64 MMAs per 16 rows of K
+  static constexpr int kAcc = kWeightTiles * kSubs * 32;
+  // Stage layout: A, codes [block][lane][4 words], scales [row][block][8
+  // pairs], zero points [row][block][8 byte pairs].
+  static constexpr int kABytes = kRows * kWgmmaStepK * 2;
+  static constexpr int kCodeBytes = kBlocks * 512;
+  static constexpr int kScaleRowBytes = kBlocks * 32;
+  static constexpr int kZeroRowBytes = kBlocks * 16;
+  static constexpr int kScaleOffset = kABytes + kCodeBytes;
+  static constexpr int kZeroOffset = kScaleOffset + kScaleRows * kScaleRowBytes;
+  static constexpr int kCopyBytes =
+      kZeroOffset + (kZeros ? kScaleRows * kZeroRowBytes : 0);
+  // Each stage's A starts 1024-byte aligned, as the swizzle needs.
+  static constexpr int kStageBytes = (kCopyBytes + 1023) / 1024 * 1024;
+  static constexpr int kStages = std::min(8, 200 * 1024 / kStageBytes);
+  // Dynamic shared memory, with room to align its start.
+  static constexpr int kSharedBytes = kStages * kStageBytes + 1024;
+  static_assert(kBlocks + 2 * kScaleRows <= 32, "one copy per producer lane");
+};
+
+template <typename Tile>
+__device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
+                                              unsigned char* stages,
+                                              uint64_t* full, uint64_t* empty,
+                                              Iterations iterations) {
+  const Params& p = params.p;
+  const int lane = threadIdx.x % 32;
+  const auto* codes = reinterpret_cast<const unsigned char*>(p.codes);
+  const int64_t block_stride = int64_t{p.k_steps} * 512;
+  const int64_t group_stride = int64_t{p.blocks16_n} * 8;  // pairs
+  int tile = iterations.begin / p.k_steps;
+  int step = iterations.begin % p.k_steps;
+  for (int iter = iterations.begin, i = 0; iter < iterations.end; ++iter, ++i) {
+    const int s = i % Tile::kStages;
+    if (lane == 0) WaitBarrier(&empty[s], ((i / Tile::kStages) & 1) ^ 1);
+    __syncwarp();
+    unsigned char* stage = stages + s * Tile::kStageBytes;
+    const int m_tile = tile % p.tiles_m;
+    const int first_block = tile / p.tiles_m * Tile::kBlocks;
+    if (lane == 0) {
+      ArriveExpectBytes(&full[s], Tile::kCopyBytes);
+      LoadTile2d(stage, &params.a_map, step * kWgmmaStepK, m_tile * Tile::kRows,
+                 &full[s]);
+    }
+    __syncwarp();
+    if (lane < Tile::kBlocks) {
+      CopyBulk(stage + Tile::kABytes + lane * 512,
+               codes + (first_block + lane) * block_stride + step * 512, 512,
+               &full[s]);
+    } else if (const int row = lane - Tile::kBlocks; row < Tile::kScaleRows) {
+      const int group = (step * Tile::kScaleRows + row) >> p.group_step_shift;
+      CopyBulk(stage + Tile::kScaleOffset + row * Tile::kScaleRowBytes,
+               p.scales + group * group_stride + first_block * 8,
+               Tile::kScaleRowBytes, &full[s]);
+    } else if (const int zero_row = row - Tile::kScaleRows;
+               Tile::kZeros && zero_row < Tile::kScaleRows) {
+      const int group =
+          (step * Tile::kScaleRows + zero_row) >> p.group_step_shift;
+      CopyBulk(stage + Tile::kZeroOffset + zero_row * Tile::kZeroRowBytes,
+               p.zeros + group * group_stride + first_block * 8,
+               Tile::kZeroRowBytes, &full[s]);
+    }
+    if (++step == p.k_steps) {
+      step = 0;
+      ++tile;
+    }
+  }
+}
+
+// Writes the consumers' tile `tile` of C (every consumer thread calls it).
+// Accumulator e of acc[t][sub] is row 16 w + g (+ 8 for e % 4 >= 2) of the
+// thread's 64-column weight tile t and column 8 (e / 4) + 2 (lane % 4)
+// (+ 1 for odd e) of A's 64-row block sub: column and row of C.
+template <typename Tile>
+__device__ __forceinline__ void StoreTile(
+    const Params& p, int tile, Iterations iterations,
+    const float (&acc)[Tile::kWeightTiles][Tile::kSubs][32], int& last_block) {
+  const int thread = threadIdx.x - 128;
+  const int consumer = thread / 128;
+  const int warp = thread / 32 % 4;
+  const int lane = thread % 32;
+  const int row0 = tile % p.tiles_m * Tile::kRows + (lane % 4) * 2;
+  const int col0 = tile / p.tiles_m * Tile::kColumns +
+                   consumer * Tile::kWeightTiles * 64 + warp * 16 + lane / 4;
+  // Accumulator i is acc[t][sub][e] for i = (t * kSubs + sub) * 32 + e.
+  FinishTile(
+      p, tile, iterations,
+      *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0][0]), thread,
+      128 * kWgmmaConsumers, [] { SyncThreads(1, 128 * kWgmmaConsumers); },
+      last_block,
+      [&](int i, float value) {
+        const int t = i / (Tile::kSubs * 32);
+        const int sub = i / 32 % Tile::kSubs;
+        const int e = i % 32;
+        Store(p, row0 + sub * 64 + (e / 4) * 8 + e % 2,
+              col0 + t * 64 + (e % 4 / 2) * 8, value);
+      });
+}
+
+// Multiplies the consumer's part of each stage and stores each tile of C as
+// it ends.
+template <typename Tile>
+__device__ __forceinline__ void ConsumeStages(const Params& p,
+                                              unsigned char* stages,
+                                              uint64_t* full, uint64_t* empty,
+                                              Iterations iterations,
+                                              int& last_block) {
+  using P = Pair<typename Tile::T>;
+  constexpr int kWeightTiles = Tile::kWeightTiles;
+  constexpr int kSubs = Tile::kSubs;
+  constexpr int kScaleRows = Tile::kScaleRows;
+  const int thread = threadIdx.x - 128;
+  const int consumer = thread / 128;
+  const int warp = thread / 32 % 4;
+  const int lane = thread % 32;
+  float acc[kWeightTiles][kSubs][32];
+  auto clear = [&] {
+#pragma unroll
+    for (int t = 0; t < kWeightTiles; ++t)
+#pragma unroll
+      for (int sub = 0; sub < kSubs; ++sub)
+#pragma unroll
+        for (int e = 0; e < 32; ++e) acc[t][sub][e] = 0.0f;
+  };
+  // Keeps the compiler from moving accesses of the accumulators across the
+  // asynchronous MMAs.
+  auto fence_accumulators = [&] {
+#pragma unroll
+    for (int t = 0; t < kWeightTiles; ++t)
+#pragma unroll
+      for (int sub = 0; sub < kSubs; ++sub)
+#pragma unroll
+        for (int e = 0; e < 32; ++e) FenceRegister(acc[t][sub][e]);
+  };
+  clear();
+  int tile = iterations.begin / p.k_steps;
+  int step = iterations.begin % p.k_steps;
+#pragma unroll 1
+  for (int iter = iterations.begin, i = 0; iter < iterations.end; ++iter, ++i) {
+    const int s = i % Tile::kStages;
+    WaitBarrier(&full[s], (i / Tile::kStages) & 1);
+    const unsigned char* stage = stages + s * Tile::kStageBytes;
+    // a[t][kk]: the A fragment of weight tile t for rows 16 kk.. of K.
+    uint32_t a[kWeightTiles][4][4];
+#pragma unroll
+    for (int t = 0; t < kWeightTiles; ++t) {
+      const int block = (consumer * kWeightTiles + t) * 4 + warp;
+      const uint4 words = reinterpret_cast<const uint4*>(
+          stage + Tile::kABytes)[block * 32 + lane];
+      const uint32_t word[4] = {words.x, words.y, words.z, words.w};
+#pragma unroll
+      for (int row = 0; row < kScaleRows; ++row) {
+        const int pair = block * 8 + lane / 4;
+        const uint32_t scales =
+            P::FromHalfPair(reinterpret_cast<const uint32_t*>(
+                stage + Tile::kScaleOffset + row * Tile::kScaleRowBytes)[pair]);
+        uint32_t zeros = 0x0808u;
+        if constexpr (Tile::kZeros) {
+          zeros = reinterpret_cast<const uint16_t*>(
+              stage + Tile::kZeroOffset + row * Tile::kZeroRowBytes)[pair];
+        }
+        uint32_t scale[2];
+        uint32_t zero[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          scale[half] = Broadcast(scales, half);
+          const uint32_t z = (zeros >> (8 * half)) & 0xffu;
+          zero[half] = z | (z << 16);
+        }
+#pragma unroll
+        for (int kk = row * 4 / kScaleRows; kk < (row + 1) * 4 / kScaleRows;
+             ++kk) {
+          uint32_t b[4];
+          Dequantize<Tile::kFormat, typename Tile::T>(word[kk], scale, zero, b);
+          // mma.sync's B fragments of columns g and g + 8 are wgmma's A
+          // fragment rows g and g + 8.
+          a[t][kk][0] = b[0];
+          a[t][kk][1] = b[2];
+          a[t][kk][2] = b[1];
+          a[t][kk][3] = b[3];
+        }
+      }
+    }
+    fence_accumulators();
+    FenceMmaOperands();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int t = 0; t < kWeightTiles; ++t)
+#pragma unroll
+        for (int sub = 0; sub < kSubs; ++sub) {
+          MmaM64N64K16<typename Tile::T>(
+              acc[t][sub], a[t][kk],
+              SwizzledOperand(stage + sub * 64 * 128 + kk * 32));
+        }
+    CommitMmas();
+    WaitMmas<0>();
+    fence_accumulators();
+    ArriveBarrier(&empty[s]);
+    if (++step == p.k_steps || iter + 1 == iterations.end) {
+      StoreTile<Tile>(p, tile, iterations, acc, last_block);
+      clear();
+      step = 0;
+      ++tile;
+    }
+  }
+}
+
+template <typename Tile>
+__global__ void __launch_bounds__(kWgmmaThreads, 1)
+    WgmmaGemmKernel(const __grid_constant__ WgmmaParams params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char dynamic_shared[];
+  __shared__ uint64_t full[Tile::kStages];
+  __shared__ uint64_t empty[Tile::kStages];
+  __shared__ int last_block;
+  unsigned char* stages = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(dynamic_shared) + 1023) & ~uintptr_t{1023});
+  const Iterations iterations =
+      IterationsOf(params.p, static_cast<int>(blockIdx.x));
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Tile::kStages; ++s) {
+      InitBarrier(&full[s], 1);
+      InitBarrier(&empty[s], 128 * kWgmmaConsumers);
+    }
+    FenceBarrierInit();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    LowerRegisters<40>();
+    if (threadIdx.x < 32) {
+      ProduceStages<Tile>(params, stages, full, empty, iterations);
+    }
+  } else {
+    RaiseRegisters<232>();
+    ConsumeStages<Tile>(params.p, stages, full, empty, iterations, last_block);
+  }
+#endif
+}
+
+// The wgmma kernel for one format, A type and tile rows (64, 128 or 256);
+// instantiated in that format's .cu file.
+template <WeightFormat kFormat, typename T, int kRows>
+KernelChoice ChooseWgmmaRows() {
+  // Up to 128 rows each consumer takes two 64-column tiles; at 256 one, to
+  // keep the accumulators in registers.
+  using Tile = WgmmaTile<kFormat, T, kRows, kRows <= 128 ? 2 : 1>;
+  return {.wgmma_function = WgmmaGemmKernel<Tile>,
+          .shared_bytes = Tile::kSharedBytes,
+          .threads = kWgmmaThreads,
+          .rows = kRows,
+          .columns = Tile::kColumns};
+}
+
+template <WeightFormat kFormat, typename T>
+KernelChoice ChooseWgmmaTiles(int rows) {
+  if (rows <= 64) return ChooseWgmmaRows<kFormat, T, 64>();
+  if (rows <= 128) return ChooseWgmmaRows<kFormat, T, 128>();
+  return ChooseWgmmaRows<kFormat, T, 256>();
+}
+
+template <WeightFormat kFormat>
+KernelChoice ChooseWgmmaKernel(DType a_dtype, int rows) {
+  return a_dtype == DType::kBF16
+             ? ChooseWgmmaTiles<kFormat, __nv_bfloat16>(rows)
+             : ChooseWgmmaTiles<kFormat, half>(rows);
+}
+
+extern template KernelChoice ChooseWgmmaKernel<WeightFormat::kFp4>(DType, int);
+extern template KernelChoice ChooseWgmmaKernel<WeightFormat::kU4b8>(DType, int);
+extern template KernelChoice ChooseWgmmaKernel<WeightFormat::kU4>(DType, int);
+extern template KernelChoice ChooseWgmmaKernel<WeightFormat::kNvfp4>(DType,
+                                                                     int);
+
+}  // namespace nibble::cuda::internal
+
+#endif  // NIBBLE_KERNELS_CUDA_WGMMA_KERNEL_CUH_
