@@ -48,8 +48,9 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       batcher_(options.batching, BackendOf(&runner_)),
       auth_(options.auth),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
-               auth_ ? &*auth_ : nullptr, backend),
-      kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr) {}
+               auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes),
+      kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
+                      options.max_message_bytes) {}
 
 NibbleServer::~NibbleServer() {
   // Quietly: after a Drain this does nothing, and a server that failed to

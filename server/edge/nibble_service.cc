@@ -85,12 +85,13 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(
 NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                                      const WeightDirectory* data_dir,
                                      const TokenAuthenticator* auth,
-                                     Backend backend)
+                                     Backend backend, int64_t max_reply_bytes)
     : store_(store),
       batcher_(batcher),
       data_dir_(data_dir),
       auth_(auth),
-      backend_(backend) {}
+      backend_(backend),
+      max_reply_bytes_(max_reply_bytes) {}
 
 absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
@@ -361,7 +362,8 @@ grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
     return reactor;
   }
   SubmitMatmulRpc(
-      *store_, *batcher_, *request, CallOf(context),
+      *store_, *batcher_, *request,
+      CallOf(context, {.max_bytes = max_reply_bytes_}),
       [reactor, response](absl::StatusOr<v1::MatmulResponse> result) {
         if (result.ok()) *response = *std::move(result);
         reactor->Finish(ToGrpcStatus(result.status()));
@@ -378,7 +380,7 @@ NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
     return new RefusedStream(ToGrpcStatus(status));
   }
-  return new MatmulStreamReactor(store_, batcher_, context);
+  return new MatmulStreamReactor(store_, batcher_, context, max_reply_bytes_);
 }
 
 }  // namespace nibble::server

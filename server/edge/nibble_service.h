@@ -13,6 +13,7 @@
 #ifndef NIBBLE_SERVER_EDGE_NIBBLE_SERVICE_H_
 #define NIBBLE_SERVER_EDGE_NIBBLE_SERVICE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,11 +39,13 @@ class NibbleServiceImpl final
   // memory.
   // `data_dir` (--data_dir) and `auth` (--auth_token_file) may be null.
   // Uploads are copied to the memory of `backend` (resolved; see
-  // UploadToBackend).
+  // UploadToBackend). A matmul whose reply would pass `max_reply_bytes`
+  // (--max_message_bytes; 0 for no limit) is refused before it runs.
   NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                     const WeightDirectory* data_dir = nullptr,
                     const TokenAuthenticator* auth = nullptr,
-                    Backend backend = Backend::kCpu);
+                    Backend backend = Backend::kCpu,
+                    int64_t max_reply_bytes = 0);
 
   // Puts `weight` in the store as `name` the way an upload does (nibbled
   // --import): within --max_weight_bytes and --max_weights, copied to the
@@ -118,6 +121,7 @@ class NibbleServiceImpl final
   const WeightDirectory* data_dir_;
   const TokenAuthenticator* auth_;
   const Backend backend_;
+  const int64_t max_reply_bytes_;
   // Held from an upload's last name check until its weight is in the store,
   // and while a weight is deleted, so that two uploads of one name cannot
   // both write its file and a file never outlives its weight. A slow disk

@@ -1,6 +1,8 @@
 // Runs real nibbled processes against their limits and through their
 // lifecycle: --max_weight_bytes refuses an upload whole, counts uploads in
-// progress, and skips files at start, --max_request_rows refuses large M,
+// progress, and skips files at start, --max_request_rows refuses large M, a
+// reply past
+// --max_message_bytes is refused before it is computed,
 // health turns SERVING once the weights are loaded, and SIGTERM drains:
 // NOT_SERVING during
 // --drain_delay_seconds, every in-flight request answered, exit code 0.
@@ -40,6 +42,7 @@ using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;
 using ::nibble::testing::MetricsPort;
 using ::nibble::testing::ReadFile;
+using ::nibble::testing::ScrapeSample;
 using ::nibble::testing::StartNibbledLoggingTo;
 using ::nibble::testing::UploadHeader;
 using ::nibble::testing::UploadWeight;
@@ -68,6 +71,7 @@ class Client {
         kserve_(inference::GRPCInferenceService::NewStub(channel_)) {}
 
   v1::NibbleService::Stub& stub() { return *stub_; }
+  inference::GRPCInferenceService::Stub& kserve() { return *kserve_; }
 
   grpc::Status Upload(const std::string& name, const QuantizedWeight& weight) {
     return UploadWeight(*stub_, name, weight);
@@ -301,6 +305,80 @@ TEST(RequestLimitTest, MoreRowsThanMaxRequestRowsIsInvalid) {
   grpc::Status status = client.Matmul("w", 5, kSmallSpec.k);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("--max_request_rows"));
+}
+
+// A reply past --max_message_bytes is refused before its C is computed, on
+// each of the three matmul RPCs: the error names the flag and the most rows
+// that fit, and the weight's row count in /metrics shows that nothing ran.
+TEST(RequestLimitTest, ReplyPastMaxMessageBytesIsRefusedBeforeComputing) {
+  constexpr int kMaxMessageBytes = 64 << 10;
+  // An f32 row of C is 4 KiB, so 15 rows fit beside the reply's other fields
+  // and 16 do not.
+  constexpr WeightSpec kWideSpec = {WeightFormat::kU4b8, 32, 1024, 32};
+  constexpr int64_t kRowsThatFit = 15;
+  const std::string log = FreshDirectory("reply_limit") + ".stderr";
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {absl::StrCat("--max_message_bytes=", kMaxMessageBytes),
+       "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  Client client((*server)->target());
+  ASSERT_TRUE(client.Upload("w", RandomQuantizedWeight(kWideSpec, 8)).ok());
+  ASSERT_TRUE(client.Matmul("w", kRowsThatFit, kWideSpec.k).ok());
+  const std::string rows_sample = "nibble_matmul_rows_total{weight=\"w\"}";
+  ASSERT_EQ(ScrapeSample(metrics_port, rows_sample), kRowsThatFit);
+  const auto expect_refused = [&](const grpc::Status& status) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("C is ", kRowsThatFit + 1, " x ",
+                                       kWideSpec.n, " f32")));
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("--max_message_bytes=", kMaxMessageBytes,
+                                       " allows; send at most ", kRowsThatFit,
+                                       " rows")));
+  };
+
+  {
+    SCOPED_TRACE("Matmul");
+    expect_refused(client.Matmul("w", kRowsThatFit + 1, kWideSpec.k));
+  }
+  {
+    SCOPED_TRACE("MatmulStream");
+    grpc::ClientContext context;
+    auto stream = client.stub().MatmulStream(&context);
+    v1::MatmulStreamRequest request;
+    request.set_id(7);
+    *request.mutable_request() =
+        MatmulRequestFor("w", kRowsThatFit + 1, kWideSpec.k);
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->WritesDone());
+    v1::MatmulStreamResponse reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.id(), 7u);
+    ASSERT_TRUE(reply.has_error());
+    expect_refused(
+        grpc::Status(static_cast<grpc::StatusCode>(reply.error().code()),
+                     reply.error().message()));
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  {
+    SCOPED_TRACE("ModelInfer");
+    inference::ModelInferRequest request;
+    request.set_model_name("w");
+    auto* input = request.add_inputs();
+    input->set_name("a");
+    input->set_datatype("FP32");
+    input->add_shape(kRowsThatFit + 1);
+    input->add_shape(kWideSpec.k);
+    request.add_raw_input_contents(
+        MatmulRequestFor("w", kRowsThatFit + 1, kWideSpec.k).a());
+    grpc::ClientContext context;
+    inference::ModelInferResponse response;
+    expect_refused(client.kserve().ModelInfer(&context, request, &response));
+  }
+  EXPECT_EQ(ScrapeSample(metrics_port, rows_sample), kRowsThatFit);
+  EXPECT_EQ((*server)->Stop(), 0);
 }
 
 TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
