@@ -26,6 +26,7 @@
 #include "server/edge/nibble_server.h"
 #include "server/operations/log.h"
 #include "server/operations/nibbled_flags.h"
+#include "server/operations/open_file_limit.h"
 #include "server/storage/weight_directory.h"
 
 namespace {
@@ -66,6 +67,20 @@ sigset_t BlockStopSignals() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   return stop_signals;
+}
+
+// Lets nibbled hold as many connections as the hard limit allows, and logs
+// the limit; nibbled goes on with the soft one when it cannot.
+void RaiseOpenFileLimit() {
+  absl::StatusOr<nibble::server::OpenFileLimit> files =
+      nibble::server::RaiseOpenFileLimit();
+  if (!files.ok()) {
+    LogWarning("open file limit not raised",
+               {{"error", files.status().message()}});
+    return;
+  }
+  LogInfo("open file limit",
+          {{"max_open_files", files->now}, {"was", files->before}});
 }
 
 // The --import checkpoints and what storing them came to.
@@ -236,6 +251,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<NibbledOptions> options = nibble::server::OptionsFromFlags();
   if (!options.ok()) return UsageError(options.status());
   const sigset_t stop_signals = BlockStopSignals();
+  RaiseOpenFileLimit();
   const nibble::cpu::Isa isa = nibble::cpu::DetectIsa();
 
   Import import;

@@ -1,19 +1,24 @@
 // Runs real nibbled processes against their limits and through their
 // lifecycle: --max_weight_bytes refuses an upload whole, counts uploads in
 // progress, and skips files at start, --max_request_rows refuses large M, a
-// reply past
-// --max_message_bytes is refused before it is computed,
-// health turns SERVING once the weights are loaded, and SIGTERM drains:
-// NOT_SERVING during
+// reply past --max_message_bytes is refused before it is computed, the soft
+// limit on open files is raised to the hard one, health turns SERVING once
+// the weights are loaded, and SIGTERM drains: NOT_SERVING during
 // --drain_delay_seconds, every in-flight request answered, exit code 0.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -379,6 +384,47 @@ TEST(RequestLimitTest, ReplyPastMaxMessageBytesIsRefusedBeforeComputing) {
   }
   EXPECT_EQ(ScrapeSample(metrics_port, rows_sample), kRowsThatFit);
   EXPECT_EQ((*server)->Stop(), 0);
+}
+
+// The soft and hard "Max open files" of process `pid`, from /proc; {-1, -1}
+// when unreadable.
+std::pair<int64_t, int64_t> OpenFileLimits(pid_t pid) {
+  std::ifstream limits(absl::StrCat("/proc/", pid, "/limits"));
+  for (std::string line; std::getline(limits, line);) {
+    if (!absl::StartsWith(line, "Max open files")) continue;
+    std::istringstream fields(line.substr(std::strlen("Max open files")));
+    int64_t soft = -1;
+    int64_t hard = -1;
+    fields >> soft >> hard;
+    return {soft, hard};
+  }
+  return {-1, -1};
+}
+
+// nibbled starts with its soft limit on open files raised to the hard one,
+// so that idle connections must be many more to fill its descriptor table.
+TEST(LifecycleTest, StartRaisesTheOpenFileLimitToTheHardLimit) {
+  rlimit ours{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &ours), 0);
+  constexpr rlim_t kLowered = 256;
+  if (ours.rlim_max == RLIM_INFINITY || ours.rlim_max <= kLowered) {
+    GTEST_SKIP() << "the hard limit leaves nothing to raise: " << ours.rlim_max;
+  }
+  // nibbled inherits the lowered soft limit; ours goes back at once.
+  rlimit lowered = ours;
+  lowered.rlim_cur = kLowered;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  const std::string log = FreshDirectory("open_files") + ".stderr";
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &ours), 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const auto [soft, hard] = OpenFileLimits((*server)->pid());
+  EXPECT_EQ(hard, static_cast<int64_t>(ours.rlim_max));
+  EXPECT_EQ(soft, hard);
+  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_THAT(ReadFile(log),
+              HasSubstr(absl::StrCat("msg=\"open file limit\" max_open_files=",
+                                     ours.rlim_max, " was=", kLowered)));
 }
 
 TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
