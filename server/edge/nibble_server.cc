@@ -180,6 +180,16 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   // silently take half of the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // No compressed requests: gRPC 1.51 compares the compressed message with
+  // the limit and then inflates all of it, so 1 MiB of gzip could cost 1 GiB.
+  // With every algorithm disabled, a call whose grpc-encoding names one is
+  // refused with UNIMPLEMENTED once its headers arrive, before its message is
+  // read.
+  for (int algorithm = GRPC_COMPRESS_NONE + 1;
+       algorithm < GRPC_COMPRESS_ALGORITHMS_COUNT; ++algorithm) {
+    builder.SetCompressionAlgorithmSupportStatus(
+        static_cast<grpc_compression_algorithm>(algorithm), false);
+  }
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   if (options.max_receive_buffer_bytes > 0) {
     // The builder keeps its own reference to the quota.
