@@ -80,6 +80,32 @@ absl::Status WriteNewFile(
   return status;
 }
 
+// OK unless `path` is a symbolic link that leads outside `inside`, a
+// canonical directory path; then FAILED_PRECONDITION naming where it leads,
+// so that a link cannot make nibbled read files it was not given.
+absl::Status CheckLinkStaysInside(const std::string& path,
+                                  const std::filesystem::path& inside) {
+  std::error_code error;
+  if (!std::filesystem::is_symlink(
+          std::filesystem::symlink_status(path, error))) {
+    return absl::OkStatus();
+  }
+  const std::filesystem::path target = std::filesystem::canonical(path, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "is a symbolic link that cannot be followed: ", error.message()));
+  }
+  const auto [inside_end, target_rest] =
+      std::mismatch(inside.begin(), inside.end(), target.begin(), target.end());
+  if (inside_end != inside.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("is a symbolic link to ", target.string(),
+                     ", outside the data directory; nibbled loads only files "
+                     "inside it"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SyncDirectory(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return IoError("open directory", path, errno);
@@ -176,6 +202,12 @@ absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
         "cannot list data directory ", path_, ": ", error.message()));
   }
   std::sort(file_names.begin(), file_names.end());
+  const std::filesystem::path canonical_path =
+      std::filesystem::canonical(path_, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot resolve data directory ", path_, ": ", error.message()));
+  }
 
   LoadReport report;
   for (const std::string& file_name : file_names) {
@@ -192,6 +224,12 @@ absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
       }
       continue;
     }
+    if (absl::Status status = CheckLinkStaysInside(path, canonical_path);
+        !status.ok()) {
+      report.problems.push_back({path, std::string(status.message())});
+      continue;
+    }
+    // Refuses FIFOs and devices without waiting on them.
     absl::StatusOr<std::string> bytes = ReadFileContents(path);
     if (!bytes.ok()) {
       report.problems.push_back({path, std::string(bytes.status().message())});
