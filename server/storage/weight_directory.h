@@ -4,7 +4,7 @@
 // fsyncs the directory, so that after a crash the file is either the old one
 // or the new one, never half of it, and a weight whose save returned OK
 // survives a power cut. Temporary files left by a crash are removed by
-// LoadAll.
+// LoadAll; files of other names are never removed.
 //
 // Example:
 //   nibble::server::WeightDirectory dir("/var/lib/nibble");

@@ -108,8 +108,18 @@ TEST(WeightDirectoryTest, SkipsTornAndCorruptFilesAndRemovesTempFiles) {
   WriteFile(dir.FilePath("flipped"), flipped);
   WriteFile(dir.FilePath("renamed"), ReadFile(dir.FilePath("good")));
   WriteFile(dir.FilePath("good") + ".tmp-123-0", "half a weight");
+  WriteFile(dir.path() + "/.write-probe.nibble.tmp-123-1", "probe");
   ASSERT_TRUE(dir.Save("x.nibble.tmp-1", good).ok());
+  WriteFile(dir.FilePath("x.nibble.tmp-1") + ".tmp-9-2", "half a weight");
   WriteFile(dir.path() + "/README", "not a weight");
+  // A user's files that merely look like temporary ones stay.
+  const std::vector<std::string> users_files = {
+      "precious.nibble.tmp-notes", "precious.nibble.tmp-1",
+      "precious.nibble.tmp-1-2-3", ".hidden.nibble.tmp-1-2",
+      "precious.nibble.tmp--2"};
+  for (const std::string& name : users_files) {
+    WriteFile(dir.path() + "/" + name, "the user's");
+  }
 
   std::map<std::string, WeightFile> loaded;
   absl::StatusOr<LoadReport> report = LoadInto(dir, &loaded);
@@ -129,12 +139,17 @@ TEST(WeightDirectoryTest, SkipsTornAndCorruptFilesAndRemovesTempFiles) {
   EXPECT_THAT(reasons[dir.FilePath("renamed")],
               HasSubstr("holds weight \"good\""));
   EXPECT_THAT(report->removed_temp_files,
-              ElementsAre(dir.FilePath("good") + ".tmp-123-0"));
-  // Bad files stay for the operator to look at; the temporary one is gone.
-  EXPECT_THAT(
-      FileNames(dir.path()),
-      ElementsAre("README", "flipped.nibble", "good.nibble", "renamed.nibble",
-                  "torn.nibble", "x.nibble.tmp-1.nibble"));
+              ElementsAre(dir.path() + "/.write-probe.nibble.tmp-123-1",
+                          dir.FilePath("good") + ".tmp-123-0",
+                          dir.FilePath("x.nibble.tmp-1") + ".tmp-9-2"));
+  // Bad files stay for the operator to look at, and the user's files too;
+  // the temporary ones are gone.
+  EXPECT_THAT(FileNames(dir.path()),
+              ElementsAre(".hidden.nibble.tmp-1-2", "README", "flipped.nibble",
+                          "good.nibble", "precious.nibble.tmp--2",
+                          "precious.nibble.tmp-1", "precious.nibble.tmp-1-2-3",
+                          "precious.nibble.tmp-notes", "renamed.nibble",
+                          "torn.nibble", "x.nibble.tmp-1.nibble"));
 }
 
 // Only regular files are read, and symbolic links only where they stay in
