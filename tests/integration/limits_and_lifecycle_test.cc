@@ -2,11 +2,14 @@
 // lifecycle: --max_weight_bytes refuses an upload whole, counts uploads in
 // progress, and skips files at start, --max_request_rows refuses large M, a
 // reply past --max_message_bytes is refused before it is computed, the soft
-// limit on open files is raised to the hard one, health turns SERVING once
-// the weights are loaded, and SIGTERM drains: NOT_SERVING during
+// limit on open files is raised to the hard one, SIGTERM during the load
+// stops nibbled before it serves, health turns SERVING once the weights are
+// loaded, and SIGTERM drains: NOT_SERVING during
 // --drain_delay_seconds, every in-flight request answered, exit code 0.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -425,6 +428,84 @@ TEST(LifecycleTest, StartRaisesTheOpenFileLimitToTheHardLimit) {
   EXPECT_THAT(ReadFile(log),
               HasSubstr(absl::StrCat("msg=\"open file limit\" max_open_files=",
                                      ours.rlim_max, " was=", kLowered)));
+}
+
+// Runs `nibbled args...`, sends it SIGTERM the moment it logs `trigger` on
+// stderr, and waits for it; its exit code (-1 when a signal killed it), with
+// what it printed on stdout in `output` and on stderr in `log`.
+int StopWhenLogged(const std::vector<std::string>& args,
+                   absl::string_view trigger, std::string* output,
+                   std::string* log) {
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return -2;
+  const pid_t pid = fork();
+  if (pid < 0) return -2;
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+      close(fd);
+    }
+    std::vector<std::string> argv_strings = {NIBBLED_PATH};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : argv_strings) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(NIBBLED_PATH, argv.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  bool signalled = false;
+  char buffer[4096];
+  for (ssize_t got; (got = read(err_pipe[0], buffer, sizeof(buffer))) > 0;) {
+    log->append(buffer, got);
+    if (!signalled && absl::StrContains(*log, trigger)) {
+      kill(pid, SIGTERM);
+      signalled = true;
+    }
+  }
+  for (ssize_t got; (got = read(out_pipe[0], buffer, sizeof(buffer))) > 0;) {
+    output->append(buffer, got);
+  }
+  close(out_pipe[0]);
+  close(err_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A stop signal while nibbled loads its data directory ends it before it
+// serves, with exit 0, instead of waiting for the load. The signal goes the
+// moment nibbled logs that it starts loading, before it even listens; the
+// load itself takes over 100 ms here.
+TEST(LifecycleTest, SigtermWhileLoadingStopsBeforeServing) {
+  const std::string dir = FreshDirectory("stop_while_loading");
+  constexpr WeightSpec kLargeSpec = {WeightFormat::kU4b8, 4096, 2048, 128};
+  constexpr int kWeights = 40;
+  {
+    auto server = StartNibbledLoggingTo(NIBBLED_PATH, dir + ".upload.stderr",
+                                        {"--data_dir=" + dir});
+    ASSERT_TRUE(server.ok()) << server.status();
+    Client client((*server)->target());
+    SCOPED_TRACE("seed 9");
+    const QuantizedWeight weight = RandomQuantizedWeight(kLargeSpec, 9);
+    for (int i = 0; i < kWeights; ++i) {
+      ASSERT_TRUE(client.Upload(absl::StrCat("w", i), weight).ok());
+    }
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  std::string output;
+  std::string log;
+  EXPECT_EQ(StopWhenLogged({"--listen=127.0.0.1:0", "--backend=cpu",
+                            "--threads=2", "--data_dir=" + dir},
+                           "msg=\"loading weights\"", &output, &log),
+            0)
+      << log;
+  EXPECT_THAT(output, Not(HasSubstr("listening on")));
+  EXPECT_THAT(log, HasSubstr("msg=\"signal received while starting, "
+                             "stopping before serving\" signal=Terminated"));
 }
 
 TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
