@@ -32,8 +32,9 @@ class KServeServiceImpl final
     : public inference::GRPCInferenceService::CallbackService {
  public:
   // Both must outlive the service.
-  // `auth` (--auth_token_file) may be null. With --auth_all every RPC but
-  // ServerLive and ServerReady needs a token; those stay open like health.
+  // `auth` (--auth_token_file) may be null. Unless it is for writes only
+  // (--auth_writes_only), every RPC but ServerLive and ServerReady needs a
+  // token; those stay open like health.
   // A ModelInfer whose reply would pass `max_reply_bytes`
   // (--max_message_bytes; 0 for no limit) is refused before it runs.
   KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,

@@ -98,7 +98,8 @@ struct ServerOptions {
   std::string tls_key;
   // PEM (--tls_client_ca): clients must present a certificate it signed.
   std::string tls_client_ca;
-  // Bearer tokens (--auth_token_file, --auth_all); none needed when unset.
+  // Bearer tokens (--auth_token_file, --auth_writes_only); none needed when
+  // unset.
   std::optional<TokenAuthenticator> auth;
   // Puts weights in the store at start (nibbled --import): called once,
   // before the server listens and before data_dir is loaded, with the

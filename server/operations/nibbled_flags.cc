@@ -24,6 +24,7 @@
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/operations/environment_flags.h"
+#include "server/operations/log.h"
 #include "server/operations/memory_limit.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -103,11 +104,18 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM file of the CA that must have signed every client's "
           "certificate (mutual TLS; needs --tls_cert)");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "file of bearer tokens, one per line; calls that change weights "
-          "must carry one (\"authorization: Bearer TOKEN\")");
+          "file of bearer tokens, one per line; every call must carry one "
+          "(\"authorization: Bearer TOKEN\"), except health checks, "
+          "reflection and KServe ServerLive/ServerReady");
+ABSL_FLAG(bool, auth_writes_only, false,
+          "with --auth_token_file: only calls that change weights "
+          "(UploadWeight, DeleteWeight) need a token, and everyone may run "
+          "matmuls and list weights; a matmul with A = I returns the weight, "
+          "so use this only where every client may read every weight");
 ABSL_FLAG(bool, auth_all, false,
-          "with --auth_token_file: every call needs a token, except health "
-          "checks, reflection and KServe ServerLive/ServerReady");
+          "deprecated, does nothing: every call needs a token by default now "
+          "(see --auth_writes_only); accepted so that existing command lines "
+          "keep working");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on, at GET /metrics (e.g. "
           "0.0.0.0:9464; port 0 picks a free one); empty for none.");
@@ -298,15 +306,30 @@ absl::Status SecurityFromFlags(ServerOptions& options) {
     *pem = *std::move(contents);
   }
   const std::string tokens = absl::GetFlag(FLAGS_auth_token_file);
+  const bool auth_all = absl::GetFlag(FLAGS_auth_all);
+  const bool writes_only = absl::GetFlag(FLAGS_auth_writes_only);
   if (tokens.empty()) {
-    if (absl::GetFlag(FLAGS_auth_all)) {
-      return absl::InvalidArgumentError(
-          "--auth_all needs the tokens: add --auth_token_file");
+    for (auto [flag, given] : {std::pair("auth_all", auth_all),
+                               std::pair("auth_writes_only", writes_only)}) {
+      if (given) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, " needs the tokens: add --auth_token_file"));
+      }
     }
     return absl::OkStatus();
   }
+  if (auth_all && writes_only) {
+    return absl::InvalidArgumentError(
+        "--auth_all and --auth_writes_only contradict each other: drop "
+        "--auth_all, which is the default now");
+  }
+  if (auth_all) {
+    LogWarning(
+        "--auth_all is deprecated and does nothing: every call needs "
+        "a token by default now; drop the flag");
+  }
   absl::StatusOr<TokenAuthenticator> auth =
-      TokenAuthenticator::FromFile(tokens, absl::GetFlag(FLAGS_auth_all));
+      TokenAuthenticator::FromFile(tokens, /*all_rpcs=*/!writes_only);
   if (!auth.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--auth_token_file: ", auth.status().message()));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/nibbled_process.h"
@@ -42,10 +43,13 @@ class SecurityTest : public ::testing::Test {
   }
 
   std::string TokenFile(const std::string& token) {
+    // A parameterized test's name holds a '/'.
     const std::string path = absl::StrCat(
         ::testing::TempDir(), "/token_",
-        ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
-        token.size());
+        absl::StrReplaceAll(
+            ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+            {{"/", "_"}}),
+        "_", token.size());
     testing::RunCommand(absl::StrCat("printf '%s\\n' '", token, "' > ", path),
                         &output_);
     return path;
@@ -89,9 +93,10 @@ TEST_F(SecurityTest, MutualTlsRefusesClientsWithoutATrustedCertificate) {
       << output_;
 }
 
-TEST_F(SecurityTest, WeightChangesNeedAToken) {
+TEST_F(SecurityTest, AuthWritesOnlyGuardsWeightChangesOnly) {
   const std::string tokens = TokenFile("s3cret-token");
-  StartServer({absl::StrCat("--auth_token_file=", tokens)});
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {absl::StrCat("--auth_token_file=", tokens), "--auth_writes_only"}));
   EXPECT_EQ(Cli(kUpload), 1) << output_;
   EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
   EXPECT_EQ(Cli(absl::StrCat(kUpload,
@@ -101,7 +106,7 @@ TEST_F(SecurityTest, WeightChangesNeedAToken) {
   EXPECT_THAT(output_, HasSubstr("not one this server accepts"));
   EXPECT_EQ(Cli(absl::StrCat(kUpload, " --auth_token_file=", tokens)), 0)
       << output_;
-  // Reads and health stay open without --auth_all.
+  // Reads and health stay open.
   EXPECT_EQ(Cli("list"), 0) << output_;
   EXPECT_EQ(Cli("matmul --name=w --m=1 --dtype=f32 --random_input=2"), 0)
       << output_;
@@ -110,13 +115,28 @@ TEST_F(SecurityTest, WeightChangesNeedAToken) {
       << output_;
 }
 
-TEST_F(SecurityTest, AuthAllGuardsEveryCallButHealth) {
+// With a token file every call needs the token, matmuls included, since a
+// matmul with A = I reads the weight back; health stays open for probes.
+// --auth_all, the old way to ask for this, is still accepted.
+class TokenFileTest : public SecurityTest,
+                      public ::testing::WithParamInterface<bool> {};
+
+TEST_P(TokenFileTest, GuardsEveryCallButHealth) {
+  const bool auth_all = GetParam();
   const std::string tokens = TokenFile("all-token");
-  StartServer({absl::StrCat("--auth_token_file=", tokens), "--auth_all"});
+  std::vector<std::string> args = {absl::StrCat("--auth_token_file=", tokens)};
+  if (auth_all) args.push_back("--auth_all");
+  ASSERT_NO_FATAL_FAILURE(StartServer(args));
   const std::string token = absl::StrCat(" --auth_token_file=", tokens);
   ASSERT_EQ(Cli(absl::StrCat(kUpload, token)), 0) << output_;
-  EXPECT_EQ(Cli("list"), 1) << output_;
-  EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
+  for (const char* call :
+       {"list", "get --name=w",
+        "matmul --name=w --m=1 --dtype=f32 --random_input=2"}) {
+    SCOPED_TRACE(call);
+    EXPECT_EQ(Cli(call), 1) << output_;
+    EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
+    EXPECT_EQ(Cli(absl::StrCat(call, token)), 0) << output_;
+  }
   EXPECT_EQ(Cli("health"), 0) << output_;
   for (const char* api : {"Matmul", "MatmulStream", "ModelInfer"}) {
     SCOPED_TRACE(api);
@@ -139,6 +159,11 @@ TEST_F(SecurityTest, AuthAllGuardsEveryCallButHealth) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(AuthAll, TokenFileTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "WithAuthAll" : "ByDefault";
+                         });
+
 TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{
@@ -148,6 +173,10 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {
         std::vector<std::string>{
             absl::StrCat("--tls_client_ca=", TlsFile("ca.pem"))},
         std::vector<std::string>{"--auth_all"},
+        std::vector<std::string>{"--auth_writes_only"},
+        std::vector<std::string>{
+            absl::StrCat("--auth_token_file=", TokenFile("token")),
+            "--auth_all", "--auth_writes_only"},
         std::vector<std::string>{"--auth_token_file=/nonexistent"}}) {
     SCOPED_TRACE(args[0]);
     EXPECT_FALSE(testing::NibbledProcess::Start(NIBBLED_PATH, args).ok());
