@@ -48,7 +48,8 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       batcher_(options.batching, BackendOf(&runner_)),
       auth_(options.auth),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
-               auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes),
+               auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
+               options.uploads),
       kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
                       options.max_message_bytes) {}
 

@@ -85,13 +85,15 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(
 NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                                      const WeightDirectory* data_dir,
                                      const TokenAuthenticator* auth,
-                                     Backend backend, int64_t max_reply_bytes)
+                                     Backend backend, int64_t max_reply_bytes,
+                                     UploadLimits upload_limits)
     : store_(store),
       batcher_(batcher),
       data_dir_(data_dir),
       auth_(auth),
       backend_(backend),
-      max_reply_bytes_(max_reply_bytes) {}
+      max_reply_bytes_(max_reply_bytes),
+      upload_watchdog_(upload_limits.idle) {}
 
 absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
@@ -101,8 +103,13 @@ absl::Status NibbleServiceImpl::Upload(
   // Held from the header on and released on every early return, so that
   // uploads in progress never buffer more than the budget together.
   WeightStore::Reservation reservation;
+  // A stalled client would otherwise hold this thread and the reservation
+  // for as long as its connection lives.
+  IdleWatchdog::Watch watch =
+      upload_watchdog_.Start([context] { context->TryCancel(); });
   v1::UploadWeightRequest request;
   while (reader->Read(&request)) {
+    watch.Touch();
     if (request.has_header()) {
       absl::StatusOr<WeightSpec> spec = FromProto(request.header());
       if (!spec.ok()) return spec.status();
@@ -142,6 +149,16 @@ absl::Status NibbleServiceImpl::Upload(
       return absl::InvalidArgumentError(
           "upload message has neither a header nor a chunk");
     }
+  }
+  if (watch.expired()) {
+    const absl::Duration idle = upload_watchdog_.idle_limit();
+    LogWarning("upload cancelled: idle",
+               {{"name", upload.name()},
+                {"upload_idle_seconds", absl::ToDoubleSeconds(idle)},
+                {"peer", context->peer()}});
+    return absl::DeadlineExceededError(absl::StrCat(
+        "upload cancelled: no message arrived for ", absl::FormatDuration(idle),
+        " (nibbled --upload_idle_seconds); nothing was stored"));
   }
   if (context->IsCancelled()) {
     return absl::CancelledError(

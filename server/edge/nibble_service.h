@@ -20,15 +20,24 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "format/fp4_columns.h"
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/idle_watchdog.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/storage/weight_directory.h"
 
 namespace nibble::server {
+
+// What uploads may hold (nibbled --upload_idle_seconds).
+struct UploadLimits {
+  // An upload that receives no message for this long is cancelled, and its
+  // reservation released.
+  absl::Duration idle = absl::InfiniteDuration();
+};
 
 class NibbleServiceImpl final
     : public v1::NibbleService::WithCallbackMethod_Matmul<
@@ -45,7 +54,8 @@ class NibbleServiceImpl final
                     const WeightDirectory* data_dir = nullptr,
                     const TokenAuthenticator* auth = nullptr,
                     Backend backend = Backend::kCpu,
-                    int64_t max_reply_bytes = 0);
+                    int64_t max_reply_bytes = 0,
+                    UploadLimits upload_limits = {});
 
   // Puts `weight` in the store as `name` the way an upload does (nibbled
   // --import): within --max_weight_bytes and --max_weights, copied to the
@@ -122,6 +132,8 @@ class NibbleServiceImpl final
   const TokenAuthenticator* auth_;
   const Backend backend_;
   const int64_t max_reply_bytes_;
+  // Cancels uploads idle for longer than UploadLimits::idle.
+  IdleWatchdog upload_watchdog_;
   // Held from an upload's last name check until its weight is in the store,
   // and while a weight is deleted, so that two uploads of one name cannot
   // both write its file and a file never outlives its weight. A slow disk

@@ -66,6 +66,10 @@ ABSL_FLAG(int64_t, keepalive_time_ms, 60'000,
 ABSL_FLAG(int64_t, keepalive_timeout_ms, 20'000,
           "How long, in milliseconds, the server waits for a ping's answer "
           "before closing the connection.");
+ABSL_FLAG(double, upload_idle_seconds, 20.0,
+          "An upload that receives no message for this many seconds is "
+          "cancelled and its reserved bytes released, so that a client that "
+          "sends a header and stalls cannot hold the budget.");
 ABSL_FLAG(int, max_concurrent_streams, 256,
           "Most calls in flight on one client connection; further calls wait "
           "in the client.");
@@ -231,6 +235,9 @@ std::string FlagProblems() {
       absl::StrAppend(&problems, "--", flag, "=", value, " must be from 1 to ",
                       kMaxKeepaliveMs, "\n");
     }
+  }
+  if (!(absl::GetFlag(FLAGS_upload_idle_seconds) > 0)) {
+    absl::StrAppend(&problems, "--upload_idle_seconds must be positive\n");
   }
   if (absl::GetFlag(FLAGS_max_concurrent_streams) < 1) {
     absl::StrAppend(&problems, "--max_concurrent_streams=",
@@ -413,6 +420,7 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
   server.keepalive_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_timeout_ms));
   server.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  server.uploads.idle = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds));
   server.batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
                      .max_batch_delay = absl::Microseconds(
                          absl::GetFlag(FLAGS_max_batch_delay_us)),

@@ -244,6 +244,37 @@ TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {
   EXPECT_EQ((*server)->Stop(), 0);
 }
 
+// A client that sends an upload's header and then nothing loses the upload
+// after --upload_idle_seconds, and with it the budget it reserved.
+TEST(WeightBudgetTest, StalledUploadIsCancelledAfterTheIdleTime) {
+  const std::string log = FreshDirectory("idle_upload") + ".stderr";
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {absl::StrCat("--max_weight_bytes=", kSmallResidentBytes),
+       "--upload_idle_seconds=0.5", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  Client client((*server)->target());
+
+  grpc::ClientContext stalled_context;
+  // Far longer than the idle time, so that only nibbled ends the call.
+  stalled_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::WeightInfo stalled_info;
+  auto stalled = client.stub().UploadWeight(&stalled_context, &stalled_info);
+  ASSERT_TRUE(stalled->Write(UploadHeader("a", kSmallSpec)));
+  const grpc::Status ended = stalled->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED)
+      << ended.error_message();
+  EXPECT_EQ(WaitForSample(metrics_port, kReservedSample, 0, absl::Seconds(30)),
+            0);
+  SCOPED_TRACE("seed 10");
+  EXPECT_TRUE(client.Upload("b", RandomQuantizedWeight(kSmallSpec, 10)).ok());
+  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_THAT(ReadFile(log), HasSubstr("msg=\"upload cancelled: idle\" name=a "
+                                       "upload_idle_seconds=0.5"));
+}
+
 TEST(WeightBudgetTest, DefaultBudgetIsAShareOfMemoryAndMinusOneIsNone) {
   const std::string log = FreshDirectory("default_budget") + ".stderr";
   {
