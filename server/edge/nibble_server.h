@@ -90,7 +90,8 @@ struct ServerOptions {
   // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
   // --max_batch_delay_us, --max_queue_rows).
   BatcherOptions batching;
-  // What uploads may hold (--upload_idle_seconds).
+  // What uploads may hold (--upload_idle_seconds,
+  // --max_uploads_per_connection).
   UploadLimits uploads;
   // Where every uploaded weight is kept and reloaded from at start
   // (nibbled --data_dir); empty to keep weights in memory only.

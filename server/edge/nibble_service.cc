@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,12 +94,28 @@ NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
       auth_(auth),
       backend_(backend),
       max_reply_bytes_(max_reply_bytes),
-      upload_watchdog_(upload_limits.idle) {}
+      upload_watchdog_(upload_limits.idle),
+      uploads_per_connection_(upload_limits.max_per_connection) {}
 
 absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::UploadWeightRequest>* reader,
     v1::WeightInfo* response) {
+  // Before anything is read or reserved, so that one connection cannot take
+  // every thread with uploads it never finishes.
+  std::optional<PerKeyLimit::Slot> slot =
+      uploads_per_connection_.TryAcquire(context->peer());
+  if (!slot.has_value()) {
+    LogWarning("upload refused: too many on one connection",
+               {{"peer", context->peer()},
+                {"max_uploads_per_connection",
+                 uploads_per_connection_.max_per_key()}});
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this connection already has ", uploads_per_connection_.max_per_key(),
+        " uploads in progress, the most nibbled takes "
+        "(--max_uploads_per_connection); finish one first, or upload over "
+        "another connection"));
+  }
   UploadAssembler upload(/*pack_codes=*/!KeepsCanonicalWeights());
   // Held from the header on and released on every early return, so that
   // uploads in progress never buffer more than the budget together.

@@ -26,17 +26,21 @@
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "server/core/batcher.h"
 #include "server/core/idle_watchdog.h"
+#include "server/core/per_key_limit.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/storage/weight_directory.h"
 
 namespace nibble::server {
 
-// What uploads may hold (nibbled --upload_idle_seconds).
+// What uploads may hold (nibbled --upload_idle_seconds,
+// --max_uploads_per_connection).
 struct UploadLimits {
   // An upload that receives no message for this long is cancelled, and its
   // reservation released.
   absl::Duration idle = absl::InfiniteDuration();
+  // Most uploads in progress on one client connection; 0 for no limit.
+  int max_per_connection = 0;
 };
 
 class NibbleServiceImpl final
@@ -134,6 +138,8 @@ class NibbleServiceImpl final
   const int64_t max_reply_bytes_;
   // Cancels uploads idle for longer than UploadLimits::idle.
   IdleWatchdog upload_watchdog_;
+  // Uploads in progress by connection (ServerContext::peer).
+  PerKeyLimit uploads_per_connection_;
   // Held from an upload's last name check until its weight is in the store,
   // and while a weight is deleted, so that two uploads of one name cannot
   // both write its file and a file never outlives its weight. A slow disk

@@ -70,6 +70,9 @@ ABSL_FLAG(double, upload_idle_seconds, 20.0,
           "An upload that receives no message for this many seconds is "
           "cancelled and its reserved bytes released, so that a client that "
           "sends a header and stalls cannot hold the budget.");
+ABSL_FLAG(int, max_uploads_per_connection, 8,
+          "Most uploads in progress on one client connection; further ones "
+          "fail with RESOURCE_EXHAUSTED. 0 for no limit.");
 ABSL_FLAG(int, max_concurrent_streams, 256,
           "Most calls in flight on one client connection; further calls wait "
           "in the client.");
@@ -235,6 +238,11 @@ std::string FlagProblems() {
       absl::StrAppend(&problems, "--", flag, "=", value, " must be from 1 to ",
                       kMaxKeepaliveMs, "\n");
     }
+  }
+  if (absl::GetFlag(FLAGS_max_uploads_per_connection) < 0) {
+    absl::StrAppend(&problems, "--max_uploads_per_connection=",
+                    absl::GetFlag(FLAGS_max_uploads_per_connection),
+                    " is negative: give a count, or 0 for no limit\n");
   }
   if (!(absl::GetFlag(FLAGS_upload_idle_seconds) > 0)) {
     absl::StrAppend(&problems, "--upload_idle_seconds must be positive\n");
@@ -420,7 +428,9 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
   server.keepalive_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_timeout_ms));
   server.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
-  server.uploads.idle = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds));
+  server.uploads = {
+      .idle = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds)),
+      .max_per_connection = absl::GetFlag(FLAGS_max_uploads_per_connection)};
   server.batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
                      .max_batch_delay = absl::Microseconds(
                          absl::GetFlag(FLAGS_max_batch_delay_us)),

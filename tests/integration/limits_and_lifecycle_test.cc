@@ -275,6 +275,63 @@ TEST(WeightBudgetTest, StalledUploadIsCancelledAfterTheIdleTime) {
                                        "upload_idle_seconds=0.5"));
 }
 
+// One connection may hold --max_uploads_per_connection uploads in progress;
+// one more is refused at once, while other connections may still upload.
+TEST(WeightBudgetTest, UploadsPerConnectionAreCapped) {
+  const std::string log = FreshDirectory("uploads_per_connection") + ".stderr";
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {"--max_uploads_per_connection=2", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  Client client((*server)->target());
+  grpc::ClientContext stalled_contexts[2];
+  v1::WeightInfo stalled_info;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::UploadWeightRequest>>>
+      stalled;
+  for (int i = 0; i < 2; ++i) {
+    stalled.push_back(
+        client.stub().UploadWeight(&stalled_contexts[i], &stalled_info));
+    ASSERT_TRUE(stalled[i]->Write(
+        UploadHeader(absl::StrCat("stalled", i), kSmallSpec)));
+  }
+  ASSERT_EQ(WaitForSample(metrics_port, kReservedSample,
+                          2 * kSmallResidentBytes, absl::Seconds(30)),
+            2 * kSmallResidentBytes);
+
+  SCOPED_TRACE("seed 11");
+  const QuantizedWeight weight = RandomQuantizedWeight(kSmallSpec, 11);
+  const grpc::Status refused = client.Upload("third", weight);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("this connection already has 2 uploads in progress"));
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("--max_uploads_per_connection"));
+  // A channel of its own subchannel pool opens a connection of its own.
+  grpc::ChannelArguments own_connection;
+  own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto other_stub = v1::NibbleService::NewStub(grpc::CreateCustomChannel(
+      (*server)->target(), grpc::InsecureChannelCredentials(), own_connection));
+  const grpc::Status elsewhere = UploadWeight(*other_stub, "other", weight);
+  EXPECT_TRUE(elsewhere.ok()) << elsewhere.error_message();
+
+  for (int i = 0; i < 2; ++i) {
+    stalled_contexts[i].TryCancel();
+    EXPECT_EQ(stalled[i]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // nibbled gives the connection's slots back as the cancelled uploads
+  // return, just after the client sees them end.
+  grpc::Status third = client.Upload("third", weight);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       third.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+       absl::Now() < give_up;
+       third = client.Upload("third", weight)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(third.ok()) << third.error_message();
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
 TEST(WeightBudgetTest, DefaultBudgetIsAShareOfMemoryAndMinusOneIsNone) {
   const std::string log = FreshDirectory("default_budget") + ".stderr";
   {
