@@ -231,9 +231,10 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   // Before loading, so that the load can be watched.
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
-        MetricsHttpServer::Start(options.metrics_listen, [raw = server.get()] {
-          return raw->RenderMetrics();
-        });
+        MetricsHttpServer::Start(
+            options.metrics_listen,
+            [raw = server.get()] { return raw->RenderMetrics(); },
+            options.metrics_auth);
     if (!metrics.ok()) return metrics.status();
     server->metrics_http_ = *std::move(metrics);
   }

@@ -113,6 +113,9 @@ struct ServerOptions {
   // HOST:PORT for Prometheus's GET /metrics (--metrics_listen); port 0 picks
   // a free one (see metrics_port()); empty for none.
   std::string metrics_listen;
+  // Bearer tokens a scrape must carry (--metrics_auth_token_file); none
+  // needed when unset.
+  std::optional<TokenAuthenticator> metrics_auth;
 };
 
 class NibbleServer {

@@ -45,6 +45,11 @@ class TokenAuthenticator final {
       const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
       RpcAccess access) const;
 
+  // OK when `authorization`, the value of an Authorization header, is
+  // "Bearer TOKEN" with an accepted token; UNAUTHENTICATED saying what is
+  // wrong otherwise. For callers that are not gRPC (GET /metrics).
+  absl::Status CheckBearer(absl::string_view authorization) const;
+
  private:
   TokenAuthenticator(std::vector<std::string> tokens, bool all_rpcs)
       : tokens_(std::move(tokens)), all_rpcs_(all_rpcs) {}

@@ -48,7 +48,8 @@ MetricsHttpServer::MetricsHttpServer()
     : http_(std::make_unique<httplib::Server>()) {}
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& listen, std::function<std::string()> render) {
+    const std::string& listen, std::function<std::string()> render,
+    std::optional<TokenAuthenticator> auth) {
   absl::StatusOr<HostPort> address = ParseHostPort(listen);
   if (!address.ok()) return address.status();
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
@@ -61,8 +62,26 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const int yes = 1;
     setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  http.Get("/metrics", [render = std::move(render)](const httplib::Request&,
-                                                    httplib::Response& res) {
+  http.Get("/metrics", [render = std::move(render), auth = std::move(auth)](
+                           const httplib::Request& req,
+                           httplib::Response& res) {
+    if (auth.has_value()) {
+      const absl::Status status =
+          req.has_header("Authorization")
+              ? auth->CheckBearer(req.get_header_value("Authorization"))
+              : absl::UnauthenticatedError(
+                    "GET /metrics needs a bearer token: send \"Authorization: "
+                    "Bearer TOKEN\" (Prometheus: "
+                    "authorization.credentials_file "
+                    "in the scrape config)");
+      if (!status.ok()) {
+        res.status = 401;
+        res.set_header("WWW-Authenticate", "Bearer");
+        res.set_content(absl::StrCat(status.message(), "\n"),
+                        "text/plain; charset=utf-8");
+        return;
+      }
+    }
     res.set_content(render(), kPrometheusContentType);
   });
   http.set_error_handler([](const httplib::Request& req,

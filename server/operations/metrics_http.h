@@ -1,6 +1,7 @@
 // The HTTP endpoint Prometheus scrapes: GET /metrics answers with what
-// `render` returns, in the text exposition format; every other path is 404.
-// Served by cpp-httplib on a thread of its own and a small pool.
+// `render` returns, in the text exposition format, to scrapers with a bearer
+// token where tokens are given (--metrics_auth_token_file); every other path
+// is 404. Served by cpp-httplib on a thread of its own and a small pool.
 //
 // Example:
 //   absl::StatusOr<std::unique_ptr<nibble::server::MetricsHttpServer>> http =
@@ -14,10 +15,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "server/operations/auth.h"
 
 namespace httplib {
 class Server;
@@ -30,9 +33,12 @@ class MetricsHttpServer {
   // Listens on `listen`, HOST:PORT ("[::1]:9464" for IPv6; port 0 picks a free
   // one), and serves GET /metrics with `render`, which is called on the
   // server's threads, concurrently when scrapes overlap. INVALID_ARGUMENT for
-  // a malformed address; UNAVAILABLE when it cannot be bound.
+  // a malformed address; UNAVAILABLE when it cannot be bound. With `auth`, a
+  // scrape without one of its tokens in "Authorization: Bearer TOKEN" is
+  // answered 401, saying what to send.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const std::string& listen, std::function<std::string()> render);
+      const std::string& listen, std::function<std::string()> render,
+      std::optional<TokenAuthenticator> auth = std::nullopt);
 
   // Stops listening, waits for answers in progress and joins the threads.
   ~MetricsHttpServer();

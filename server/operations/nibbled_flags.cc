@@ -126,6 +126,10 @@ ABSL_FLAG(bool, auth_all, false,
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on, at GET /metrics (e.g. "
           "0.0.0.0:9464; port 0 picks a free one); empty for none.");
+ABSL_FLAG(std::string, metrics_auth_token_file, "",
+          "with --metrics_listen: file of bearer tokens, one per line; GET "
+          "/metrics must carry one (\"Authorization: Bearer TOKEN\"), since "
+          "the metrics name every weight. Empty: scrapes need none.");
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
@@ -299,6 +303,25 @@ absl::StatusOr<std::string> ReadPemFlag(absl::string_view flag,
   return *std::move(contents);
 }
 
+// --metrics_auth_token_file into `options`; InvalidArgument saying what to
+// fix.
+absl::Status MetricsAuthFromFlags(ServerOptions& options) {
+  const std::string tokens = absl::GetFlag(FLAGS_metrics_auth_token_file);
+  if (tokens.empty()) return absl::OkStatus();
+  if (absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    return absl::InvalidArgumentError(
+        "--metrics_auth_token_file applies to --metrics_listen: add it");
+  }
+  absl::StatusOr<TokenAuthenticator> auth =
+      TokenAuthenticator::FromFile(tokens, /*all_rpcs=*/true);
+  if (!auth.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_auth_token_file: ", auth.status().message()));
+  }
+  options.metrics_auth = *std::move(auth);
+  return absl::OkStatus();
+}
+
 // --tls_* and --auth_* into `options`; InvalidArgument saying what to fix.
 absl::Status SecurityFromFlags(ServerOptions& options) {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
@@ -438,6 +461,9 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
                      .max_request_rows = absl::GetFlag(FLAGS_max_request_rows)};
   server.data_dir = absl::GetFlag(FLAGS_data_dir);
   if (absl::Status status = SecurityFromFlags(server); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = MetricsAuthFromFlags(server); !status.ok()) {
     return status;
   }
   options.drain_delay_seconds = absl::GetFlag(FLAGS_drain_delay_seconds);

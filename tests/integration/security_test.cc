@@ -9,6 +9,8 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/integration/metrics_scrape.h"
 #include "tests/integration/nibbled_process.h"
 
 namespace nibble {
@@ -164,6 +166,27 @@ INSTANTIATE_TEST_SUITE_P(AuthAll, TokenFileTest, ::testing::Bool(),
                            return info.param ? "WithAuthAll" : "ByDefault";
                          });
 
+// --metrics_auth_token_file guards GET /metrics with its own tokens, apart
+// from those of the gRPC calls.
+TEST_F(SecurityTest, MetricsTokenGuardsScrapes) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {"--metrics_listen=127.0.0.1:0",
+       absl::StrCat("--metrics_auth_token_file=", TokenFile("scrape"))}));
+  httplib::Client http("127.0.0.1",
+                       testing::MetricsPort(server_->startup_line()));
+  httplib::Result refused = http.Get("/metrics");
+  ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_THAT(refused->body, HasSubstr("GET /metrics needs a bearer token"));
+  httplib::Result scraped =
+      http.Get("/metrics", {{"Authorization", "Bearer scrape"}});
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_THAT(scraped->body, HasSubstr("nibble_serving 1"));
+  // The gRPC side needs no token without --auth_token_file.
+  EXPECT_EQ(Cli("list"), 0) << output_;
+}
+
 TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{
@@ -177,7 +200,11 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {
         std::vector<std::string>{
             absl::StrCat("--auth_token_file=", TokenFile("token")),
             "--auth_all", "--auth_writes_only"},
-        std::vector<std::string>{"--auth_token_file=/nonexistent"}}) {
+        std::vector<std::string>{"--auth_token_file=/nonexistent"},
+        std::vector<std::string>{
+            absl::StrCat("--metrics_auth_token_file=", TokenFile("token"))},
+        std::vector<std::string>{"--metrics_listen=127.0.0.1:0",
+                                 "--metrics_auth_token_file=/nonexistent"}}) {
     SCOPED_TRACE(args[0]);
     EXPECT_FALSE(testing::NibbledProcess::Start(NIBBLED_PATH, args).ok());
   }

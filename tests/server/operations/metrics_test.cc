@@ -36,6 +36,7 @@
 #include "server/core/batcher.h"
 #include "server/edge/nibble_server.h"
 #include "server/edge/rpc_metrics.h"
+#include "server/operations/auth.h"
 #include "server/operations/metrics_histogram.h"
 #include "server/operations/metrics_http.h"
 
@@ -511,6 +512,46 @@ TEST(MetricsHttpServerTest, ServesMetricsAndExplainsOtherPaths) {
   ASSERT_TRUE(other) << httplib::to_string(other.error());
   EXPECT_EQ(other->status, 404);
   EXPECT_THAT(other->body, HasSubstr("GET /metrics"));
+}
+
+TEST(MetricsHttpServerTest, WithTokensOnlyScrapesWithOneAreAnswered) {
+  absl::StatusOr<TokenAuthenticator> auth =
+      TokenAuthenticator::FromText("scrape-token\nother\n", /*all_rpcs=*/true);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  int renders = 0;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(
+          "127.0.0.1:0",
+          [&renders] {
+            ++renders;
+            return std::string("nibble_serving 1\n");
+          },
+          *auth);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  const struct {
+    httplib::Headers headers;
+    const char* why;
+  } kRefused[] = {
+      {{}, "needs a bearer token"},
+      {{{"Authorization", "scrape-token"}}, "must read \"Bearer TOKEN\""},
+      {{{"Authorization", "Bearer wrong"}}, "not one this server accepts"},
+  };
+  for (const auto& [headers, why] : kRefused) {
+    SCOPED_TRACE(why);
+    httplib::Result refused = client.Get("/metrics", headers);
+    ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+    EXPECT_EQ(refused->status, 401);
+    EXPECT_EQ(refused->get_header_value("WWW-Authenticate"), "Bearer");
+    EXPECT_THAT(refused->body, HasSubstr(why));
+  }
+  EXPECT_EQ(renders, 0);
+  httplib::Result scraped =
+      client.Get("/metrics", {{"Authorization", "Bearer other"}});
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_EQ(scraped->body, "nibble_serving 1\n");
+  EXPECT_EQ(renders, 1);
 }
 
 TEST(MetricsHttpServerTest, BusyPortIsUnavailableNamingTheAddress) {
