@@ -51,7 +51,8 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
                auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
                options.uploads),
       kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
-                      options.max_message_bytes) {}
+                      options.max_message_bytes),
+      metrics_weight_labels_(options.metrics_weight_labels) {}
 
 NibbleServer::~NibbleServer() {
   // Quietly: after a Drain this does nothing, and a server that failed to
@@ -264,7 +265,8 @@ std::string NibbleServer::RenderMetrics() const {
                            .max_weight_bytes = store_.max_resident_bytes(),
                            .max_weights = store_.max_weights(),
                            .gpu_resident_bytes = store_.device_bytes(),
-                           .serving = serving_.load()};
+                           .serving = serving_.load(),
+                           .weight_labels = metrics_weight_labels_};
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {
     snapshot.weights.push_back(
         {.name = weight->name,

@@ -116,6 +116,8 @@ struct ServerOptions {
   // Bearer tokens a scrape must carry (--metrics_auth_token_file); none
   // needed when unset.
   std::optional<TokenAuthenticator> metrics_auth;
+  // Whether /metrics names weights in labels (--metrics_weight_labels).
+  bool metrics_weight_labels = true;
 };
 
 class NibbleServer {
@@ -183,6 +185,8 @@ class NibbleServer {
   // Written by interceptors until server_ is gone.
   RpcStats rpc_stats_;
   std::atomic<bool> serving_ = false;
+  // ServerOptions::metrics_weight_labels.
+  const bool metrics_weight_labels_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   // Last, so destroyed first: its scrapes read everything above.

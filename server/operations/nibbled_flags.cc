@@ -130,6 +130,13 @@ ABSL_FLAG(std::string, metrics_auth_token_file, "",
           "with --metrics_listen: file of bearer tokens, one per line; GET "
           "/metrics must carry one (\"Authorization: Bearer TOKEN\"), since "
           "the metrics name every weight. Empty: scrapes need none.");
+ABSL_FLAG(bool, metrics_weight_labels, true,
+          "whether /metrics has series labelled with weight names "
+          "(nibble_weight_bytes, nibble_weight_queued_rows, and "
+          "nibble_matmul_requests_total and nibble_matmul_rows_total per "
+          "weight); false leaves them out, the two counters summed over all "
+          "weights, so that scrapes neither learn the names nor grow with "
+          "the weights");
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
@@ -446,6 +453,7 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
   options.max_weight_bytes_source = budget.source;
   server.max_weights = absl::GetFlag(FLAGS_max_weights);
   server.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  server.metrics_weight_labels = absl::GetFlag(FLAGS_metrics_weight_labels);
   server.keepalive_time =
       absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
   server.keepalive_timeout =

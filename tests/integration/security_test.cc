@@ -17,6 +17,7 @@ namespace nibble {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TestFile(const std::string& name) {
   return absl::StrCat(NIBBLE_TESTDATA_DIR, "/", name);
@@ -185,6 +186,23 @@ TEST_F(SecurityTest, MetricsTokenGuardsScrapes) {
   EXPECT_THAT(scraped->body, HasSubstr("nibble_serving 1"));
   // The gRPC side needs no token without --auth_token_file.
   EXPECT_EQ(Cli("list"), 0) << output_;
+}
+
+// --metrics_weight_labels=false keeps weight names out of /metrics, and
+// counts the matmuls of all weights in one series.
+TEST_F(SecurityTest, MetricsWithoutWeightLabelsNameNoWeight) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {"--metrics_listen=127.0.0.1:0", "--metrics_weight_labels=false"}));
+  ASSERT_EQ(Cli(kUpload), 0) << output_;
+  ASSERT_EQ(Cli("matmul --name=w --m=3 --dtype=f32 --random_input=2"), 0)
+      << output_;
+  const int port = testing::MetricsPort(server_->startup_line());
+  EXPECT_EQ(testing::ScrapeSample(port, "nibble_matmul_rows_total"), 3);
+  httplib::Client http("127.0.0.1", port);
+  httplib::Result scraped = http.Get("/metrics");
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_THAT(scraped->body, Not(HasSubstr("weight=")));
+  EXPECT_THAT(scraped->body, Not(HasSubstr("\"w\"")));
 }
 
 TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {

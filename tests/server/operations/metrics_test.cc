@@ -45,6 +45,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(HistogramTest, CountsEachValueInTheFirstBucketThatHoldsIt) {
   static constexpr double kBounds[] = {1, 2, 4};
@@ -445,6 +446,40 @@ TEST(RenderPrometheusTextTest, RandomStatsRenderValidExpositionText) {
     EXPECT_NEAR(Value(*families, "nibble_batch_compute_seconds",
                       "nibble_batch_compute_seconds_sum"),
                 batcher.compute_seconds.sum(), 1e-9);
+  }
+}
+
+// Without weight labels no series names a weight, and the per-weight
+// counters become one series each, summed over the weights.
+TEST(RenderPrometheusTextTest, WithoutWeightLabelsNoWeightIsNamed) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937_64 rng(seed);
+    MetricsSnapshot snapshot = RandomSnapshot(rng);
+    snapshot.weight_labels = false;
+    const std::string text = RenderPrometheusText(snapshot);
+    absl::StatusOr<std::map<std::string, Family>> families =
+        ParseExposition(text);
+    ASSERT_TRUE(families.ok()) << families.status() << "\n" << text;
+    EXPECT_THAT(text, Not(HasSubstr("weight=")));
+    for (const WeightGauge& weight : snapshot.weights) {
+      EXPECT_THAT(text, Not(HasSubstr("\"" + weight.name + "\"")));
+    }
+    int64_t requests = 0;
+    int64_t rows = 0;
+    for (const auto& [weight, counts] : snapshot.batcher.run_by_weight) {
+      requests += counts.requests;
+      rows += counts.rows;
+    }
+    EXPECT_EQ(Value(*families, "nibble_matmul_requests_total",
+                    "nibble_matmul_requests_total"),
+              requests);
+    EXPECT_EQ(Value(*families, "nibble_matmul_rows_total",
+                    "nibble_matmul_rows_total"),
+              rows);
+    EXPECT_EQ(Value(*families, "nibble_queued_rows", "nibble_queued_rows"),
+              snapshot.batcher.queued_rows_by_weight.at("proj") +
+                  snapshot.batcher.queued_rows_by_weight.at("up"));
   }
 }
 
