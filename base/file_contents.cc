@@ -26,8 +26,24 @@ absl::Status FileError(absl::string_view action, const std::string& path,
   return absl::UnavailableError(std::move(message));
 }
 
+namespace {
+
+// What a file that is not a regular one is, for messages.
+absl::string_view FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever;
+  // regular files, the only ones read, ignore it.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return FileError("open", path, errno);
   struct stat info;
   absl::Status status = absl::OkStatus();
@@ -36,7 +52,8 @@ absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
     status = FileError("stat", path, errno);
   } else if (!S_ISREG(info.st_mode)) {
     status = absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", path, ": not a regular file"));
+        absl::StrCat("cannot read ", path, ": not a regular file but ",
+                     FileKind(info.st_mode)));
   } else {
     bytes.resize(info.st_size);
     size_t done = 0;

@@ -17,8 +17,9 @@
 namespace nibble {
 
 // The bytes of the regular file at `path`. NOT_FOUND when it does not exist,
-// PERMISSION_DENIED when it may not be read, FAILED_PRECONDITION when it is
-// not a regular file, DATA_LOSS when it shrinks while being read, UNAVAILABLE
+// PERMISSION_DENIED when it may not be read, FAILED_PRECONDITION, naming what
+// it is, when it is not a regular file (a FIFO is refused at once, not waited
+// on), DATA_LOSS when it shrinks while being read, UNAVAILABLE
 // for other I/O errors.
 absl::StatusOr<std::string> ReadFileContents(const std::string& path);
 

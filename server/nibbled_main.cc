@@ -2,6 +2,8 @@
 // main is the start-up's steps: flags into options, the --import plan, the
 // server, what it loaded, the listening line, then serving until SIGTERM or
 // SIGINT.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +29,7 @@
 #include "server/edge/nibble_server.h"
 #include "server/operations/log.h"
 #include "server/operations/nibbled_flags.h"
+#include "server/operations/open_file_limit.h"
 #include "server/storage/weight_directory.h"
 
 namespace {
@@ -58,7 +62,7 @@ int NotStarted(const absl::Status& status, int exit_code) {
 }
 
 // Blocks SIGTERM and SIGINT in this thread and so in every thread started
-// after it; ServeUntilStopped's thread waits for them.
+// after it; StopSignalWaiter's thread waits for them.
 sigset_t BlockStopSignals() {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -66,6 +70,20 @@ sigset_t BlockStopSignals() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   return stop_signals;
+}
+
+// Lets nibbled hold as many connections as the hard limit allows, and logs
+// the limit; nibbled goes on with the soft one when it cannot.
+void RaiseOpenFileLimit() {
+  absl::StatusOr<nibble::server::OpenFileLimit> files =
+      nibble::server::RaiseOpenFileLimit();
+  if (!files.ok()) {
+    LogWarning("open file limit not raised",
+               {{"error", files.status().message()}});
+    return;
+  }
+  LogInfo("open file limit",
+          {{"max_open_files", files->now}, {"was", files->before}});
 }
 
 // The --import checkpoints and what storing them came to.
@@ -207,23 +225,58 @@ void AnnounceListening(const NibbledOptions& options,
                                         : "none"}});
 }
 
-// Serves until SIGTERM or SIGINT, then drains as --drain_delay_seconds and
-// --shutdown_grace_seconds say.
-void ServeUntilStopped(NibbleServer& server, const sigset_t& stop_signals,
-                       const NibbledOptions& options) {
-  std::thread stopper([&server, &stop_signals, &options] {
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
+// Waits for SIGTERM or SIGINT on its own thread from the start on, so that
+// a signal is honoured however long the import and the data directory take
+// to load. Before the server is handed over (Serving), nibbled has
+// acknowledged nothing that is not on disk (it answers UNAVAILABLE while it
+// loads, and every file it writes is renamed into place whole), so the
+// signal ends it at once with exit 0. From then on the signal drains the
+// server as --drain_delay_seconds and --shutdown_grace_seconds say.
+class StopSignalWaiter {
+ public:
+  // `stop_signals` must be blocked in every thread (BlockStopSignals).
+  StopSignalWaiter(const sigset_t& stop_signals, const NibbledOptions& options)
+      : thread_([this, stop_signals, &options] {
+          int signal = 0;
+          sigwait(&stop_signals, &signal);
+          Stop(signal, options);
+        }) {}
+  // When nibbled did not start, main returns with the thread still waiting.
+  ~StopSignalWaiter() {
+    if (thread_.joinable()) thread_.detach();
+  }
+
+  void Serving(NibbleServer& server) {
+    absl::MutexLock lock(&mu_);
+    server_ = &server;
+  }
+  // Returns once a stop signal has drained the server given to Serving.
+  void WaitUntilStopped(NibbleServer& server) {
+    server.Wait();
+    thread_.join();
+  }
+
+ private:
+  void Stop(int signal, const NibbledOptions& options) {
+    absl::MutexLock lock(&mu_);
+    if (server_ == nullptr) {
+      LogInfo("signal received while starting, stopping before serving",
+              {{"signal", strsignal(signal)}});
+      // Without destructors: other threads are still loading or importing.
+      _exit(kExitOk);
+    }
     const double delay = options.drain_delay_seconds;
     const double grace = options.shutdown_grace_seconds;
     LogInfo("signal received, draining", {{"signal", strsignal(signal)},
                                           {"drain_delay_seconds", delay},
                                           {"grace_seconds", grace}});
-    server.Drain(absl::Seconds(delay), absl::Seconds(grace));
-  });
-  server.Wait();
-  stopper.join();
-}
+    server_->Drain(absl::Seconds(delay), absl::Seconds(grace));
+  }
+
+  absl::Mutex mu_;
+  NibbleServer* server_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -236,6 +289,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<NibbledOptions> options = nibble::server::OptionsFromFlags();
   if (!options.ok()) return UsageError(options.status());
   const sigset_t stop_signals = BlockStopSignals();
+  StopSignalWaiter stop_signal_waiter(stop_signals, *options);
+  RaiseOpenFileLimit();
   const nibble::cpu::Isa isa = nibble::cpu::DetectIsa();
 
   Import import;
@@ -252,12 +307,13 @@ int main(int argc, char** argv) {
         import.status.ok();
     return NotStarted(server.status(), usage ? kExitUsage : kExitFailure);
   }
+  stop_signal_waiter.Serving(**server);
   // The files stay mapped only as long as the import needs them.
   import.checkpoints.clear();
 
   ReportDataDir((*server)->data_dir_report());
   AnnounceListening(*options, **server, isa, import.report);
-  ServeUntilStopped(**server, stop_signals, *options);
+  stop_signal_waiter.WaitUntilStopped(**server);
   LogInfo("stopped");
   return kExitOk;
 }

@@ -244,4 +244,15 @@ void FillKServeInferResponse(const inference::ModelInferRequest& request,
       std::move(*matmul.mutable_kernel()));
 }
 
+int64_t KServeInferReplyEnvelopeBytes(
+    const inference::ModelInferRequest& request) {
+  // The version, output name and shape, the parameter's key, and every tag
+  // and length: far below this.
+  constexpr int64_t kFixedBytes = 128;
+  const int64_t datatype_bytes =
+      request.inputs_size() > 0 ? request.inputs(0).datatype().size() : 0;
+  return kFixedBytes + static_cast<int64_t>(request.model_name().size()) +
+         static_cast<int64_t>(request.id().size()) + datatype_bytes;
+}
+
 }  // namespace nibble::server

@@ -13,6 +13,8 @@
 #ifndef NIBBLE_SERVER_EDGE_KSERVE_CONVERSIONS_H_
 #define NIBBLE_SERVER_EDGE_KSERVE_CONVERSIONS_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -71,6 +73,12 @@ absl::StatusOr<v1::MatmulRequest> MatmulRequestFromKServe(
 void FillKServeInferResponse(const inference::ModelInferRequest& request,
                              v1::MatmulResponse matmul,
                              inference::ModelInferResponse* response);
+
+// A bound on the bytes FillKServeInferResponse's reply to `request` holds
+// besides the MatmulResponse's (C and the kernel name): the echoed model name
+// and id, the datatype, and the tags and lengths around them.
+int64_t KServeInferReplyEnvelopeBytes(
+    const inference::ModelInferRequest& request);
 
 }  // namespace nibble::server
 

@@ -24,8 +24,12 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
                                      MatmulBatcher* batcher,
-                                     const TokenAuthenticator* auth)
-    : store_(store), batcher_(batcher), auth_(auth) {}
+                                     const TokenAuthenticator* auth,
+                                     int64_t max_reply_bytes)
+    : store_(store),
+      batcher_(batcher),
+      auth_(auth),
+      max_reply_bytes_(max_reply_bytes) {}
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>>
 KServeServiceImpl::FindModel(absl::string_view model_name,
@@ -117,7 +121,10 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
   if (!matmul.ok()) return FinishNow(context, matmul.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   SubmitMatmulRpc(
-      *store_, *batcher_, *std::move(matmul), CallOf(context),
+      *store_, *batcher_, *std::move(matmul),
+      CallOf(context,
+             {.max_bytes = max_reply_bytes_,
+              .envelope_bytes = KServeInferReplyEnvelopeBytes(*request)}),
       [reactor, request, response](absl::StatusOr<v1::MatmulResponse> result) {
         if (result.ok()) {
           FillKServeInferResponse(*request, *std::move(result), response);

@@ -13,6 +13,7 @@
 #define NIBBLE_SERVER_EDGE_KSERVE_SERVICE_H_
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -31,10 +32,14 @@ class KServeServiceImpl final
     : public inference::GRPCInferenceService::CallbackService {
  public:
   // Both must outlive the service.
-  // `auth` (--auth_token_file) may be null. With --auth_all every RPC but
-  // ServerLive and ServerReady needs a token; those stay open like health.
+  // `auth` (--auth_token_file) may be null. Unless it is for writes only
+  // (--auth_writes_only), every RPC but ServerLive and ServerReady needs a
+  // token; those stay open like health.
+  // A ModelInfer whose reply would pass `max_reply_bytes`
+  // (--max_message_bytes; 0 for no limit) is refused before it runs.
   KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,
-                    const TokenAuthenticator* auth = nullptr);
+                    const TokenAuthenticator* auth = nullptr,
+                    int64_t max_reply_bytes = 0);
 
   // What ServerReady answers: false while nibbled loads --data_dir and
   // while it drains, so that orchestrators route no new work to it.
@@ -81,6 +86,7 @@ class KServeServiceImpl final
   const WeightStore* store_;
   MatmulBatcher* batcher_;
   const TokenAuthenticator* auth_;
+  const int64_t max_reply_bytes_;
   std::atomic<bool> ready_{true};
 };
 

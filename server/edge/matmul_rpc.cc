@@ -3,14 +3,45 @@
 #include <memory>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "format/dtype.h"
+#include "server/core/matmul_runner.h"
 #include "server/edge/proto_conversions.h"
 
 namespace nibble::server {
+namespace {
 
-RpcCall CallOf(grpc::CallbackServerContext* context) {
+// A bound on a MatmulResponse's bytes besides C's: the tags and lengths of its
+// six fields, and a kernel name, which is far shorter.
+constexpr int64_t kMatmulResponseFieldBytes = 256;
+
+// OK when the reply carrying C [m, n] of `dtype` fits `limit`; m and n are
+// positive.
+absl::Status CheckReplyFits(const ReplyLimit& limit, int64_t m, int64_t n,
+                            DType dtype) {
+  if (limit.max_bytes <= 0) return absl::OkStatus();
+  const int64_t row_bytes = n * static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t room =
+      limit.max_bytes - limit.envelope_bytes - kMatmulResponseFieldBytes;
+  const int64_t max_rows = room > 0 ? room / row_bytes : 0;
+  if (m <= max_rows) return absl::OkStatus();
+  // In double: m may be anything the client sent.
+  const double reply_bytes = static_cast<double>(m) * row_bytes +
+                             limit.envelope_bytes + kMatmulResponseFieldBytes;
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the reply would be about %.0f bytes (C is %d x %d %s), more than "
+      "nibbled --max_message_bytes=%d allows; send at most %d rows of A per "
+      "request, or raise --max_message_bytes",
+      reply_bytes, m, n, DTypeName(dtype), limit.max_bytes, max_rows));
+}
+
+}  // namespace
+
+RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit) {
   return {.deadline = absl::FromChrono(context->deadline()),
-          .is_cancelled = [context] { return context->IsCancelled(); }};
+          .is_cancelled = [context] { return context->IsCancelled(); },
+          .reply_limit = reply_limit};
 }
 
 void SubmitMatmulRpc(
@@ -22,7 +53,20 @@ void SubmitMatmulRpc(
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       store.Get(request.weight_name());
   if (!weight.ok()) return done(weight.status());
-  const int64_t n = (*weight)->packed.spec().n;
+  const WeightSpec& spec = (*weight)->packed.spec();
+  // The request's own faults come first: they are what the client must fix.
+  if (absl::Status status =
+          CheckMatmulShape(spec, (*weight)->name, request.m(), request.k(),
+                           *dtype, request.a().size());
+      !status.ok()) {
+    return done(status);
+  }
+  const int64_t n = spec.n;
+  if (absl::Status status =
+          CheckReplyFits(call.reply_limit, request.m(), n, *dtype);
+      !status.ok()) {
+    return done(status);
+  }
   batcher.Submit({.weight = *std::move(weight),
                   .dtype = *dtype,
                   .m = request.m(),

@@ -8,13 +8,22 @@
 #include "server/edge/matmul_rpc.h"
 
 namespace nibble::server {
+namespace {
+
+// A bound on a MatmulStreamResponse's bytes besides its MatmulResponse: the
+// id and the response's tag and length.
+constexpr int64_t kReplyEnvelopeBytes = 32;
+
+}  // namespace
 
 MatmulStreamReactor::MatmulStreamReactor(const WeightStore* store,
                                          MatmulBatcher* batcher,
-                                         grpc::CallbackServerContext* context)
+                                         grpc::CallbackServerContext* context,
+                                         int64_t max_reply_bytes)
     : store_(store),
       batcher_(batcher),
-      deadline_(absl::FromChrono(context->deadline())) {
+      deadline_(absl::FromChrono(context->deadline())),
+      max_reply_bytes_(max_reply_bytes) {
   mu_.Lock();
   Drive();
 }
@@ -62,12 +71,14 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
     return;
   }
   const uint64_t id = request.id();
-  SubmitMatmulRpc(
-      *store_, *batcher_, std::move(*request.mutable_request()),
-      {.deadline = deadline_, .is_cancelled = [this] { return Failed(); }},
-      [this, id](absl::StatusOr<v1::MatmulResponse> result) {
-        Complete(id, std::move(result));
-      });
+  SubmitMatmulRpc(*store_, *batcher_, std::move(*request.mutable_request()),
+                  {.deadline = deadline_,
+                   .is_cancelled = [this] { return Failed(); },
+                   .reply_limit = {.max_bytes = max_reply_bytes_,
+                                   .envelope_bytes = kReplyEnvelopeBytes}},
+                  [this, id](absl::StatusOr<v1::MatmulResponse> result) {
+                    Complete(id, std::move(result));
+                  });
 }
 
 void MatmulStreamReactor::OnWriteDone(bool ok) {

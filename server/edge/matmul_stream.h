@@ -59,9 +59,12 @@ class MatmulStreamReactor final
   static constexpr int64_t kMaxOwedReplies = 64;
 
   // Starts reading. `store` and `batcher` must outlive the reactor; requests
-  // get the call's deadline.
+  // get the call's deadline, and those whose reply would pass
+  // `max_reply_bytes` (--max_message_bytes; 0 for no limit) are answered
+  // with an error before they run.
   MatmulStreamReactor(const WeightStore* store, MatmulBatcher* batcher,
-                      grpc::CallbackServerContext* context);
+                      grpc::CallbackServerContext* context,
+                      int64_t max_reply_bytes = 0);
 
   // Answers the request `id` that was read earlier; exactly once per request
   // read. Thread-safe; the reactor may be deleted before it returns.
@@ -94,6 +97,7 @@ class MatmulStreamReactor final
   const WeightStore* const store_;
   MatmulBatcher* const batcher_;
   const absl::Time deadline_;
+  const int64_t max_reply_bytes_;
 
   mutable absl::Mutex mu_;
   // Filled by the read in flight; only touched by gRPC while reading_.

@@ -48,8 +48,11 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       batcher_(options.batching, BackendOf(&runner_)),
       auth_(options.auth),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
-               auth_ ? &*auth_ : nullptr, backend),
-      kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr) {}
+               auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
+               options.uploads),
+      kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
+                      options.max_message_bytes),
+      metrics_weight_labels_(options.metrics_weight_labels) {}
 
 NibbleServer::~NibbleServer() {
   // Quietly: after a Drain this does nothing, and a server that failed to
@@ -179,6 +182,16 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   // silently take half of the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // No compressed requests: gRPC 1.51 compares the compressed message with
+  // the limit and then inflates all of it, so 1 MiB of gzip could cost 1 GiB.
+  // With every algorithm disabled, a call whose grpc-encoding names one is
+  // refused with UNIMPLEMENTED once its headers arrive, before its message is
+  // read.
+  for (int algorithm = GRPC_COMPRESS_NONE + 1;
+       algorithm < GRPC_COMPRESS_ALGORITHMS_COUNT; ++algorithm) {
+    builder.SetCompressionAlgorithmSupportStatus(
+        static_cast<grpc_compression_algorithm>(algorithm), false);
+  }
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   if (options.max_receive_buffer_bytes > 0) {
     // The builder keeps its own reference to the quota.
@@ -219,9 +232,10 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   // Before loading, so that the load can be watched.
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
-        MetricsHttpServer::Start(options.metrics_listen, [raw = server.get()] {
-          return raw->RenderMetrics();
-        });
+        MetricsHttpServer::Start(
+            options.metrics_listen,
+            [raw = server.get()] { return raw->RenderMetrics(); },
+            options.metrics_auth);
     if (!metrics.ok()) return metrics.status();
     server->metrics_http_ = *std::move(metrics);
   }
@@ -251,7 +265,8 @@ std::string NibbleServer::RenderMetrics() const {
                            .max_weight_bytes = store_.max_resident_bytes(),
                            .max_weights = store_.max_weights(),
                            .gpu_resident_bytes = store_.device_bytes(),
-                           .serving = serving_.load()};
+                           .serving = serving_.load(),
+                           .weight_labels = metrics_weight_labels_};
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {
     snapshot.weights.push_back(
         {.name = weight->name,

@@ -90,6 +90,9 @@ struct ServerOptions {
   // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
   // --max_batch_delay_us, --max_queue_rows).
   BatcherOptions batching;
+  // What uploads may hold (--upload_idle_seconds,
+  // --max_uploads_per_connection).
+  UploadLimits uploads;
   // Where every uploaded weight is kept and reloaded from at start
   // (nibbled --data_dir); empty to keep weights in memory only.
   std::string data_dir;
@@ -98,7 +101,8 @@ struct ServerOptions {
   std::string tls_key;
   // PEM (--tls_client_ca): clients must present a certificate it signed.
   std::string tls_client_ca;
-  // Bearer tokens (--auth_token_file, --auth_all); none needed when unset.
+  // Bearer tokens (--auth_token_file, --auth_writes_only); none needed when
+  // unset.
   std::optional<TokenAuthenticator> auth;
   // Puts weights in the store at start (nibbled --import): called once,
   // before the server listens and before data_dir is loaded, with the
@@ -109,6 +113,11 @@ struct ServerOptions {
   // HOST:PORT for Prometheus's GET /metrics (--metrics_listen); port 0 picks
   // a free one (see metrics_port()); empty for none.
   std::string metrics_listen;
+  // Bearer tokens a scrape must carry (--metrics_auth_token_file); none
+  // needed when unset.
+  std::optional<TokenAuthenticator> metrics_auth;
+  // Whether /metrics names weights in labels (--metrics_weight_labels).
+  bool metrics_weight_labels = true;
 };
 
 class NibbleServer {
@@ -176,6 +185,8 @@ class NibbleServer {
   // Written by interceptors until server_ is gone.
   RpcStats rpc_stats_;
   std::atomic<bool> serving_ = false;
+  // ServerOptions::metrics_weight_labels.
+  const bool metrics_weight_labels_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   // Last, so destroyed first: its scrapes read everything above.

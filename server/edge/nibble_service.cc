@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,23 +86,47 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(
 NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                                      const WeightDirectory* data_dir,
                                      const TokenAuthenticator* auth,
-                                     Backend backend)
+                                     Backend backend, int64_t max_reply_bytes,
+                                     UploadLimits upload_limits)
     : store_(store),
       batcher_(batcher),
       data_dir_(data_dir),
       auth_(auth),
-      backend_(backend) {}
+      backend_(backend),
+      max_reply_bytes_(max_reply_bytes),
+      upload_watchdog_(upload_limits.idle),
+      uploads_per_connection_(upload_limits.max_per_connection) {}
 
 absl::Status NibbleServiceImpl::Upload(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::UploadWeightRequest>* reader,
     v1::WeightInfo* response) {
+  // Before anything is read or reserved, so that one connection cannot take
+  // every thread with uploads it never finishes.
+  std::optional<PerKeyLimit::Slot> slot =
+      uploads_per_connection_.TryAcquire(context->peer());
+  if (!slot.has_value()) {
+    LogWarning("upload refused: too many on one connection",
+               {{"peer", context->peer()},
+                {"max_uploads_per_connection",
+                 uploads_per_connection_.max_per_key()}});
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this connection already has ", uploads_per_connection_.max_per_key(),
+        " uploads in progress, the most nibbled takes "
+        "(--max_uploads_per_connection); finish one first, or upload over "
+        "another connection"));
+  }
   UploadAssembler upload(/*pack_codes=*/!KeepsCanonicalWeights());
   // Held from the header on and released on every early return, so that
   // uploads in progress never buffer more than the budget together.
   WeightStore::Reservation reservation;
+  // A stalled client would otherwise hold this thread and the reservation
+  // for as long as its connection lives.
+  IdleWatchdog::Watch watch =
+      upload_watchdog_.Start([context] { context->TryCancel(); });
   v1::UploadWeightRequest request;
   while (reader->Read(&request)) {
+    watch.Touch();
     if (request.has_header()) {
       absl::StatusOr<WeightSpec> spec = FromProto(request.header());
       if (!spec.ok()) return spec.status();
@@ -141,6 +166,16 @@ absl::Status NibbleServiceImpl::Upload(
       return absl::InvalidArgumentError(
           "upload message has neither a header nor a chunk");
     }
+  }
+  if (watch.expired()) {
+    const absl::Duration idle = upload_watchdog_.idle_limit();
+    LogWarning("upload cancelled: idle",
+               {{"name", upload.name()},
+                {"upload_idle_seconds", absl::ToDoubleSeconds(idle)},
+                {"peer", context->peer()}});
+    return absl::DeadlineExceededError(absl::StrCat(
+        "upload cancelled: no message arrived for ", absl::FormatDuration(idle),
+        " (nibbled --upload_idle_seconds); nothing was stored"));
   }
   if (context->IsCancelled()) {
     return absl::CancelledError(
@@ -361,7 +396,8 @@ grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
     return reactor;
   }
   SubmitMatmulRpc(
-      *store_, *batcher_, *request, CallOf(context),
+      *store_, *batcher_, *request,
+      CallOf(context, {.max_bytes = max_reply_bytes_}),
       [reactor, response](absl::StatusOr<v1::MatmulResponse> result) {
         if (result.ok()) *response = *std::move(result);
         reactor->Finish(ToGrpcStatus(result.status()));
@@ -378,7 +414,7 @@ NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
     return new RefusedStream(ToGrpcStatus(status));
   }
-  return new MatmulStreamReactor(store_, batcher_, context);
+  return new MatmulStreamReactor(store_, batcher_, context, max_reply_bytes_);
 }
 
 }  // namespace nibble::server

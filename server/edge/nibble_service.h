@@ -13,21 +13,35 @@
 #ifndef NIBBLE_SERVER_EDGE_NIBBLE_SERVICE_H_
 #define NIBBLE_SERVER_EDGE_NIBBLE_SERVICE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "format/fp4_columns.h"
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/idle_watchdog.h"
+#include "server/core/per_key_limit.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/storage/weight_directory.h"
 
 namespace nibble::server {
+
+// What uploads may hold (nibbled --upload_idle_seconds,
+// --max_uploads_per_connection).
+struct UploadLimits {
+  // An upload that receives no message for this long is cancelled, and its
+  // reservation released.
+  absl::Duration idle = absl::InfiniteDuration();
+  // Most uploads in progress on one client connection; 0 for no limit.
+  int max_per_connection = 0;
+};
 
 class NibbleServiceImpl final
     : public v1::NibbleService::WithCallbackMethod_Matmul<
@@ -38,11 +52,14 @@ class NibbleServiceImpl final
   // memory.
   // `data_dir` (--data_dir) and `auth` (--auth_token_file) may be null.
   // Uploads are copied to the memory of `backend` (resolved; see
-  // UploadToBackend).
+  // UploadToBackend). A matmul whose reply would pass `max_reply_bytes`
+  // (--max_message_bytes; 0 for no limit) is refused before it runs.
   NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                     const WeightDirectory* data_dir = nullptr,
                     const TokenAuthenticator* auth = nullptr,
-                    Backend backend = Backend::kCpu);
+                    Backend backend = Backend::kCpu,
+                    int64_t max_reply_bytes = 0,
+                    UploadLimits upload_limits = {});
 
   // Puts `weight` in the store as `name` the way an upload does (nibbled
   // --import): within --max_weight_bytes and --max_weights, copied to the
@@ -118,6 +135,11 @@ class NibbleServiceImpl final
   const WeightDirectory* data_dir_;
   const TokenAuthenticator* auth_;
   const Backend backend_;
+  const int64_t max_reply_bytes_;
+  // Cancels uploads idle for longer than UploadLimits::idle.
+  IdleWatchdog upload_watchdog_;
+  // Uploads in progress by connection (ServerContext::peer).
+  PerKeyLimit uploads_per_connection_;
   // Held from an upload's last name check until its weight is in the store,
   // and while a weight is deleted, so that two uploads of one name cannot
   // both write its file and a file never outlives its weight. A slow disk

@@ -72,12 +72,17 @@ absl::Status TokenAuthenticator::Check(
         "this call needs a bearer token: send the metadata \"authorization: "
         "Bearer TOKEN\" (the nibble tools take --auth_token_file)");
   }
-  const absl::string_view value(header->second.data(), header->second.size());
-  if (!absl::StartsWith(value, kBearerPrefix)) {
+  return CheckBearer(
+      absl::string_view(header->second.data(), header->second.size()));
+}
+
+absl::Status TokenAuthenticator::CheckBearer(
+    absl::string_view authorization) const {
+  if (!absl::StartsWith(authorization, kBearerPrefix)) {
     return absl::UnauthenticatedError(
         "the authorization metadata must read \"Bearer TOKEN\"");
   }
-  const absl::string_view token = value.substr(kBearerPrefix.size());
+  const absl::string_view token = authorization.substr(kBearerPrefix.size());
   bool accepted = false;
   for (const std::string& known : tokens_) {
     accepted |= ConstantTimeEquals(token, known);

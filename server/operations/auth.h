@@ -1,12 +1,13 @@
 // Bearer-token authentication for nibbled: the tokens in --auth_token_file,
-// required on the RPCs that change weights (and on every RPC of nibble's and
-// the KServe service with --auth_all). Health checks and reflection stay open,
-// so that probes and tools work without a token.
+// required on every RPC of nibble's and the KServe service (all_rpcs), or
+// only on those that change weights (--auth_writes_only). Health checks,
+// reflection and KServe ServerLive/ServerReady stay open, so that probes and
+// tools work without a token.
 //
 // Example:
 //   absl::StatusOr<nibble::server::TokenAuthenticator> auth =
 //       nibble::server::TokenAuthenticator::FromFile("/etc/nibble/tokens",
-//                                                    /*all_rpcs=*/false);
+//                                                    /*all_rpcs=*/true);
 //   // In a handler:
 //   absl::Status status = auth->Check(context->client_metadata(),
 //                                     nibble::server::RpcAccess::kChangesWeights);
@@ -43,6 +44,11 @@ class TokenAuthenticator final {
   absl::Status Check(
       const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
       RpcAccess access) const;
+
+  // OK when `authorization`, the value of an Authorization header, is
+  // "Bearer TOKEN" with an accepted token; UNAUTHENTICATED saying what is
+  // wrong otherwise. For callers that are not gRPC (GET /metrics).
+  absl::Status CheckBearer(absl::string_view authorization) const;
 
  private:
   TokenAuthenticator(std::vector<std::string> tokens, bool all_rpcs)

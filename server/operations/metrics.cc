@@ -164,8 +164,10 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
              "Bytes of memory all resident weights take, packed.");
   out.Sample("nibble_resident_weight_bytes", {}, total_bytes);
   out.Family("nibble_weight_bytes", "gauge",
-             "Bytes of memory one resident weight takes, packed.");
+             "Bytes of memory one resident weight takes, packed; none without "
+             "weight labels.");
   for (const WeightGauge& weight : weights) {
+    if (!snapshot.weight_labels) break;
     out.Sample("nibble_weight_bytes", {{"weight", weight.name}},
                weight.resident_bytes);
   }
@@ -187,16 +189,33 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
   out.Sample("nibble_gpu_resident_bytes", {}, snapshot.gpu_resident_bytes);
 }
 
-void RenderBatcher(const BatcherStats& stats, Exposition& out) {
-  out.Family("nibble_matmul_requests_total", "counter",
-             "Matmul requests run, by weight name.");
+void RenderBatcher(const BatcherStats& stats, bool weight_labels,
+                   Exposition& out) {
+  // Without weight labels, one series of all weights.
+  WeightMatmulCounts all_weights;
   for (const auto& [weight, counts] : stats.run_by_weight) {
+    all_weights.requests += counts.requests;
+    all_weights.rows += counts.rows;
+  }
+  out.Family("nibble_matmul_requests_total", "counter",
+             "Matmul requests run, by weight name, or of all weights in one "
+             "series without weight labels.");
+  if (!weight_labels) {
+    out.Sample("nibble_matmul_requests_total", {}, all_weights.requests);
+  }
+  for (const auto& [weight, counts] : stats.run_by_weight) {
+    if (!weight_labels) break;
     out.Sample("nibble_matmul_requests_total", {{"weight", weight}},
                counts.requests);
   }
   out.Family("nibble_matmul_rows_total", "counter",
-             "Rows of A run, by weight name.");
+             "Rows of A run, by weight name, or of all weights in one series "
+             "without weight labels.");
+  if (!weight_labels) {
+    out.Sample("nibble_matmul_rows_total", {}, all_weights.rows);
+  }
   for (const auto& [weight, counts] : stats.run_by_weight) {
+    if (!weight_labels) break;
     out.Sample("nibble_matmul_rows_total", {{"weight", weight}}, counts.rows);
   }
   out.Family("nibble_matmul_dropped_total", "counter",
@@ -221,8 +240,9 @@ void RenderBatcher(const BatcherStats& stats, Exposition& out) {
   out.Sample("nibble_queued_rows", {}, queued_rows);
   out.Family("nibble_weight_queued_rows", "gauge",
              "Rows of A waiting for a kernel call, by weight name; weights "
-             "with none are left out.");
+             "with none are left out, and all without weight labels.");
   for (const auto& [weight, rows] : stats.queued_rows_by_weight) {
+    if (!weight_labels) break;
     out.Sample("nibble_weight_queued_rows", {{"weight", weight}}, rows);
   }
 
@@ -252,7 +272,7 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   out.Sample("nibble_serving", {}, snapshot.serving ? 1 : 0);
   RenderRpcs(snapshot.rpcs, out);
   RenderWeights(snapshot, out);
-  RenderBatcher(snapshot.batcher, out);
+  RenderBatcher(snapshot.batcher, snapshot.weight_labels, out);
   return out.Take();
 }
 

@@ -30,8 +30,9 @@
 //   max_weights                            gauge, --max_weights; 0 for none
 //   gpu_resident_bytes                     gauge, GPU memory all weights
 //                                          take (--backend=cuda)
-//   matmul_requests_total{weight}          counter, requests run
-//   matmul_rows_total{weight}              counter, rows of A run
+//   matmul_requests_total{weight}          counter, requests run (no label
+//                                          without weight labels)
+//   matmul_rows_total{weight}              counter, rows of A run (same)
 //   matmul_dropped_total{reason}           counter; reason is queue_full,
 //                                          shutting_down, expired, cancelled
 //   queued_rows                            gauge, rows of A waiting, all
@@ -74,6 +75,11 @@ struct MetricsSnapshot {
   int64_t gpu_resident_bytes = 0;
   // False once the server is shutting down.
   bool serving = false;
+  // Whether series may name weights (--metrics_weight_labels): without,
+  // weight_bytes and weight_queued_rows have no samples, and
+  // matmul_requests_total and matmul_rows_total one each, unlabelled, for
+  // all weights.
+  bool weight_labels = true;
 };
 
 // The body of a /metrics answer, Content-Type kPrometheusContentType.

@@ -24,6 +24,7 @@
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/operations/environment_flags.h"
+#include "server/operations/log.h"
 #include "server/operations/memory_limit.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -65,6 +66,13 @@ ABSL_FLAG(int64_t, keepalive_time_ms, 60'000,
 ABSL_FLAG(int64_t, keepalive_timeout_ms, 20'000,
           "How long, in milliseconds, the server waits for a ping's answer "
           "before closing the connection.");
+ABSL_FLAG(double, upload_idle_seconds, 20.0,
+          "An upload that receives no message for this many seconds is "
+          "cancelled and its reserved bytes released, so that a client that "
+          "sends a header and stalls cannot hold the budget.");
+ABSL_FLAG(int, max_uploads_per_connection, 8,
+          "Most uploads in progress on one client connection; further ones "
+          "fail with RESOURCE_EXHAUSTED. 0 for no limit.");
 ABSL_FLAG(int, max_concurrent_streams, 256,
           "Most calls in flight on one client connection; further calls wait "
           "in the client.");
@@ -103,14 +111,32 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM file of the CA that must have signed every client's "
           "certificate (mutual TLS; needs --tls_cert)");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "file of bearer tokens, one per line; calls that change weights "
-          "must carry one (\"authorization: Bearer TOKEN\")");
+          "file of bearer tokens, one per line; every call must carry one "
+          "(\"authorization: Bearer TOKEN\"), except health checks, "
+          "reflection and KServe ServerLive/ServerReady");
+ABSL_FLAG(bool, auth_writes_only, false,
+          "with --auth_token_file: only calls that change weights "
+          "(UploadWeight, DeleteWeight) need a token, and everyone may run "
+          "matmuls and list weights; a matmul with A = I returns the weight, "
+          "so use this only where every client may read every weight");
 ABSL_FLAG(bool, auth_all, false,
-          "with --auth_token_file: every call needs a token, except health "
-          "checks, reflection and KServe ServerLive/ServerReady");
+          "deprecated, does nothing: every call needs a token by default now "
+          "(see --auth_writes_only); accepted so that existing command lines "
+          "keep working");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on, at GET /metrics (e.g. "
           "0.0.0.0:9464; port 0 picks a free one); empty for none.");
+ABSL_FLAG(std::string, metrics_auth_token_file, "",
+          "with --metrics_listen: file of bearer tokens, one per line; GET "
+          "/metrics must carry one (\"Authorization: Bearer TOKEN\"), since "
+          "the metrics name every weight. Empty: scrapes need none.");
+ABSL_FLAG(bool, metrics_weight_labels, true,
+          "whether /metrics has series labelled with weight names "
+          "(nibble_weight_bytes, nibble_weight_queued_rows, and "
+          "nibble_matmul_requests_total and nibble_matmul_rows_total per "
+          "weight); false leaves them out, the two counters summed over all "
+          "weights, so that scrapes neither learn the names nor grow with "
+          "the weights");
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
           "nibble-bench --write_tuning_table; empty for the built-in table.");
@@ -224,6 +250,14 @@ std::string FlagProblems() {
                       kMaxKeepaliveMs, "\n");
     }
   }
+  if (absl::GetFlag(FLAGS_max_uploads_per_connection) < 0) {
+    absl::StrAppend(&problems, "--max_uploads_per_connection=",
+                    absl::GetFlag(FLAGS_max_uploads_per_connection),
+                    " is negative: give a count, or 0 for no limit\n");
+  }
+  if (!(absl::GetFlag(FLAGS_upload_idle_seconds) > 0)) {
+    absl::StrAppend(&problems, "--upload_idle_seconds must be positive\n");
+  }
   if (absl::GetFlag(FLAGS_max_concurrent_streams) < 1) {
     absl::StrAppend(&problems, "--max_concurrent_streams=",
                     absl::GetFlag(FLAGS_max_concurrent_streams),
@@ -276,6 +310,25 @@ absl::StatusOr<std::string> ReadPemFlag(absl::string_view flag,
   return *std::move(contents);
 }
 
+// --metrics_auth_token_file into `options`; InvalidArgument saying what to
+// fix.
+absl::Status MetricsAuthFromFlags(ServerOptions& options) {
+  const std::string tokens = absl::GetFlag(FLAGS_metrics_auth_token_file);
+  if (tokens.empty()) return absl::OkStatus();
+  if (absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    return absl::InvalidArgumentError(
+        "--metrics_auth_token_file applies to --metrics_listen: add it");
+  }
+  absl::StatusOr<TokenAuthenticator> auth =
+      TokenAuthenticator::FromFile(tokens, /*all_rpcs=*/true);
+  if (!auth.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_auth_token_file: ", auth.status().message()));
+  }
+  options.metrics_auth = *std::move(auth);
+  return absl::OkStatus();
+}
+
 // --tls_* and --auth_* into `options`; InvalidArgument saying what to fix.
 absl::Status SecurityFromFlags(ServerOptions& options) {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
@@ -298,15 +351,30 @@ absl::Status SecurityFromFlags(ServerOptions& options) {
     *pem = *std::move(contents);
   }
   const std::string tokens = absl::GetFlag(FLAGS_auth_token_file);
+  const bool auth_all = absl::GetFlag(FLAGS_auth_all);
+  const bool writes_only = absl::GetFlag(FLAGS_auth_writes_only);
   if (tokens.empty()) {
-    if (absl::GetFlag(FLAGS_auth_all)) {
-      return absl::InvalidArgumentError(
-          "--auth_all needs the tokens: add --auth_token_file");
+    for (auto [flag, given] : {std::pair("auth_all", auth_all),
+                               std::pair("auth_writes_only", writes_only)}) {
+      if (given) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, " needs the tokens: add --auth_token_file"));
+      }
     }
     return absl::OkStatus();
   }
+  if (auth_all && writes_only) {
+    return absl::InvalidArgumentError(
+        "--auth_all and --auth_writes_only contradict each other: drop "
+        "--auth_all, which is the default now");
+  }
+  if (auth_all) {
+    LogWarning(
+        "--auth_all is deprecated and does nothing: every call needs "
+        "a token by default now; drop the flag");
+  }
   absl::StatusOr<TokenAuthenticator> auth =
-      TokenAuthenticator::FromFile(tokens, absl::GetFlag(FLAGS_auth_all));
+      TokenAuthenticator::FromFile(tokens, /*all_rpcs=*/!writes_only);
   if (!auth.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--auth_token_file: ", auth.status().message()));
@@ -385,11 +453,15 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
   options.max_weight_bytes_source = budget.source;
   server.max_weights = absl::GetFlag(FLAGS_max_weights);
   server.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  server.metrics_weight_labels = absl::GetFlag(FLAGS_metrics_weight_labels);
   server.keepalive_time =
       absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
   server.keepalive_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_timeout_ms));
   server.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  server.uploads = {
+      .idle = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds)),
+      .max_per_connection = absl::GetFlag(FLAGS_max_uploads_per_connection)};
   server.batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
                      .max_batch_delay = absl::Microseconds(
                          absl::GetFlag(FLAGS_max_batch_delay_us)),
@@ -397,6 +469,9 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
                      .max_request_rows = absl::GetFlag(FLAGS_max_request_rows)};
   server.data_dir = absl::GetFlag(FLAGS_data_dir);
   if (absl::Status status = SecurityFromFlags(server); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = MetricsAuthFromFlags(server); !status.ok()) {
     return status;
   }
   options.drain_delay_seconds = absl::GetFlag(FLAGS_drain_delay_seconds);

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -26,6 +28,9 @@ constexpr absl::string_view kWeightFileSuffix = ".nibble";
 // in digits, so they never end in kWeightFileSuffix, even for a weight named
 // like "x.nibble.tmp-1".
 constexpr absl::string_view kTempMarker = ".nibble.tmp-";
+// The name before kTempMarker of Prepare's probe file, which no weight can
+// have (weight names do not start with a dot).
+constexpr absl::string_view kProbeName = ".write-probe";
 
 std::string ErrnoText(int error) {
   return std::error_code(error, std::generic_category()).message();
@@ -48,6 +53,27 @@ absl::Status IoError(absl::string_view action, absl::string_view path,
 std::string UniqueTempSuffix() {
   static std::atomic<uint64_t> next_save{0};
   return absl::StrCat(".tmp-", getpid(), "-", next_save.fetch_add(1));
+}
+
+bool AllDigits(absl::string_view text) {
+  return !text.empty() && absl::c_all_of(text, absl::ascii_isdigit);
+}
+
+// Whether `file_name` is one that Save or Prepare gives its temporary file,
+// <weight name or kProbeName>.nibble.tmp-<pid>-<n>, and nothing else, so that
+// a user's "notes.nibble.tmp-old" is never taken for one.
+bool IsOwnTempFileName(absl::string_view file_name) {
+  const size_t marker = file_name.rfind(kTempMarker);
+  if (marker == absl::string_view::npos) return false;
+  const absl::string_view name = file_name.substr(0, marker);
+  const absl::string_view suffix =
+      file_name.substr(marker + kTempMarker.size());
+  const size_t dash = suffix.find('-');
+  if (dash == absl::string_view::npos || !AllDigits(suffix.substr(0, dash)) ||
+      !AllDigits(suffix.substr(dash + 1))) {
+    return false;
+  }
+  return name == kProbeName || ValidateWeightName(name).ok();
 }
 
 absl::Status WriteAll(int fd, absl::string_view bytes, absl::string_view path) {
@@ -80,6 +106,32 @@ absl::Status WriteNewFile(
   return status;
 }
 
+// OK unless `path` is a symbolic link that leads outside `inside`, a
+// canonical directory path; then FAILED_PRECONDITION naming where it leads,
+// so that a link cannot make nibbled read files it was not given.
+absl::Status CheckLinkStaysInside(const std::string& path,
+                                  const std::filesystem::path& inside) {
+  std::error_code error;
+  if (!std::filesystem::is_symlink(
+          std::filesystem::symlink_status(path, error))) {
+    return absl::OkStatus();
+  }
+  const std::filesystem::path target = std::filesystem::canonical(path, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "is a symbolic link that cannot be followed: ", error.message()));
+  }
+  const auto [inside_end, target_rest] =
+      std::mismatch(inside.begin(), inside.end(), target.begin(), target.end());
+  if (inside_end != inside.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("is a symbolic link to ", target.string(),
+                     ", outside the data directory; nibbled loads only files "
+                     "inside it"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SyncDirectory(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return IoError("open directory", path, errno);
@@ -106,7 +158,7 @@ absl::Status WeightDirectory::Prepare() const {
     return absl::FailedPreconditionError(
         absl::StrCat("data directory ", path_, " is not a directory"));
   }
-  const std::string probe = absl::StrCat(path_, "/.write-probe",
+  const std::string probe = absl::StrCat(path_, "/", kProbeName,
                                          kWeightFileSuffix, UniqueTempSuffix());
   absl::Status written = WriteNewFile(
       probe, [](const std::function<absl::Status(absl::string_view)>& sink) {
@@ -176,13 +228,23 @@ absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
         "cannot list data directory ", path_, ": ", error.message()));
   }
   std::sort(file_names.begin(), file_names.end());
+  const std::filesystem::path canonical_path =
+      std::filesystem::canonical(path_, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot resolve data directory ", path_, ": ", error.message()));
+  }
 
   LoadReport report;
   for (const std::string& file_name : file_names) {
     const std::string path = absl::StrCat(path_, "/", file_name);
     absl::string_view stem = file_name;
     if (!absl::ConsumeSuffix(&stem, kWeightFileSuffix)) {
-      if (!absl::StrContains(file_name, kTempMarker)) continue;
+      if (!IsOwnTempFileName(file_name) ||
+          !std::filesystem::is_regular_file(
+              std::filesystem::symlink_status(path, error))) {
+        continue;
+      }
       if (unlink(path.c_str()) == 0 || errno == ENOENT) {
         report.removed_temp_files.push_back(path);
       } else {
@@ -192,6 +254,12 @@ absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
       }
       continue;
     }
+    if (absl::Status status = CheckLinkStaysInside(path, canonical_path);
+        !status.ok()) {
+      report.problems.push_back({path, std::string(status.message())});
+      continue;
+    }
+    // Refuses FIFOs and devices without waiting on them.
     absl::StatusOr<std::string> bytes = ReadFileContents(path);
     if (!bytes.ok()) {
       report.problems.push_back({path, std::string(bytes.status().message())});

@@ -4,7 +4,7 @@
 // fsyncs the directory, so that after a crash the file is either the old one
 // or the new one, never half of it, and a weight whose save returned OK
 // survives a power cut. Temporary files left by a crash are removed by
-// LoadAll.
+// LoadAll; files of other names are never removed.
 //
 // Example:
 //   nibble::server::WeightDirectory dir("/var/lib/nibble");
@@ -68,8 +68,10 @@ class WeightDirectory {
   // Reads every <name>.nibble, in file name order, handing each weight to
   // `accept` as soon as it is read, so that only one is held at a time, and
   // removes leftover temporary files. A file that cannot be read or parsed,
-  // whose name disagrees with the weight in it, or whose weight `accept`
-  // refuses is reported in `problems` and left alone. Other files are
+  // that is not a regular file (a FIFO, a device: refused without waiting on
+  // it), that is a symbolic link leading outside the directory, whose name
+  // disagrees with the weight in it, or whose weight `accept` refuses is
+  // reported in `problems` and left alone. Other files are
   // ignored. FAILED_PRECONDITION when the directory cannot be listed.
   absl::StatusOr<LoadReport> LoadAll(
       const std::function<absl::Status(WeightFile)>& accept) const;

@@ -1,14 +1,21 @@
 // Tests reading whole files: their bytes, and an error per kind of failure.
 #include "base/file_contents.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -51,7 +58,33 @@ TEST(ReadFileContentsTest, DirectoryIsNotARegularFile) {
   const absl::StatusOr<std::string> read =
       ReadFileContents(::testing::TempDir());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(read.status().message(), HasSubstr("not a regular file"));
+  EXPECT_THAT(read.status().message(),
+              HasSubstr("not a regular file but a directory"));
+}
+
+// A FIFO is refused at once instead of waiting for a writer. Should the read
+// block, the test opens the FIFO for writing to release it, and fails.
+TEST(ReadFileContentsTest, FifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = ::testing::TempDir() + "/file_contents_fifo";
+  std::remove(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  absl::Notification done;
+  absl::StatusOr<std::string> read;
+  std::thread reader([&] {
+    read = ReadFileContents(path);
+    done.Notify();
+  });
+  const bool returned = done.WaitForNotificationWithTimeout(absl::Seconds(30));
+  if (!returned) {
+    const int writer = open(path.c_str(), O_WRONLY);
+    if (writer >= 0) close(writer);
+  }
+  reader.join();
+  EXPECT_TRUE(returned) << "ReadFileContents waited on a FIFO";
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(read.status().message(),
+              HasSubstr("not a regular file but a FIFO"));
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -1,17 +1,27 @@
 // Runs real nibbled processes against their limits and through their
 // lifecycle: --max_weight_bytes refuses an upload whole, counts uploads in
-// progress, and skips files at start, --max_request_rows refuses large M,
-// health turns SERVING once the weights are loaded, and SIGTERM drains:
-// NOT_SERVING during
+// progress, and skips files at start, --max_request_rows refuses large M, a
+// reply past --max_message_bytes is refused before it is computed, the soft
+// limit on open files is raised to the hard one, SIGTERM during the load
+// stops nibbled before it serves, health turns SERVING once the weights are
+// loaded, and SIGTERM drains: NOT_SERVING during
 // --drain_delay_seconds, every in-flight request answered, exit code 0.
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -40,6 +50,7 @@ using ::nibble::testing::FileNames;
 using ::nibble::testing::FreshDirectory;
 using ::nibble::testing::MetricsPort;
 using ::nibble::testing::ReadFile;
+using ::nibble::testing::ScrapeSample;
 using ::nibble::testing::StartNibbledLoggingTo;
 using ::nibble::testing::UploadHeader;
 using ::nibble::testing::UploadWeight;
@@ -68,6 +79,7 @@ class Client {
         kserve_(inference::GRPCInferenceService::NewStub(channel_)) {}
 
   v1::NibbleService::Stub& stub() { return *stub_; }
+  inference::GRPCInferenceService::Stub& kserve() { return *kserve_; }
 
   grpc::Status Upload(const std::string& name, const QuantizedWeight& weight) {
     return UploadWeight(*stub_, name, weight);
@@ -232,6 +244,94 @@ TEST(WeightBudgetTest, StalledUploadReservesItsBytesUntilCancelled) {
   EXPECT_EQ((*server)->Stop(), 0);
 }
 
+// A client that sends an upload's header and then nothing loses the upload
+// after --upload_idle_seconds, and with it the budget it reserved.
+TEST(WeightBudgetTest, StalledUploadIsCancelledAfterTheIdleTime) {
+  const std::string log = FreshDirectory("idle_upload") + ".stderr";
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {absl::StrCat("--max_weight_bytes=", kSmallResidentBytes),
+       "--upload_idle_seconds=0.5", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  Client client((*server)->target());
+
+  grpc::ClientContext stalled_context;
+  // Far longer than the idle time, so that only nibbled ends the call.
+  stalled_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::WeightInfo stalled_info;
+  auto stalled = client.stub().UploadWeight(&stalled_context, &stalled_info);
+  ASSERT_TRUE(stalled->Write(UploadHeader("a", kSmallSpec)));
+  const grpc::Status ended = stalled->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED)
+      << ended.error_message();
+  EXPECT_EQ(WaitForSample(metrics_port, kReservedSample, 0, absl::Seconds(30)),
+            0);
+  SCOPED_TRACE("seed 10");
+  EXPECT_TRUE(client.Upload("b", RandomQuantizedWeight(kSmallSpec, 10)).ok());
+  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_THAT(ReadFile(log), HasSubstr("msg=\"upload cancelled: idle\" name=a "
+                                       "upload_idle_seconds=0.5"));
+}
+
+// One connection may hold --max_uploads_per_connection uploads in progress;
+// one more is refused at once, while other connections may still upload.
+TEST(WeightBudgetTest, UploadsPerConnectionAreCapped) {
+  const std::string log = FreshDirectory("uploads_per_connection") + ".stderr";
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {"--max_uploads_per_connection=2", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  Client client((*server)->target());
+  grpc::ClientContext stalled_contexts[2];
+  v1::WeightInfo stalled_info;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::UploadWeightRequest>>>
+      stalled;
+  for (int i = 0; i < 2; ++i) {
+    stalled.push_back(
+        client.stub().UploadWeight(&stalled_contexts[i], &stalled_info));
+    ASSERT_TRUE(stalled[i]->Write(
+        UploadHeader(absl::StrCat("stalled", i), kSmallSpec)));
+  }
+  ASSERT_EQ(WaitForSample(metrics_port, kReservedSample,
+                          2 * kSmallResidentBytes, absl::Seconds(30)),
+            2 * kSmallResidentBytes);
+
+  SCOPED_TRACE("seed 11");
+  const QuantizedWeight weight = RandomQuantizedWeight(kSmallSpec, 11);
+  const grpc::Status refused = client.Upload("third", weight);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("this connection already has 2 uploads in progress"));
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("--max_uploads_per_connection"));
+  // A channel of its own subchannel pool opens a connection of its own.
+  grpc::ChannelArguments own_connection;
+  own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto other_stub = v1::NibbleService::NewStub(grpc::CreateCustomChannel(
+      (*server)->target(), grpc::InsecureChannelCredentials(), own_connection));
+  const grpc::Status elsewhere = UploadWeight(*other_stub, "other", weight);
+  EXPECT_TRUE(elsewhere.ok()) << elsewhere.error_message();
+
+  for (int i = 0; i < 2; ++i) {
+    stalled_contexts[i].TryCancel();
+    EXPECT_EQ(stalled[i]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // nibbled gives the connection's slots back as the cancelled uploads
+  // return, just after the client sees them end.
+  grpc::Status third = client.Upload("third", weight);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       third.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+       absl::Now() < give_up;
+       third = client.Upload("third", weight)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(third.ok()) << third.error_message();
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
 TEST(WeightBudgetTest, DefaultBudgetIsAShareOfMemoryAndMinusOneIsNone) {
   const std::string log = FreshDirectory("default_budget") + ".stderr";
   {
@@ -301,6 +401,199 @@ TEST(RequestLimitTest, MoreRowsThanMaxRequestRowsIsInvalid) {
   grpc::Status status = client.Matmul("w", 5, kSmallSpec.k);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("--max_request_rows"));
+}
+
+// A reply past --max_message_bytes is refused before its C is computed, on
+// each of the three matmul RPCs: the error names the flag and the most rows
+// that fit, and the weight's row count in /metrics shows that nothing ran.
+TEST(RequestLimitTest, ReplyPastMaxMessageBytesIsRefusedBeforeComputing) {
+  constexpr int kMaxMessageBytes = 64 << 10;
+  // An f32 row of C is 4 KiB, so 15 rows fit beside the reply's other fields
+  // and 16 do not.
+  constexpr WeightSpec kWideSpec = {WeightFormat::kU4b8, 32, 1024, 32};
+  constexpr int64_t kRowsThatFit = 15;
+  const std::string log = FreshDirectory("reply_limit") + ".stderr";
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {absl::StrCat("--max_message_bytes=", kMaxMessageBytes),
+       "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  Client client((*server)->target());
+  ASSERT_TRUE(client.Upload("w", RandomQuantizedWeight(kWideSpec, 8)).ok());
+  ASSERT_TRUE(client.Matmul("w", kRowsThatFit, kWideSpec.k).ok());
+  const std::string rows_sample = "nibble_matmul_rows_total{weight=\"w\"}";
+  ASSERT_EQ(ScrapeSample(metrics_port, rows_sample), kRowsThatFit);
+  const auto expect_refused = [&](const grpc::Status& status) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("C is ", kRowsThatFit + 1, " x ",
+                                       kWideSpec.n, " f32")));
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("--max_message_bytes=", kMaxMessageBytes,
+                                       " allows; send at most ", kRowsThatFit,
+                                       " rows")));
+  };
+
+  {
+    SCOPED_TRACE("Matmul");
+    expect_refused(client.Matmul("w", kRowsThatFit + 1, kWideSpec.k));
+  }
+  {
+    SCOPED_TRACE("MatmulStream");
+    grpc::ClientContext context;
+    auto stream = client.stub().MatmulStream(&context);
+    v1::MatmulStreamRequest request;
+    request.set_id(7);
+    *request.mutable_request() =
+        MatmulRequestFor("w", kRowsThatFit + 1, kWideSpec.k);
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->WritesDone());
+    v1::MatmulStreamResponse reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.id(), 7u);
+    ASSERT_TRUE(reply.has_error());
+    expect_refused(
+        grpc::Status(static_cast<grpc::StatusCode>(reply.error().code()),
+                     reply.error().message()));
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  {
+    SCOPED_TRACE("ModelInfer");
+    inference::ModelInferRequest request;
+    request.set_model_name("w");
+    auto* input = request.add_inputs();
+    input->set_name("a");
+    input->set_datatype("FP32");
+    input->add_shape(kRowsThatFit + 1);
+    input->add_shape(kWideSpec.k);
+    request.add_raw_input_contents(
+        MatmulRequestFor("w", kRowsThatFit + 1, kWideSpec.k).a());
+    grpc::ClientContext context;
+    inference::ModelInferResponse response;
+    expect_refused(client.kserve().ModelInfer(&context, request, &response));
+  }
+  EXPECT_EQ(ScrapeSample(metrics_port, rows_sample), kRowsThatFit);
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
+// The soft and hard "Max open files" of process `pid`, from /proc; {-1, -1}
+// when unreadable.
+std::pair<int64_t, int64_t> OpenFileLimits(pid_t pid) {
+  std::ifstream limits(absl::StrCat("/proc/", pid, "/limits"));
+  for (std::string line; std::getline(limits, line);) {
+    if (!absl::StartsWith(line, "Max open files")) continue;
+    std::istringstream fields(line.substr(std::strlen("Max open files")));
+    int64_t soft = -1;
+    int64_t hard = -1;
+    fields >> soft >> hard;
+    return {soft, hard};
+  }
+  return {-1, -1};
+}
+
+// nibbled starts with its soft limit on open files raised to the hard one,
+// so that idle connections must be many more to fill its descriptor table.
+TEST(LifecycleTest, StartRaisesTheOpenFileLimitToTheHardLimit) {
+  rlimit ours{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &ours), 0);
+  constexpr rlim_t kLowered = 256;
+  if (ours.rlim_max == RLIM_INFINITY || ours.rlim_max <= kLowered) {
+    GTEST_SKIP() << "the hard limit leaves nothing to raise: " << ours.rlim_max;
+  }
+  // nibbled inherits the lowered soft limit; ours goes back at once.
+  rlimit lowered = ours;
+  lowered.rlim_cur = kLowered;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  const std::string log = FreshDirectory("open_files") + ".stderr";
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &ours), 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const auto [soft, hard] = OpenFileLimits((*server)->pid());
+  EXPECT_EQ(hard, static_cast<int64_t>(ours.rlim_max));
+  EXPECT_EQ(soft, hard);
+  EXPECT_EQ((*server)->Stop(), 0);
+  EXPECT_THAT(ReadFile(log),
+              HasSubstr(absl::StrCat("msg=\"open file limit\" max_open_files=",
+                                     ours.rlim_max, " was=", kLowered)));
+}
+
+// Runs `nibbled args...`, sends it SIGTERM the moment it logs `trigger` on
+// stderr, and waits for it; its exit code (-1 when a signal killed it), with
+// what it printed on stdout in `output` and on stderr in `log`.
+int StopWhenLogged(const std::vector<std::string>& args,
+                   absl::string_view trigger, std::string* output,
+                   std::string* log) {
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return -2;
+  const pid_t pid = fork();
+  if (pid < 0) return -2;
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+      close(fd);
+    }
+    std::vector<std::string> argv_strings = {NIBBLED_PATH};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : argv_strings) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(NIBBLED_PATH, argv.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  bool signalled = false;
+  char buffer[4096];
+  for (ssize_t got; (got = read(err_pipe[0], buffer, sizeof(buffer))) > 0;) {
+    log->append(buffer, got);
+    if (!signalled && absl::StrContains(*log, trigger)) {
+      kill(pid, SIGTERM);
+      signalled = true;
+    }
+  }
+  for (ssize_t got; (got = read(out_pipe[0], buffer, sizeof(buffer))) > 0;) {
+    output->append(buffer, got);
+  }
+  close(out_pipe[0]);
+  close(err_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A stop signal while nibbled loads its data directory ends it before it
+// serves, with exit 0, instead of waiting for the load. The signal goes the
+// moment nibbled logs that it starts loading, before it even listens; the
+// load itself takes over 100 ms here.
+TEST(LifecycleTest, SigtermWhileLoadingStopsBeforeServing) {
+  const std::string dir = FreshDirectory("stop_while_loading");
+  constexpr WeightSpec kLargeSpec = {WeightFormat::kU4b8, 4096, 2048, 128};
+  constexpr int kWeights = 40;
+  {
+    auto server = StartNibbledLoggingTo(NIBBLED_PATH, dir + ".upload.stderr",
+                                        {"--data_dir=" + dir});
+    ASSERT_TRUE(server.ok()) << server.status();
+    Client client((*server)->target());
+    SCOPED_TRACE("seed 9");
+    const QuantizedWeight weight = RandomQuantizedWeight(kLargeSpec, 9);
+    for (int i = 0; i < kWeights; ++i) {
+      ASSERT_TRUE(client.Upload(absl::StrCat("w", i), weight).ok());
+    }
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  std::string output;
+  std::string log;
+  EXPECT_EQ(StopWhenLogged({"--listen=127.0.0.1:0", "--backend=cpu",
+                            "--threads=2", "--data_dir=" + dir},
+                           "msg=\"loading weights\"", &output, &log),
+            0)
+      << log;
+  EXPECT_THAT(output, Not(HasSubstr("listening on")));
+  EXPECT_THAT(log, HasSubstr("msg=\"signal received while starting, "
+                             "stopping before serving\" signal=Terminated"));
 }
 
 TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {

@@ -117,12 +117,16 @@ int RunCommand(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-int64_t ResidentBytes(pid_t pid) {
+namespace {
+
+// The value of `field` ("VmRSS:", "VmHWM:") in /proc/PID/status, in bytes,
+// or -1.
+int64_t StatusBytes(pid_t pid, absl::string_view field) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(status, line)) {
     absl::string_view rest = line;
-    if (!absl::ConsumePrefix(&rest, "VmRSS:")) continue;
+    if (!absl::ConsumePrefix(&rest, field)) continue;
     int64_t kib = 0;
     if (absl::SimpleAtoi(
             absl::StripSuffix(absl::StripAsciiWhitespace(rest), " kB"), &kib)) {
@@ -131,5 +135,11 @@ int64_t ResidentBytes(pid_t pid) {
   }
   return -1;
 }
+
+}  // namespace
+
+int64_t ResidentBytes(pid_t pid) { return StatusBytes(pid, "VmRSS:"); }
+
+int64_t PeakResidentBytes(pid_t pid) { return StatusBytes(pid, "VmHWM:"); }
 
 }  // namespace nibble::testing

@@ -65,6 +65,10 @@ int RunCommand(const std::string& command, std::string* output);
 // Resident memory of process `pid` in bytes (VmRSS), or -1.
 int64_t ResidentBytes(pid_t pid);
 
+// The most resident memory process `pid` has held so far, in bytes (VmHWM),
+// or -1.
+int64_t PeakResidentBytes(pid_t pid);
+
 }  // namespace nibble::testing
 
 #endif  // NIBBLE_TESTS_INTEGRATION_NIBBLED_PROCESS_H_

@@ -6,14 +6,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/integration/metrics_scrape.h"
 #include "tests/integration/nibbled_process.h"
 
 namespace nibble {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TestFile(const std::string& name) {
   return absl::StrCat(NIBBLE_TESTDATA_DIR, "/", name);
@@ -42,10 +46,13 @@ class SecurityTest : public ::testing::Test {
   }
 
   std::string TokenFile(const std::string& token) {
+    // A parameterized test's name holds a '/'.
     const std::string path = absl::StrCat(
         ::testing::TempDir(), "/token_",
-        ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
-        token.size());
+        absl::StrReplaceAll(
+            ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+            {{"/", "_"}}),
+        "_", token.size());
     testing::RunCommand(absl::StrCat("printf '%s\\n' '", token, "' > ", path),
                         &output_);
     return path;
@@ -89,9 +96,10 @@ TEST_F(SecurityTest, MutualTlsRefusesClientsWithoutATrustedCertificate) {
       << output_;
 }
 
-TEST_F(SecurityTest, WeightChangesNeedAToken) {
+TEST_F(SecurityTest, AuthWritesOnlyGuardsWeightChangesOnly) {
   const std::string tokens = TokenFile("s3cret-token");
-  StartServer({absl::StrCat("--auth_token_file=", tokens)});
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {absl::StrCat("--auth_token_file=", tokens), "--auth_writes_only"}));
   EXPECT_EQ(Cli(kUpload), 1) << output_;
   EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
   EXPECT_EQ(Cli(absl::StrCat(kUpload,
@@ -101,7 +109,7 @@ TEST_F(SecurityTest, WeightChangesNeedAToken) {
   EXPECT_THAT(output_, HasSubstr("not one this server accepts"));
   EXPECT_EQ(Cli(absl::StrCat(kUpload, " --auth_token_file=", tokens)), 0)
       << output_;
-  // Reads and health stay open without --auth_all.
+  // Reads and health stay open.
   EXPECT_EQ(Cli("list"), 0) << output_;
   EXPECT_EQ(Cli("matmul --name=w --m=1 --dtype=f32 --random_input=2"), 0)
       << output_;
@@ -110,13 +118,28 @@ TEST_F(SecurityTest, WeightChangesNeedAToken) {
       << output_;
 }
 
-TEST_F(SecurityTest, AuthAllGuardsEveryCallButHealth) {
+// With a token file every call needs the token, matmuls included, since a
+// matmul with A = I reads the weight back; health stays open for probes.
+// --auth_all, the old way to ask for this, is still accepted.
+class TokenFileTest : public SecurityTest,
+                      public ::testing::WithParamInterface<bool> {};
+
+TEST_P(TokenFileTest, GuardsEveryCallButHealth) {
+  const bool auth_all = GetParam();
   const std::string tokens = TokenFile("all-token");
-  StartServer({absl::StrCat("--auth_token_file=", tokens), "--auth_all"});
+  std::vector<std::string> args = {absl::StrCat("--auth_token_file=", tokens)};
+  if (auth_all) args.push_back("--auth_all");
+  ASSERT_NO_FATAL_FAILURE(StartServer(args));
   const std::string token = absl::StrCat(" --auth_token_file=", tokens);
   ASSERT_EQ(Cli(absl::StrCat(kUpload, token)), 0) << output_;
-  EXPECT_EQ(Cli("list"), 1) << output_;
-  EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
+  for (const char* call :
+       {"list", "get --name=w",
+        "matmul --name=w --m=1 --dtype=f32 --random_input=2"}) {
+    SCOPED_TRACE(call);
+    EXPECT_EQ(Cli(call), 1) << output_;
+    EXPECT_THAT(output_, HasSubstr("UNAUTHENTICATED"));
+    EXPECT_EQ(Cli(absl::StrCat(call, token)), 0) << output_;
+  }
   EXPECT_EQ(Cli("health"), 0) << output_;
   for (const char* api : {"Matmul", "MatmulStream", "ModelInfer"}) {
     SCOPED_TRACE(api);
@@ -139,6 +162,49 @@ TEST_F(SecurityTest, AuthAllGuardsEveryCallButHealth) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(AuthAll, TokenFileTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "WithAuthAll" : "ByDefault";
+                         });
+
+// --metrics_auth_token_file guards GET /metrics with its own tokens, apart
+// from those of the gRPC calls.
+TEST_F(SecurityTest, MetricsTokenGuardsScrapes) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {"--metrics_listen=127.0.0.1:0",
+       absl::StrCat("--metrics_auth_token_file=", TokenFile("scrape"))}));
+  httplib::Client http("127.0.0.1",
+                       testing::MetricsPort(server_->startup_line()));
+  httplib::Result refused = http.Get("/metrics");
+  ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_THAT(refused->body, HasSubstr("GET /metrics needs a bearer token"));
+  httplib::Result scraped =
+      http.Get("/metrics", {{"Authorization", "Bearer scrape"}});
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_THAT(scraped->body, HasSubstr("nibble_serving 1"));
+  // The gRPC side needs no token without --auth_token_file.
+  EXPECT_EQ(Cli("list"), 0) << output_;
+}
+
+// --metrics_weight_labels=false keeps weight names out of /metrics, and
+// counts the matmuls of all weights in one series.
+TEST_F(SecurityTest, MetricsWithoutWeightLabelsNameNoWeight) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {"--metrics_listen=127.0.0.1:0", "--metrics_weight_labels=false"}));
+  ASSERT_EQ(Cli(kUpload), 0) << output_;
+  ASSERT_EQ(Cli("matmul --name=w --m=3 --dtype=f32 --random_input=2"), 0)
+      << output_;
+  const int port = testing::MetricsPort(server_->startup_line());
+  EXPECT_EQ(testing::ScrapeSample(port, "nibble_matmul_rows_total"), 3);
+  httplib::Client http("127.0.0.1", port);
+  httplib::Result scraped = http.Get("/metrics");
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_THAT(scraped->body, Not(HasSubstr("weight=")));
+  EXPECT_THAT(scraped->body, Not(HasSubstr("\"w\"")));
+}
+
 TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{
@@ -148,7 +214,15 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerAtOnce) {
         std::vector<std::string>{
             absl::StrCat("--tls_client_ca=", TlsFile("ca.pem"))},
         std::vector<std::string>{"--auth_all"},
-        std::vector<std::string>{"--auth_token_file=/nonexistent"}}) {
+        std::vector<std::string>{"--auth_writes_only"},
+        std::vector<std::string>{
+            absl::StrCat("--auth_token_file=", TokenFile("token")),
+            "--auth_all", "--auth_writes_only"},
+        std::vector<std::string>{"--auth_token_file=/nonexistent"},
+        std::vector<std::string>{
+            absl::StrCat("--metrics_auth_token_file=", TokenFile("token"))},
+        std::vector<std::string>{"--metrics_listen=127.0.0.1:0",
+                                 "--metrics_auth_token_file=/nonexistent"}}) {
     SCOPED_TRACE(args[0]);
     EXPECT_FALSE(testing::NibbledProcess::Start(NIBBLED_PATH, args).ok());
   }

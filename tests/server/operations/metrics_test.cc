@@ -4,12 +4,19 @@
 // and code on an in-process server.
 #include "server/operations/metrics.h"
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,6 +43,7 @@
 #include "server/core/batcher.h"
 #include "server/edge/nibble_server.h"
 #include "server/edge/rpc_metrics.h"
+#include "server/operations/auth.h"
 #include "server/operations/metrics_histogram.h"
 #include "server/operations/metrics_http.h"
 
@@ -44,6 +52,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(HistogramTest, CountsEachValueInTheFirstBucketThatHoldsIt) {
   static constexpr double kBounds[] = {1, 2, 4};
@@ -447,6 +456,40 @@ TEST(RenderPrometheusTextTest, RandomStatsRenderValidExpositionText) {
   }
 }
 
+// Without weight labels no series names a weight, and the per-weight
+// counters become one series each, summed over the weights.
+TEST(RenderPrometheusTextTest, WithoutWeightLabelsNoWeightIsNamed) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937_64 rng(seed);
+    MetricsSnapshot snapshot = RandomSnapshot(rng);
+    snapshot.weight_labels = false;
+    const std::string text = RenderPrometheusText(snapshot);
+    absl::StatusOr<std::map<std::string, Family>> families =
+        ParseExposition(text);
+    ASSERT_TRUE(families.ok()) << families.status() << "\n" << text;
+    EXPECT_THAT(text, Not(HasSubstr("weight=")));
+    for (const WeightGauge& weight : snapshot.weights) {
+      EXPECT_THAT(text, Not(HasSubstr("\"" + weight.name + "\"")));
+    }
+    int64_t requests = 0;
+    int64_t rows = 0;
+    for (const auto& [weight, counts] : snapshot.batcher.run_by_weight) {
+      requests += counts.requests;
+      rows += counts.rows;
+    }
+    EXPECT_EQ(Value(*families, "nibble_matmul_requests_total",
+                    "nibble_matmul_requests_total"),
+              requests);
+    EXPECT_EQ(Value(*families, "nibble_matmul_rows_total",
+                    "nibble_matmul_rows_total"),
+              rows);
+    EXPECT_EQ(Value(*families, "nibble_queued_rows", "nibble_queued_rows"),
+              snapshot.batcher.queued_rows_by_weight.at("proj") +
+                  snapshot.batcher.queued_rows_by_weight.at("up"));
+  }
+}
+
 TEST(RenderPrometheusTextTest, EmptySnapshotRendersEveryFamily) {
   absl::StatusOr<std::map<std::string, Family>> families =
       ParseExposition(RenderPrometheusText({}));
@@ -511,6 +554,116 @@ TEST(MetricsHttpServerTest, ServesMetricsAndExplainsOtherPaths) {
   ASSERT_TRUE(other) << httplib::to_string(other.error());
   EXPECT_EQ(other->status, 404);
   EXPECT_THAT(other->body, HasSubstr("GET /metrics"));
+}
+
+TEST(MetricsHttpServerTest, WithTokensOnlyScrapesWithOneAreAnswered) {
+  absl::StatusOr<TokenAuthenticator> auth =
+      TokenAuthenticator::FromText("scrape-token\nother\n", /*all_rpcs=*/true);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  int renders = 0;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(
+          "127.0.0.1:0",
+          [&renders] {
+            ++renders;
+            return std::string("nibble_serving 1\n");
+          },
+          *auth);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  const struct {
+    httplib::Headers headers;
+    const char* why;
+  } kRefused[] = {
+      {{}, "needs a bearer token"},
+      {{{"Authorization", "scrape-token"}}, "must read \"Bearer TOKEN\""},
+      {{{"Authorization", "Bearer wrong"}}, "not one this server accepts"},
+  };
+  for (const auto& [headers, why] : kRefused) {
+    SCOPED_TRACE(why);
+    httplib::Result refused = client.Get("/metrics", headers);
+    ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+    EXPECT_EQ(refused->status, 401);
+    EXPECT_EQ(refused->get_header_value("WWW-Authenticate"), "Bearer");
+    EXPECT_THAT(refused->body, HasSubstr(why));
+  }
+  EXPECT_EQ(renders, 0);
+  httplib::Result scraped =
+      client.Get("/metrics", {{"Authorization", "Bearer other"}});
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_EQ(scraped->body, "nibble_serving 1\n");
+  EXPECT_EQ(renders, 1);
+}
+
+// A TCP connection to 127.0.0.1:`port`, or -1.
+int ConnectTo(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server closed `fd` within `timeout`: a read sees the end.
+bool ClosedWithin(int fd, absl::Duration timeout) {
+  pollfd polled{fd, POLLIN, 0};
+  if (poll(&polled, 1, absl::ToInt64Milliseconds(timeout)) != 1) return false;
+  char byte;
+  return recv(fd, &byte, 1, 0) <= 0;
+}
+
+// Idle and trickling clients delay no scrape, however many: a scrape is
+// answered long before their connections time out, past kMaxConnections the
+// oldest connections are closed, and every one is closed once its
+// kExchangeTime is up.
+TEST(MetricsHttpServerTest, IdleAndTricklingClientsDelayNoScrape) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(
+          "127.0.0.1:0", [] { return std::string("nibble_serving 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<int> idle;
+  for (int i = 0; i < MetricsHttpServer::kMaxConnections + 8; ++i) {
+    idle.push_back(ConnectTo(port));
+    ASSERT_GE(idle.back(), 0) << i;
+  }
+  const int trickling = ConnectTo(port);
+  ASSERT_GE(trickling, 0);
+  std::atomic<bool> trickle_cut = false;
+  std::thread trickle([&] {
+    const std::string request = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+    for (size_t i = 0; !trickle_cut; ++i) {
+      const char byte = i < request.size() ? request[i] : 'a';
+      if (send(trickling, &byte, 1, MSG_NOSIGNAL) != 1) trickle_cut = true;
+      absl::SleepFor(absl::Milliseconds(50));
+      if (i > 30 * 20) break;  // 30 s: the test fails below
+    }
+  });
+  // Far shorter than kExchangeTime: a scrape that waited for the others to
+  // time out would fail.
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(2);
+  client.set_read_timeout(2);
+  httplib::Result scraped = client.Get("/metrics");
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_EQ(scraped->body, "nibble_serving 1\n");
+  // The oldest were closed to admit the rest, the newest at their deadline.
+  const absl::Duration bound =
+      MetricsHttpServer::kExchangeTime + absl::Seconds(25);
+  EXPECT_TRUE(ClosedWithin(idle.front(), bound));
+  EXPECT_TRUE(ClosedWithin(idle.back(), bound));
+  trickle.join();
+  EXPECT_TRUE(trickle_cut.load());
+  for (int fd : idle) close(fd);
+  close(trickling);
 }
 
 TEST(MetricsHttpServerTest, BusyPortIsUnavailableNamingTheAddress) {

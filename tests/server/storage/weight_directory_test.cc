@@ -1,8 +1,9 @@
 // Tests the data directory: save, load and remove, torn and corrupt files
-// skipped and reported, leftover temporary files removed, unusable
-// directories refused.
+// skipped and reported, FIFOs, devices and links leading outside refused,
+// leftover temporary files removed, unusable directories refused.
 #include "server/storage/weight_directory.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -107,8 +108,18 @@ TEST(WeightDirectoryTest, SkipsTornAndCorruptFilesAndRemovesTempFiles) {
   WriteFile(dir.FilePath("flipped"), flipped);
   WriteFile(dir.FilePath("renamed"), ReadFile(dir.FilePath("good")));
   WriteFile(dir.FilePath("good") + ".tmp-123-0", "half a weight");
+  WriteFile(dir.path() + "/.write-probe.nibble.tmp-123-1", "probe");
   ASSERT_TRUE(dir.Save("x.nibble.tmp-1", good).ok());
+  WriteFile(dir.FilePath("x.nibble.tmp-1") + ".tmp-9-2", "half a weight");
   WriteFile(dir.path() + "/README", "not a weight");
+  // A user's files that merely look like temporary ones stay.
+  const std::vector<std::string> users_files = {
+      "precious.nibble.tmp-notes", "precious.nibble.tmp-1",
+      "precious.nibble.tmp-1-2-3", ".hidden.nibble.tmp-1-2",
+      "precious.nibble.tmp--2"};
+  for (const std::string& name : users_files) {
+    WriteFile(dir.path() + "/" + name, "the user's");
+  }
 
   std::map<std::string, WeightFile> loaded;
   absl::StatusOr<LoadReport> report = LoadInto(dir, &loaded);
@@ -128,12 +139,65 @@ TEST(WeightDirectoryTest, SkipsTornAndCorruptFilesAndRemovesTempFiles) {
   EXPECT_THAT(reasons[dir.FilePath("renamed")],
               HasSubstr("holds weight \"good\""));
   EXPECT_THAT(report->removed_temp_files,
-              ElementsAre(dir.FilePath("good") + ".tmp-123-0"));
-  // Bad files stay for the operator to look at; the temporary one is gone.
+              ElementsAre(dir.path() + "/.write-probe.nibble.tmp-123-1",
+                          dir.FilePath("good") + ".tmp-123-0",
+                          dir.FilePath("x.nibble.tmp-1") + ".tmp-9-2"));
+  // Bad files stay for the operator to look at, and the user's files too;
+  // the temporary ones are gone.
+  EXPECT_THAT(FileNames(dir.path()),
+              ElementsAre(".hidden.nibble.tmp-1-2", "README", "flipped.nibble",
+                          "good.nibble", "precious.nibble.tmp--2",
+                          "precious.nibble.tmp-1", "precious.nibble.tmp-1-2-3",
+                          "precious.nibble.tmp-notes", "renamed.nibble",
+                          "torn.nibble", "x.nibble.tmp-1.nibble"));
+}
+
+// Only regular files are read, and symbolic links only where they stay in
+// the directory: a FIFO or a device is refused without waiting on it, a link
+// to a weight file outside is refused, and a link to a file inside loads.
+TEST(WeightDirectoryTest, LoadsOnlyRegularFilesInsideTheDirectory) {
+  const std::string root = FreshDirectory("hygiene");
+  WeightDirectory dir(root + "/data");
+  ASSERT_TRUE(dir.Prepare().ok());
+  WeightDirectory elsewhere(root + "/elsewhere");
+  ASSERT_TRUE(elsewhere.Prepare().ok());
+  SCOPED_TRACE("seeds 11, 12, 13");
+  const WeightSpec spec{WeightFormat::kU4b8, 64, 16, 32};
+  ASSERT_TRUE(dir.Save("plain", RandomQuantizedWeight(spec, 11)).ok());
+  ASSERT_TRUE(elsewhere.Save("outside", RandomQuantizedWeight(spec, 12)).ok());
+  ASSERT_TRUE(elsewhere.Save("kept", RandomQuantizedWeight(spec, 13)).ok());
+  // "kept" is moved under the data directory, out of LoadAll's sight, and
+  // reached through a link; "outside" only through a link.
+  std::filesystem::create_directory(dir.path() + "/store");
+  std::filesystem::rename(elsewhere.FilePath("kept"),
+                          dir.path() + "/store/kept.bin");
+  std::filesystem::create_symlink("store/kept.bin", dir.FilePath("kept"));
+  std::filesystem::create_symlink(elsewhere.FilePath("outside"),
+                                  dir.FilePath("outside"));
+  std::filesystem::create_symlink("/dev/zero", dir.FilePath("zero"));
+  ASSERT_EQ(mkfifo(dir.FilePath("fifo").c_str(), 0600), 0);
+
+  std::map<std::string, WeightFile> loaded;
+  absl::StatusOr<LoadReport> report = LoadInto(dir, &loaded);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->weights_loaded, 2);
+  EXPECT_EQ(loaded.count("plain"), 1u);
+  EXPECT_EQ(loaded.count("kept"), 1u);
+  std::map<std::string, std::string> reasons;
+  for (const WeightFileProblem& problem : report->problems) {
+    reasons[problem.path] = problem.reason;
+  }
+  EXPECT_EQ(reasons.size(), 3u);
+  EXPECT_THAT(reasons[dir.FilePath("fifo")],
+              HasSubstr("not a regular file but a FIFO"));
   EXPECT_THAT(
-      FileNames(dir.path()),
-      ElementsAre("README", "flipped.nibble", "good.nibble", "renamed.nibble",
-                  "torn.nibble", "x.nibble.tmp-1.nibble"));
+      reasons[dir.FilePath("outside")],
+      HasSubstr(
+          "is a symbolic link to " +
+          std::filesystem::canonical(elsewhere.FilePath("outside")).string() +
+          ", outside the data directory"));
+  EXPECT_THAT(reasons[dir.FilePath("zero")],
+              HasSubstr("is a symbolic link to /dev/zero, outside"));
 }
 
 TEST(WeightDirectoryTest, RefusedWeightsAreReported) {
