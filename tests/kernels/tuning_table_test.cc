@@ -1,6 +1,8 @@
 // Tests the tuning table's text form, its file loading and its lookup.
 #include "kernels/tuning_table.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -139,8 +141,14 @@ TEST(TuningTableTest, SerializeRoundTrips) {
   EXPECT_EQ(parsed->Serialize(), text);
 }
 
+// A file name of this process alone: ctest runs this binary once per ISA
+// level, at the same time.
+std::string ScratchPath(const std::string& name) {
+  return ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
+}
+
 TEST(TuningTableTest, LoadReadsAFile) {
-  const std::string path = ::testing::TempDir() + "/tuning_table_test.txt";
+  const std::string path = ScratchPath("tuning_table_test.txt");
   std::ofstream(path) << "u4 128 4096 4096 2 0 striped\n";
   const absl::StatusOr<TuningTable> table = TuningTable::Load(path);
   ASSERT_TRUE(table.ok()) << table.status();
@@ -156,7 +164,7 @@ TEST(TuningTableTest, LoadErrorsNameTheFile) {
   EXPECT_EQ(not_found.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(not_found.status().message()), HasSubstr(missing));
 
-  const std::string path = ::testing::TempDir() + "/bad_tuning_table.txt";
+  const std::string path = ScratchPath("bad_tuning_table.txt");
   std::ofstream(path) << "# ok\nu4 128 4096 4096 2 0 sideways\n";
   const absl::StatusOr<TuningTable> bad = TuningTable::Load(path);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
