@@ -250,7 +250,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenFile(
     const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever,
+  // before the check below could refuse it; regular files ignore it.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return FileError("open", path, errno);
   struct stat info;
   if (fstat(fd, &info) != 0) {

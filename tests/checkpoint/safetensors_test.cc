@@ -5,6 +5,7 @@
 // is DATA_LOSS; every other malformed header is INVALID_ARGUMENT.
 #include "checkpoint/safetensors.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -387,6 +388,19 @@ TEST_F(SafetensorsOpenTest, ReportsMissingAndUnreadableFiles) {
       SafetensorsFile::Open(::testing::TempDir()).status();
   EXPECT_EQ(directory.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(directory.message(), HasSubstr("not a regular file"));
+}
+
+// A FIFO named like a checkpoint is refused at once: opening it for reading
+// must not wait for a writer that never comes.
+TEST_F(SafetensorsOpenTest, RefusesAFifoWithoutWaitingForAWriter) {
+  const std::string fifo =
+      absl::StrCat(::testing::TempDir(), "/fifo-", getpid(), ".safetensors");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  const absl::Status status = SafetensorsFile::Open(fifo).status();
+  std::remove(fifo.c_str());
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr(fifo), HasSubstr("not a regular file")));
 }
 
 TEST_F(SafetensorsOpenTest, NamesThePathOfAnInvalidFile) {
