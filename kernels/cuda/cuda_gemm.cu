@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 
@@ -166,10 +167,16 @@ int GroupStepShift(const WeightSpec& spec) {
       static_cast<uint64_t>(spec.group_size / ScaleRowK(spec.format)));
 }
 
-// A [M, K] for the wgmma kernel's tensor copies: boxes of kWgmmaStepK
-// values by `rows` rows, in the 128-byte swizzle its MMAs read.
-absl::StatusOr<CUtensorMap> ActivationMap(const void* a, DType a_dtype,
-                                          int64_t m, int64_t k, int rows) {
+// One tensor map (cuTensorMapEncodeTiled, found through the runtime so that
+// nothing links libcuda): `sizes` and `box` in elements from the innermost
+// dimension, `strides` in bytes of the outer ones; `what` names the operand
+// in errors.
+template <int kRank>
+absl::StatusOr<CUtensorMap> EncodeTensorMap(
+    absl::string_view what, CUtensorMapDataType type, const void* data,
+    const std::array<cuuint64_t, kRank>& sizes,
+    const std::array<cuuint64_t, kRank - 1>& strides,
+    const std::array<cuuint32_t, kRank>& box, CUtensorMapSwizzle swizzle) {
   static const auto encode = [] {
     void* function = nullptr;
     cudaDriverEntryPointQueryResult found;
@@ -185,25 +192,67 @@ absl::StatusOr<CUtensorMap> ActivationMap(const void* a, DType a_dtype,
         "the CUDA driver has no cuTensorMapEncodeTiled: update the driver to "
         "one for CUDA 12 or later");
   }
+  std::array<cuuint32_t, kRank> element_strides;
+  element_strides.fill(1);
   CUtensorMap map;
-  const cuuint64_t sizes[2] = {static_cast<cuuint64_t>(k),
-                               static_cast<cuuint64_t>(m)};
-  const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kWgmmaStepK, static_cast<cuuint32_t>(rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = encode(
-      &map,
-      a_dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      2, const_cast<void*>(a), sizes, row_bytes, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      &map, type, kRank, const_cast<void*>(data), sizes.data(), strides.data(),
+      box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+      swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
-    return absl::InternalError(absl::StrCat("cuTensorMapEncodeTiled for A [", m,
-                                            ", ", k, "] failed: error ",
+    return absl::InternalError(absl::StrCat("cuTensorMapEncodeTiled for ", what,
+                                            " failed: error ",
                                             static_cast<int>(result)));
   }
   return map;
+}
+
+// The wgmma kernel's tensor maps (WgmmaParams says their shapes).
+absl::StatusOr<WgmmaParams> MakeWgmmaParams(const DeviceGemm& gemm,
+                                            const Params& params,
+                                            const KernelChoice& kernel) {
+  const WeightSpec& spec = gemm.b->spec();
+  const auto m = static_cast<cuuint64_t>(gemm.m);
+  const auto k = static_cast<cuuint64_t>(spec.k);
+  const auto padded_n = static_cast<cuuint64_t>(gemm.b->padded_n());
+  const auto groups = static_cast<cuuint64_t>(spec.k / spec.group_size);
+  const auto blocks = static_cast<cuuint32_t>(kernel.columns / 16);
+  WgmmaParams wgmma{};
+  wgmma.p = params;
+  wgmma.stage_groups =
+      static_cast<int>(std::max<int64_t>(1, kWgmmaStepK / spec.group_size));
+  const auto stage_groups = static_cast<cuuint32_t>(wgmma.stage_groups);
+  absl::StatusOr<CUtensorMap> a_map = EncodeTensorMap<2>(
+      absl::StrCat("A [", m, ", ", k, "]"),
+      gemm.a_dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      gemm.a, {k, m}, {k * 2},
+      {kWgmmaStepK, static_cast<cuuint32_t>(kernel.rows)},
+      CU_TENSOR_MAP_SWIZZLE_128B);
+  if (!a_map.ok()) return a_map.status();
+  wgmma.a_map = *a_map;
+  absl::StatusOr<CUtensorMap> codes_map = EncodeTensorMap<3>(
+      "the weight's codes", CU_TENSOR_MAP_DATA_TYPE_UINT32, gemm.b->codes(),
+      {128, k / kWgmmaStepK, padded_n / 16}, {512, k / kWgmmaStepK * 512},
+      {128, 1, blocks}, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (!codes_map.ok()) return codes_map.status();
+  wgmma.codes_map = *codes_map;
+  absl::StatusOr<CUtensorMap> scales_map = EncodeTensorMap<2>(
+      "the weight's scales", CU_TENSOR_MAP_DATA_TYPE_UINT32, gemm.b->scales(),
+      {padded_n / 2, groups}, {padded_n * 2}, {blocks * 8, stage_groups},
+      CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (!scales_map.ok()) return scales_map.status();
+  wgmma.scales_map = *scales_map;
+  if (gemm.b->zeros() != nullptr) {
+    absl::StatusOr<CUtensorMap> zeros_map = EncodeTensorMap<2>(
+        "the weight's zero points", CU_TENSOR_MAP_DATA_TYPE_UINT16,
+        gemm.b->zeros(), {padded_n / 2, groups}, {padded_n},
+        {blocks * 8, stage_groups}, CU_TENSOR_MAP_SWIZZLE_NONE);
+    if (!zeros_map.ok()) return zeros_map.status();
+    wgmma.zeros_map = *zeros_map;
+  }
+  return wgmma;
 }
 
 OutType OutTypeOf(DType dtype) {
@@ -280,12 +329,12 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   const dim3 grid(static_cast<unsigned>(launch.blocks));
   const KernelChoice& kernel = plan->kernel;
   if (wgmma) {
-    absl::StatusOr<CUtensorMap> a_map = ActivationMap(
-        gemm.a, gemm.a_dtype, gemm.m, spec.k, static_cast<int>(launch.rows));
-    if (!a_map.ok()) return a_map.status();
+    absl::StatusOr<WgmmaParams> wgmma_params =
+        MakeWgmmaParams(gemm, params, kernel);
+    if (!wgmma_params.ok()) return wgmma_params.status();
     kernel
         .wgmma_function<<<grid, kernel.threads, kernel.shared_bytes, stream>>>(
-            WgmmaParams{*a_map, params});
+            *wgmma_params);
   } else {
     kernel.function<<<grid, kernel.threads, kernel.shared_bytes, stream>>>(
         params);

@@ -1,6 +1,6 @@
 // The Hopper instructions the wgmma kernel (wgmma_kernel.cuh) issues, one
 // small wrapper each: shared-memory barriers (mbarrier) with transaction
-// counts, bulk copies and tensor copies (TMA) that complete on them, warpgroup
+// counts, tensor copies (TMA) that complete on them, warpgroup
 // MMAs with A in registers, and register reallocation between warpgroups.
 // Device code for sm_90a only.
 //
@@ -55,24 +55,25 @@ __device__ __forceinline__ void WaitBarrier(uint64_t* barrier,
   } while (done == 0);
 }
 
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) global ->
-// shared, completing on `barrier`.
-__device__ __forceinline__ void CopyBulk(void* shared, const void* global,
-                                         uint32_t bytes, uint64_t* barrier) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-      "[%0], [%1], %2, [%3];\n" ::"r"(SharedAddress(shared)),
-      "l"(global), "r"(bytes), "r"(SharedAddress(barrier))
-      : "memory");
-}
-// The box of `map` at element (x, y) into shared memory, completing on
-// `barrier` with the whole box's bytes (elements outside the tensor are 0).
+// The box of `map` at element (x, y) or (x, y, z) into shared memory,
+// completing on `barrier` with the whole box's bytes (elements outside the
+// tensor are 0).
 __device__ __forceinline__ void LoadTile2d(void* shared, const CUtensorMap* map,
                                            int x, int y, uint64_t* barrier) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
       "bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(SharedAddress(shared)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y),
+      "r"(SharedAddress(barrier))
+      : "memory");
+}
+__device__ __forceinline__ void LoadTile3d(void* shared, const CUtensorMap* map,
+                                           int x, int y, int z,
+                                           uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(SharedAddress(shared)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z),
       "r"(SharedAddress(barrier))
       : "memory");
 }

@@ -9,9 +9,11 @@
 // operand, K-major in shared memory as the tensor copy engine writes it.
 //
 // A thread block has three warpgroups:
-//   producer (ProduceStages): one warp fills a ring of shared-memory stages,
-//     64 rows of K each: A's box by a tensor copy, codes, scales and zero
-//     points by bulk copies, all completing on the stage's `full` barrier;
+//   producer (ProduceStages): one thread fills a ring of shared-memory
+//     stages, 64 rows of K each, by one tensor copy (TMA) per operand: A,
+//     codes, scales and zero points, all completing on the stage's `full`
+//     barrier (the copy engine takes a copy every ~100 cycles whatever its
+//     size, so a copy per 16-column block would starve the consumers);
 //   two consumers (ConsumeStages): each owns kWeightTiles 64-column tiles of
 //     the block's columns, dequantizes them per stage and issues wgmma
 //     m64n64k16 for every 64 rows of A, then frees the stage (`empty`);
@@ -44,9 +46,21 @@ inline constexpr int kWgmmaThreads = 128 * (1 + kWgmmaConsumers);
 // group of the codes.
 inline constexpr int kWgmmaStepK = 64;
 
+// The tensor maps of a launch (cuda_gemm.cu encodes them) and their boxes:
+//   a_map      A [M, K]: {kWgmmaStepK, rows}, 128-byte swizzle;
+//   codes_map  codes as u32 [padded_n / 16][K / 64][128]: {128, 1, blocks};
+//   scales_map scales as u32 [groups][padded_n / 2]: {8 blocks, stage_groups};
+//   zeros_map  zero points as u16 [groups][padded_n / 2], the same box.
+// The codes, scales and zeros pointers of `p` are unused, as is `a`.
 struct WgmmaParams {
-  CUtensorMap a_map;  // A [M, K]: boxes of 64 x rows, 128-byte swizzle
-  Params p;           // k_steps in steps of kWgmmaStepK; `a` unused
+  CUtensorMap a_map;
+  CUtensorMap codes_map;
+  CUtensorMap scales_map;
+  CUtensorMap zeros_map;
+  Params p;  // k_steps in steps of kWgmmaStepK
+  // Groups of scales in a stage: one, or kWgmmaStepK / group size for groups
+  // smaller than a stage.
+  int stage_groups;
 };
 
 // The shape of a block's work and of its shared-memory stages.
@@ -62,22 +76,31 @@ struct WgmmaTile {
   static constexpr bool kZeros = HasZeros(kFormat);
   static constexpr int kSubs = kRows / 64;  // n64 MMAs per 16 rows of K
   static constexpr int kAcc = kWeightTiles * kSubs * 32;
-  // Stage layout: A, codes [block][lane][4 words], scales [row][block][8
-  // pairs], zero points [row][block][8 byte pairs].
+  // Stage layout: A, codes [block][lane][4 words], scales [group][block][8
+  // pairs], zero points [group][block][8 byte pairs], room for a group per
+  // scale row.
   static constexpr int kABytes = kRows * kWgmmaStepK * 2;
   static constexpr int kCodeBytes = kBlocks * 512;
   static constexpr int kScaleRowBytes = kBlocks * 32;
   static constexpr int kZeroRowBytes = kBlocks * 16;
   static constexpr int kScaleOffset = kABytes + kCodeBytes;
   static constexpr int kZeroOffset = kScaleOffset + kScaleRows * kScaleRowBytes;
-  static constexpr int kCopyBytes =
+  static constexpr int kMaxBytes =
       kZeroOffset + (kZeros ? kScaleRows * kZeroRowBytes : 0);
   // Each stage's A starts 1024-byte aligned, as the swizzle needs.
-  static constexpr int kStageBytes = (kCopyBytes + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes = (kMaxBytes + 1023) / 1024 * 1024;
   static constexpr int kStages = std::min(8, 200 * 1024 / kStageBytes);
   // Dynamic shared memory, with room to align its start.
   static constexpr int kSharedBytes = kStages * kStageBytes + 1024;
-  static_assert(kBlocks + 2 * kScaleRows <= 32, "one copy per producer lane");
+  // What the copies of a stage with `groups` groups of scales write.
+  __device__ static uint32_t CopyBytes(int groups) {
+    return kScaleOffset +
+           groups * (kScaleRowBytes + (kZeros ? kZeroRowBytes : 0));
+  }
+  // Where scale row `row` of a stage finds its group's scales.
+  __device__ static int GroupOf(int row, int group_step_shift) {
+    return row >> group_step_shift;
+  }
 };
 
 template <typename Tile>
@@ -86,41 +109,25 @@ __device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
                                               uint64_t* full, uint64_t* empty,
                                               Iterations iterations) {
   const Params& p = params.p;
-  const int lane = threadIdx.x % 32;
-  const auto* codes = reinterpret_cast<const unsigned char*>(p.codes);
-  const int64_t block_stride = int64_t{p.k_steps} * 512;
-  const int64_t group_stride = int64_t{p.blocks16_n} * 8;  // pairs
+  const uint32_t bytes = Tile::CopyBytes(params.stage_groups);
   int tile = iterations.begin / p.k_steps;
   int step = iterations.begin % p.k_steps;
   for (int iter = iterations.begin, i = 0; iter < iterations.end; ++iter, ++i) {
     const int s = i % Tile::kStages;
-    if (lane == 0) WaitBarrier(&empty[s], ((i / Tile::kStages) & 1) ^ 1);
-    __syncwarp();
+    WaitBarrier(&empty[s], ((i / Tile::kStages) & 1) ^ 1);
     unsigned char* stage = stages + s * Tile::kStageBytes;
-    const int m_tile = tile % p.tiles_m;
     const int first_block = tile / p.tiles_m * Tile::kBlocks;
-    if (lane == 0) {
-      ArriveExpectBytes(&full[s], Tile::kCopyBytes);
-      LoadTile2d(stage, &params.a_map, step * kWgmmaStepK, m_tile * Tile::kRows,
-                 &full[s]);
-    }
-    __syncwarp();
-    if (lane < Tile::kBlocks) {
-      CopyBulk(stage + Tile::kABytes + lane * 512,
-               codes + (first_block + lane) * block_stride + step * 512, 512,
+    const int group = (step * Tile::kScaleRows) >> p.group_step_shift;
+    ArriveExpectBytes(&full[s], bytes);
+    LoadTile2d(stage, &params.a_map, step * kWgmmaStepK,
+               tile % p.tiles_m * Tile::kRows, &full[s]);
+    LoadTile3d(stage + Tile::kABytes, &params.codes_map, 0, step, first_block,
                &full[s]);
-    } else if (const int row = lane - Tile::kBlocks; row < Tile::kScaleRows) {
-      const int group = (step * Tile::kScaleRows + row) >> p.group_step_shift;
-      CopyBulk(stage + Tile::kScaleOffset + row * Tile::kScaleRowBytes,
-               p.scales + group * group_stride + first_block * 8,
-               Tile::kScaleRowBytes, &full[s]);
-    } else if (const int zero_row = row - Tile::kScaleRows;
-               Tile::kZeros && zero_row < Tile::kScaleRows) {
-      const int group =
-          (step * Tile::kScaleRows + zero_row) >> p.group_step_shift;
-      CopyBulk(stage + Tile::kZeroOffset + zero_row * Tile::kZeroRowBytes,
-               p.zeros + group * group_stride + first_block * 8,
-               Tile::kZeroRowBytes, &full[s]);
+    LoadTile2d(stage + Tile::kScaleOffset, &params.scales_map, first_block * 8,
+               group, &full[s]);
+    if constexpr (Tile::kZeros) {
+      LoadTile2d(stage + Tile::kZeroOffset, &params.zeros_map, first_block * 8,
+                 group, &full[s]);
     }
     if (++step == p.k_steps) {
       step = 0;
@@ -213,13 +220,15 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
 #pragma unroll
       for (int row = 0; row < kScaleRows; ++row) {
         const int pair = block * 8 + lane / 4;
+        const int group = Tile::GroupOf(row, p.group_step_shift);
         const uint32_t scales =
             P::FromHalfPair(reinterpret_cast<const uint32_t*>(
-                stage + Tile::kScaleOffset + row * Tile::kScaleRowBytes)[pair]);
+                stage + Tile::kScaleOffset +
+                group * Tile::kScaleRowBytes)[pair]);
         uint32_t zeros = 0x0808u;
         if constexpr (Tile::kZeros) {
           zeros = reinterpret_cast<const uint16_t*>(
-              stage + Tile::kZeroOffset + row * Tile::kZeroRowBytes)[pair];
+              stage + Tile::kZeroOffset + group * Tile::kZeroRowBytes)[pair];
         }
         uint32_t scale[2];
         uint32_t zero[2];
@@ -290,7 +299,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     LowerRegisters<40>();
-    if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
       ProduceStages<Tile>(params, stages, full, empty, iterations);
     }
   } else {
