@@ -190,17 +190,19 @@ std::vector<const GemmKernel*> CudaKernels() {
 }
 
 KernelVariant PreferredVariant(const GemmProblem& problem) {
-  // On an H100 (make gpu-check, docs/performance.md): up to 64 rows the weight
-  // read dominates and stream-K keeps every multiprocessor streaming to the
-  // end; above, the MMAs dominate: on Hopper striped runs wgmma, before it
-  // fused keeps the codes out of shared memory, which the larger A tile
-  // needs.
-  if (problem.m <= 64) return KernelVariant::kStriped;
+  // On an H100 (make gpu-check, docs/performance.md): on Hopper from 32 rows
+  // double_buffered runs wgmma, each tile's K split evenly to fill one wave
+  // (striped, whose blocks all end on a tile they share, reduces ~130 tiles
+  // through L2 at once at the end); below that the weight read dominates and
+  // stream-K keeps every multiprocessor streaming to the end; before Hopper,
+  // above 64 rows, fused keeps the codes out of shared memory, which the
+  // larger A tile needs.
   absl::StatusOr<DeviceInfo> device = CurrentDevice();
-  return device.ok() && UsesWgmma(KernelVariant::kStriped, problem.m,
-                                  device->compute_capability)
-             ? KernelVariant::kStriped
-             : KernelVariant::kFused;
+  if (device.ok() && UsesWgmma(KernelVariant::kDoubleBuffered, problem.m,
+                               device->compute_capability)) {
+    return KernelVariant::kDoubleBuffered;
+  }
+  return problem.m <= 64 ? KernelVariant::kStriped : KernelVariant::kFused;
 }
 
 }  // namespace nibble::cuda

@@ -146,10 +146,10 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
     launch.blocks = std::min(iterations, slots);
   } else {
     // Whole tiles when they fill the GPU; otherwise each tile's K steps split
-    // in as many parts as fill it, keeping at least 4 steps per part.
+    // in as many parts as fit in one wave, keeping at least 4 steps per part.
     int64_t split = 1;
     if (launch.tiles < slots) {
-      split = std::min((slots + launch.tiles - 1) / launch.tiles,
+      split = std::min(slots / launch.tiles,
                        std::max<int64_t>(1, launch.steps_per_tile / 4));
     }
     launch.blocks = launch.tiles * split;
