@@ -108,12 +108,15 @@ struct DotProducts {
         }
       }
     }
+    __m512 scale[kBlockPanels];
     for (int p = 0; p < kBlockPanels; ++p) {
-      const __m512 scale = _mm512_load_ps(scales + p * kWidth);
-      for (int r = 0; r < kRows; ++r) {
+      scale[p] = _mm512_load_ps(scales + p * kWidth);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      for (int p = 0; p < kBlockPanels; ++p) {
         float* out = acc + r * kBlockWidth + p * kWidth;
         _mm512_storeu_ps(
-            out, _mm512_fmadd_ps(sums[r][p], scale, _mm512_loadu_ps(out)));
+            out, _mm512_fmadd_ps(sums[r][p], scale[p], _mm512_loadu_ps(out)));
       }
     }
   }
