@@ -57,6 +57,10 @@ constexpr int64_t kWidth = PackedWeight::kPanelWidth;
 constexpr int64_t kPairRowValues = 2 * kWidth;
 // Rows of K dequantized at a time, at most; segments never cross a group.
 constexpr int64_t kMaxSegment = 512;
+// How far ahead of the words it dequantizes DequantizeSegment prefetches
+// codes: into the next segment of the panel, which the loop dequantizes while
+// it multiplies this one.
+constexpr int64_t kPrefetchWords = 32;
 // Groups shorter than this put their scales into the pair values.
 constexpr int64_t kMinSummedGroup = 32;
 
@@ -162,6 +166,7 @@ void DequantizeSegment(const Bf16Context& ctx, int64_t first_panel,
                                          word * kCodesPerWord /
                                              ctx.b.spec().group_size * kWidth);
       }
+      __builtin_prefetch(codes + (word + kPrefetchWords) * kWidth);
       const __m512i words = _mm512_loadu_si512(codes + word * kWidth);
       uint16_t* rows = panel_pairs + (word - segment_word) * kCodesPerWord *
                                          kWidth;  // 4 pair rows of 32 bf16
