@@ -73,8 +73,8 @@ absl::StatusOr<TuningRule> ParseRule(absl::string_view line) {
       absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
   if (columns.size() != 8 && columns.size() != 7) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expected 8 columns (isa ", kRuleColumns, "), or 7 (",
-                     kRuleColumns, "), got ", columns.size()));
+        absl::StrCat("expected 7 columns (", kRuleColumns,
+                     "), or 8 with the ISA level first, got ", columns.size()));
   }
   TuningRule rule;
   if (columns.size() == 8) {

@@ -96,10 +96,10 @@ TEST(TuningTableTest, ParseErrorsNameTheLineAndTheProblem) {
   const std::string good = "u4b8 128 4096 4096 2 8 fused\n";
   EXPECT_EQ(ParseError(good), "ok");
   EXPECT_EQ(ParseError("# header\n" + good + "u4b8 128 4096 4096 2 fused\n"),
-            "line 3: expected 8 columns (isa format group k n threads max_m "
-            "variant), or 7 (format group k n threads max_m variant), got 6");
+            "line 3: expected 7 columns (format group k n threads max_m "
+            "variant), or 8 with the ISA level first, got 6");
   EXPECT_THAT(ParseError(good + "avx2 u4b8 128 4096 4096 2 8 fused extra\n"),
-              HasSubstr("line 2: expected 8 columns"));
+              HasSubstr("line 2: expected 7 columns"));
   EXPECT_EQ(ParseError("u4b8 128 4096 4096 2 8 fused 1\n"),
             "line 1: the first of 8 columns must be an ISA level such as "
             "avx512_bf16, got \"u4b8\"");
