@@ -93,7 +93,10 @@ struct DotProducts {
     for (auto& sum_row : sums) {
       for (__m512& sum : sum_row) sum = _mm512_setzero_ps();
     }
-    for (int64_t pair = 0; pair < segment_pairs; ++pair) {
+    // A segment has at least one pair; a do-while keeps GCC from spilling the
+    // sums around a loop that might not run.
+    int64_t pair = 0;
+    do {
       __m512bh b[kBlockPanels];
       for (int p = 0; p < kBlockPanels; ++p) {
         b[p] = AsPairs(_mm512_loadu_si512(pairs + (p * segment_pairs + pair) *
@@ -107,7 +110,7 @@ struct DotProducts {
           sums[r][p] = _mm512_dpbf16_ps(sums[r][p], x, b[p]);
         }
       }
-    }
+    } while (++pair < segment_pairs);
     __m512 scale[kBlockPanels];
     for (int p = 0; p < kBlockPanels; ++p) {
       scale[p] = _mm512_load_ps(scales + p * kWidth);
