@@ -75,6 +75,9 @@ class GemmKernel {
   // Variant, format and ISA, e.g. "fused_u4b8_avx2".
   virtual absl::string_view name() const = 0;
   virtual KernelVariant variant() const = 0;
+  // The CPU instruction-set level whose tuning-table rules apply to the
+  // kernel (cpu::IsaName, e.g. "avx2"); empty for kernels that have none.
+  virtual absl::string_view isa() const { return {}; }
   virtual bool Supports(const GemmProblem& problem) const = 0;
   // Whether A of `dtype` loses precision to bf16 (8 significant bits) before
   // multiplying, as tile and dot-product units take it; accumulation stays

@@ -1,7 +1,9 @@
 #include "kernels/scheduler.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -14,10 +16,27 @@ KernelVariant DefaultVariantRule(const GemmProblem& problem) {
                                  : KernelVariant::kDoubleBuffered;
 }
 
+namespace {
+
+// The ISA levels of `kernels` in their order, each once.
+std::vector<absl::string_view> IsaLevels(
+    const std::vector<const GemmKernel*>& kernels) {
+  std::vector<absl::string_view> levels;
+  for (const GemmKernel* kernel : kernels) {
+    if (!kernel->isa().empty() && std::find(levels.begin(), levels.end(),
+                                            kernel->isa()) == levels.end()) {
+      levels.push_back(kernel->isa());
+    }
+  }
+  return levels;
+}
+
+}  // namespace
+
 Scheduler::Scheduler(std::vector<const GemmKernel*> kernels, TuningTable table,
                      VariantRule rule)
     : kernels_(std::move(kernels)),
-      table_(std::move(table)),
+      table_(table.ForIsas(IsaLevels(kernels_))),
       rule_(std::move(rule)) {}
 
 KernelVariant Scheduler::PreferredVariant(const GemmProblem& problem) const {

@@ -1,9 +1,12 @@
 // Picks the kernel for a problem among the registered ones: the tuning table
 // names the variant that should win for the problem's shape, and the first
 // registered kernel of that variant that supports the problem runs. When none
-// does, the other fast variants are tried, then the scalar reference. Where
-// the table has no rule, a rule function given at construction decides (an
-// accelerator backend's, by shape and device), or by default M alone.
+// does, the other fast variants are tried, then the scalar reference. The
+// table answers with the rules of the first ISA level among the kernels' (in
+// their order: cpu::CpuKernels lists the CPU's own level first, then the ones
+// below) that it has rules for. Where the table has no rule, a rule function
+// given at construction decides (an accelerator backend's, by shape and
+// device), or by default M alone.
 //
 // Example:
 //   nibble::Scheduler scheduler(nibble::CpuKernels());
@@ -39,7 +42,8 @@ KernelVariant DefaultVariantRule(const GemmProblem& problem);
 
 class Scheduler {
  public:
-  // The kernels must outlive the scheduler; their order breaks ties.
+  // The kernels must outlive the scheduler; their order breaks ties and
+  // ranks their ISA levels for the table (TuningTable::ForIsas).
   explicit Scheduler(std::vector<const GemmKernel*> kernels,
                      TuningTable table = TuningTable::Default(),
                      VariantRule rule = DefaultVariantRule);
@@ -52,6 +56,9 @@ class Scheduler {
   absl::StatusOr<const GemmKernel*> Pick(const GemmProblem& problem) const;
 
   std::span<const GemmKernel* const> kernels() const { return kernels_; }
+  // The table as the scheduler reads it: table().isa() is the level whose
+  // rules answer.
+  const TuningTable& table() const { return table_; }
 
  private:
   std::vector<const GemmKernel*> kernels_;

@@ -17,7 +17,8 @@
 namespace nibble {
 namespace {
 
-constexpr char kColumns[] = "format group k n threads max_m variant";
+// The columns after the ISA level, which a rule for every level has alone.
+constexpr char kRuleColumns[] = "format group k n threads max_m variant";
 
 constexpr char kDefaultTableText[] =
 #include "kernels/default_tuning_table.inc"
@@ -52,14 +53,36 @@ absl::StatusOr<int64_t> ParseCount(absl::string_view column,
   return value;
 }
 
-absl::StatusOr<TuningRule> ParseRule(absl::string_view line) {
-  const std::vector<absl::string_view> columns =
-      absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
-  if (columns.size() != 7) {
+// An ISA level's name: lower-case letters, digits and '_', not a format's.
+absl::StatusOr<std::string> ParseIsa(absl::string_view text) {
+  const bool well_formed =
+      !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '_';
+      });
+  if (!well_formed || ParseWeightFormat(text).ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "expected 7 columns (", kColumns, "), got ", columns.size()));
+        "the first of 8 columns must be an ISA level such as avx512_bf16, "
+        "got \"",
+        text, "\""));
+  }
+  return std::string(text);
+}
+
+absl::StatusOr<TuningRule> ParseRule(absl::string_view line) {
+  std::vector<absl::string_view> columns =
+      absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+  if (columns.size() != 8 && columns.size() != 7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected 7 columns (", kRuleColumns,
+                     "), or 8 with the ISA level first, got ", columns.size()));
   }
   TuningRule rule;
+  if (columns.size() == 8) {
+    absl::StatusOr<std::string> isa = ParseIsa(columns[0]);
+    if (!isa.ok()) return isa.status();
+    rule.isa = *std::move(isa);
+    columns.erase(columns.begin());
+  }
   absl::StatusOr<WeightFormat> format = ParseWeightFormat(columns[0]);
   if (!format.ok()) return format.status();
   rule.format = *format;
@@ -106,7 +129,12 @@ bool CoversLess(const TuningRule* a, const TuningRule* b) {
 }  // namespace
 
 TuningTable::TuningTable(std::vector<TuningRule> rules)
-    : rules_(std::move(rules)) {}
+    : rules_(std::move(rules)) {
+  const auto first_level =
+      std::find_if(rules_.begin(), rules_.end(),
+                   [](const TuningRule& rule) { return !rule.isa.empty(); });
+  if (first_level != rules_.end()) isa_ = first_level->isa;
+}
 
 const TuningTable& TuningTable::Default() {
   static const TuningTable* const table = [] {
@@ -138,13 +166,15 @@ absl::StatusOr<TuningTable> TuningTable::Parse(absl::string_view text) {
     // Two rules for the same problems would make the table ambiguous.
     for (size_t i = 0; i < rules.size(); ++i) {
       const TuningRule& other = rules[i];
-      if (other.format == rule->format &&
+      if (other.isa == rule->isa && other.format == rule->format &&
           other.group_size == rule->group_size && other.k == rule->k &&
           other.n == rule->n && other.threads == rule->threads &&
           other.max_m == rule->max_m) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "line ", line_number, ": repeats the format, group, k, n, threads ",
-            "and max_m of line ", rule_lines[i], "; keep one of them"));
+            "line ", line_number,
+            ": repeats the isa, format, group, k, n, threads and max_m of "
+            "line ",
+            rule_lines[i], "; keep one of them"));
       }
     }
     rules.push_back(*rule);
@@ -165,8 +195,9 @@ absl::StatusOr<TuningTable> TuningTable::Load(const std::string& path) {
 }
 
 std::string TuningTable::Serialize() const {
-  std::string text = absl::StrCat("# ", kColumns, "\n");
+  std::string text = absl::StrCat("# isa ", kRuleColumns, "\n");
   for (const TuningRule& rule : rules_) {
+    if (!rule.isa.empty()) absl::StrAppend(&text, rule.isa, " ");
     absl::StrAppend(&text, WeightFormatName(rule.format), " ", rule.group_size,
                     " ", rule.k, " ", rule.n, " ", rule.threads, " ",
                     rule.max_m, " ", KernelVariantName(rule.variant), "\n");
@@ -174,18 +205,35 @@ std::string TuningTable::Serialize() const {
   return text;
 }
 
+TuningTable TuningTable::ForIsas(
+    std::span<const absl::string_view> levels) const {
+  if (levels.empty()) return *this;
+  TuningTable table = *this;
+  table.isa_.clear();
+  for (absl::string_view level : levels) {
+    if (std::any_of(rules_.begin(), rules_.end(), [&](const TuningRule& rule) {
+          return rule.isa == level;
+        })) {
+      table.isa_ = std::string(level);
+      break;
+    }
+  }
+  return table;
+}
+
 std::optional<KernelVariant> TuningTable::Lookup(
     const GemmProblem& problem) const {
-  const bool has_own_rules = std::any_of(
-      rules_.begin(), rules_.end(),
-      [&](const TuningRule& rule) { return rule.format == problem.format; });
+  const bool has_own_rules =
+      std::any_of(rules_.begin(), rules_.end(), [&](const TuningRule& rule) {
+        return Answers(rule) && rule.format == problem.format;
+      });
   const WeightFormat format =
       has_own_rules ? problem.format : StandInFormat(problem.format);
   // The closest measured key; ties go to the rule listed first.
   const TuningRule* nearest = nullptr;
   double best[3] = {};
   for (const TuningRule& rule : rules_) {
-    if (rule.format != format) continue;
+    if (!Answers(rule) || rule.format != format) continue;
     const double distance[3] = {
         LogDistance(rule.group_size, problem.group_size),
         LogDistance(rule.k, problem.k) + LogDistance(rule.n, problem.n),
@@ -200,7 +248,7 @@ std::optional<KernelVariant> TuningTable::Lookup(
 
   std::vector<const TuningRule*> candidates;
   for (const TuningRule& rule : rules_) {
-    if (rule.format == nearest->format &&
+    if (Answers(rule) && rule.format == nearest->format &&
         rule.group_size == nearest->group_size && rule.k == nearest->k &&
         rule.n == nearest->n && rule.threads == nearest->threads) {
       candidates.push_back(&rule);

@@ -3,25 +3,31 @@
 // loads one from a file (--tuning_table) or uses the built-in default.
 //
 // The text form has one rule per line, '#' starts a comment:
-//   # format group k n threads max_m variant
-//   u4b8 128 4096 14336 2 4 fused
-//   u4b8 128 4096 14336 2 0 double_buffered
-// A rule covers problems with m <= max_m (0: any m) of its format. A lookup
-// takes the rules of the problem's format measured at the nearest group size,
-// then the nearest shape (k, n) and thread count, then the first of those
-// rules whose max_m admits the problem's m. A table without rules for a
-// block format (FP4 codes with 8-bit scales) answers with the kFp4 rules:
-// the same FP4 codes, only the scales differ.
+//   # isa format group k n threads max_m variant
+//   avx512_bf16 u4b8 128 4096 14336 2 7 fused
+//   avx512_bf16 u4b8 128 4096 14336 2 0 double_buffered
+// The first column names the CPU kernels' ISA level the rule was measured at
+// (cpu::IsaName); a line of the 7 other columns alone holds at every level.
+// A table answers with the rules of one level, isa(): the first a table
+// lists, until ForIsas picks the nearest of the levels a scheduler's kernels
+// have. A rule covers problems with m <= max_m (0: any m) of its format. A
+// lookup takes the rules of the problem's format measured at the nearest
+// group size, then the nearest shape (k, n) and thread count, then the first
+// of those rules whose max_m admits the problem's m. A table without rules
+// for a block format (FP4 codes with 8-bit scales) answers with the kFp4
+// rules: the same FP4 codes, only the scales differ.
 //
 // Example:
 //   absl::StatusOr<nibble::TuningTable> table =
 //       nibble::TuningTable::Load("/etc/nibble/tuning.txt");
-//   std::optional<nibble::KernelVariant> variant = table->Lookup(problem);
+//   nibble::TuningTable mine = table->ForIsas({"avx512_bf16", "avx512"});
+//   std::optional<nibble::KernelVariant> variant = mine.Lookup(problem);
 #ifndef NIBBLE_KERNELS_TUNING_TABLE_H_
 #define NIBBLE_KERNELS_TUNING_TABLE_H_
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +39,8 @@
 namespace nibble {
 
 struct TuningRule {
+  // The ISA level measured at, e.g. "avx512_bf16"; empty: every level.
+  std::string isa;
   WeightFormat format = WeightFormat::kU4b8;
   int64_t group_size = 0;
   int64_t k = 0;
@@ -49,7 +57,7 @@ class TuningTable {
   TuningTable() = default;
   explicit TuningTable(std::vector<TuningRule> rules);
 
-  // The table measured on the development machine, compiled in.
+  // The tables measured for each ISA level, compiled in.
   static const TuningTable& Default();
 
   // INVALID_ARGUMENT naming the line and what is wrong with it.
@@ -59,14 +67,29 @@ class TuningTable {
   // The text form, which Parse reads back to an equal table.
   std::string Serialize() const;
 
-  // nullopt when no rule has the problem's format (or, for a block format,
-  // kFp4).
+  // The same rules answering at the first of `levels` (nearest first) that
+  // has rules; at none of them (only rules without a level answer) when no
+  // level has any. Unchanged for no levels.
+  TuningTable ForIsas(std::span<const absl::string_view> levels) const;
+
+  // The level whose rules Lookup takes, besides those without a level; empty
+  // for none.
+  const std::string& isa() const { return isa_; }
+
+  // nullopt when no rule of isa() or of every level has the problem's format
+  // (or, for a block format, kFp4).
   std::optional<KernelVariant> Lookup(const GemmProblem& problem) const;
 
   const std::vector<TuningRule>& rules() const { return rules_; }
 
  private:
+  // Whether Lookup takes `rule`.
+  bool Answers(const TuningRule& rule) const {
+    return rule.isa.empty() || rule.isa == isa_;
+  }
+
   std::vector<TuningRule> rules_;
+  std::string isa_;
 };
 
 }  // namespace nibble

@@ -24,6 +24,26 @@ std::vector<const GemmKernel*> FastKernels(
   return fast;
 }
 
+std::vector<PointResult> MedianOverRounds(
+    const std::vector<std::vector<PointResult>>& rounds) {
+  if (rounds.empty()) return {};
+  std::vector<PointResult> merged = rounds.front();
+  for (size_t point = 0; point < merged.size(); ++point) {
+    for (size_t kernel = 0; kernel < merged[point].kernels.size(); ++kernel) {
+      std::vector<double> medians;
+      int calls = 0;
+      for (const std::vector<PointResult>& round : rounds) {
+        const Timing& timing = round[point].kernels[kernel].timing;
+        medians.push_back(timing.median_us);
+        calls += timing.calls;
+      }
+      merged[point].kernels[kernel].timing = {.median_us = Median(medians),
+                                              .calls = calls};
+    }
+  }
+  return merged;
+}
+
 absl::StatusOr<std::vector<PointResult>> TimeWeight(
     const WeightKind& kind, const Shape& shape, const std::vector<int64_t>& ms,
     const Scheduler& scheduler, ThreadPool& pool, int repeats,

@@ -59,6 +59,11 @@ inline constexpr KernelVariant kFastVariants[] = {
 std::vector<const GemmKernel*> FastKernels(
     std::span<const GemmKernel* const> kernels, const GemmProblem& problem);
 
+// The results of rounds that timed the same points in the same order, with
+// each kernel's median_us the median over the rounds and calls their sum.
+std::vector<PointResult> MedianOverRounds(
+    const std::vector<std::vector<PointResult>>& rounds);
+
 // One result per m of `ms`, on a random weight of `kind` and `shape`. Calls
 // before_each(m) before timing each m. The first kernel error, if any.
 absl::StatusOr<std::vector<PointResult>> TimeWeight(

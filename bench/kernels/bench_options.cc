@@ -23,6 +23,7 @@ ABSL_FLAG(std::string, groups, "",
           "group sizes, for every format whose group is free");
 ABSL_FLAG(std::string, threads, "", "kernel threads");
 ABSL_FLAG(std::string, repeats, "", "timed calls per kernel and problem");
+ABSL_FLAG(std::string, rounds, "", "passes over the grid, medians taken");
 ABSL_FLAG(bool, quick, false, "a grid of seconds, for CI");
 ABSL_FLAG(std::string, tuning_table, "", "the scheduler's table");
 ABSL_FLAG(std::string, json, "",
@@ -35,6 +36,7 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxRepeats = 100000;
+constexpr int kMaxRounds = 1000;
 
 // The default grid: Llama-like projections at decode and prefill sizes.
 BenchOptions DefaultGrid() {
@@ -95,6 +97,7 @@ struct GivenFlags {
   std::optional<std::vector<int64_t>> groups;
   std::optional<int> threads;
   std::optional<int> repeats;
+  std::optional<int> rounds;
   bool quick = false;
 };
 
@@ -128,6 +131,11 @@ absl::Status ApplyValueFlag(absl::string_view name, absl::string_view value,
         ParsePositive(name, value, value, kMaxRepeats);
     if (!repeats.ok()) return repeats.status();
     given.repeats = static_cast<int>(*repeats);
+  } else if (name == "rounds") {
+    absl::StatusOr<int64_t> rounds =
+        ParsePositive(name, value, value, kMaxRounds);
+    if (!rounds.ok()) return rounds.status();
+    given.rounds = static_cast<int>(*rounds);
   } else if (name == "tuning_table") {
     options.tuning_table_path = std::string(value);
   } else if (name == "write_tuning_table") {
@@ -171,6 +179,7 @@ absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
   Deduplicate(options.weights);
   if (given.threads) options.threads = *given.threads;
   if (given.repeats) options.repeats = *given.repeats;
+  if (given.rounds) options.rounds = *given.rounds;
 
   for (const Shape& shape : options.shapes) {
     for (const WeightKind& kind : options.weights) {
@@ -192,8 +201,9 @@ absl::StatusOr<BenchOptions> ParseBenchCommandLine(int argc, char* argv[]) {
   // The flags ApplyValueFlag reads; the others given are --quick, --json
   // and absl's own (--flagfile, ...).
   static const std::vector<absl::string_view> kValueFlags = {
-      "m",       "shapes",  "formats",      "groups",
-      "threads", "repeats", "tuning_table", "write_tuning_table"};
+      "m",      "shapes",       "formats",
+      "groups", "threads",      "repeats",
+      "rounds", "tuning_table", "write_tuning_table"};
   absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
       "nibble-bench", argc, argv,
       {.optional_value_flags = {"json"}, .switch_flags = {"quick"}});
@@ -253,6 +263,8 @@ Usage: nibble-bench [flags]
   --threads=N           kernel threads (default: one per hardware thread)
   --repeats=N           timed calls per kernel and problem (default 10; fewer,
                         but at least 3, once they pass 2 s)
+  --rounds=N            passes over the grid (default 1), each kernel's time
+                        the median over them; OpenBLAS is timed in the first
   --quick               a grid of seconds, for CI (the flags above still
                         narrow or change it)
   --tuning_table=FILE   the scheduler's table (default: the built-in one)

@@ -27,6 +27,8 @@ struct BenchOptions {
   int threads = 1;
   // Timed calls per kernel and problem.
   int repeats = 10;
+  // Passes over the whole grid; each kernel's time is the median over them.
+  int rounds = 1;
   // Empty: TuningTable::Default().
   std::string tuning_table_path;
   std::string write_tuning_table_path;

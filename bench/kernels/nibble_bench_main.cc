@@ -102,60 +102,73 @@ int Run(const BenchOptions& options) {
 
   const auto start = std::chrono::steady_clock::now();
   ThreadPool pool(options.threads);
-  const int cpu_points = static_cast<int>(
-      options.shapes.size() * options.weights.size() * options.ms.size());
+  const int cpu_points =
+      static_cast<int>(options.shapes.size() * options.weights.size() *
+                       options.ms.size()) *
+      options.rounds;
   const int sgemm_points =
       HaveOpenBlas()
           ? static_cast<int>(options.shapes.size() * options.ms.size())
           : 0;
   Progress progress(cpu_points + sgemm_points);
   progress.Note("measuring the read bandwidth and the FMA peak");
+  const Scheduler scheduler(cpu::CpuKernels(), table);
+  // e.g. "built-in, avx512_bf16 rules".
+  const std::string table_name = absl::StrCat(
+      options.tuning_table_path.empty() ? "built-in"
+                                        : options.tuning_table_path,
+      ", ",
+      scheduler.table().isa().empty() ? "no ISA level's"
+                                      : scheduler.table().isa(),
+      " rules");
   ReportContext context{
       .limits = MeasureMachineLimits(pool),
       .kernel_isa = std::string(cpu::IsaName(cpu::DetectIsa())),
       .openblas = HaveOpenBlas(),
       .openblas_description = OpenBlasDescription(),
-      .tuning_table = options.tuning_table_path.empty()
-                          ? "built-in"
-                          : options.tuning_table_path,
+      .tuning_table = table_name,
       .repeats = options.repeats};
   const int64_t llc_bytes = context.limits.llc_bytes;
-  const Scheduler scheduler(cpu::CpuKernels(), table);
 
-  std::vector<PointResult> results;
+  std::vector<std::vector<PointResult>> rounds(options.rounds);
   std::vector<SgemmResult> sgemm;
-  for (const Shape& shape : options.shapes) {
-    if (HaveOpenBlas()) {
-      absl::StatusOr<std::vector<Timing>> timings =
-          TimeSgemm(shape, options.ms, options.threads, options.repeats,
-                    llc_bytes, [&](int64_t m) {
-                      progress.Step(absl::StrCat("OpenBLAS sgemm ", shape.k,
-                                                 "x", shape.n, " m=", m));
-                    });
-      if (!timings.ok()) {
-        progress.Finish();
-        absl::FPrintF(stderr, "nibble-bench: %s\n", timings.status().message());
-        return kExitFailure;
+  for (int round = 0; round < options.rounds; ++round) {
+    for (const Shape& shape : options.shapes) {
+      if (HaveOpenBlas() && round == 0) {
+        absl::StatusOr<std::vector<Timing>> timings =
+            TimeSgemm(shape, options.ms, options.threads, options.repeats,
+                      llc_bytes, [&](int64_t m) {
+                        progress.Step(absl::StrCat("OpenBLAS sgemm ", shape.k,
+                                                   "x", shape.n, " m=", m));
+                      });
+        if (!timings.ok()) {
+          progress.Finish();
+          absl::FPrintF(stderr, "nibble-bench: %s\n",
+                        timings.status().message());
+          return kExitFailure;
+        }
+        for (size_t i = 0; i < options.ms.size(); ++i) {
+          sgemm.push_back({.shape = shape,
+                           .m = options.ms[i],
+                           .threads = options.threads,
+                           .timing = (*timings)[i]});
+        }
       }
-      for (size_t i = 0; i < options.ms.size(); ++i) {
-        sgemm.push_back({.shape = shape,
-                         .m = options.ms[i],
-                         .threads = options.threads,
-                         .timing = (*timings)[i]});
+      for (const WeightKind& kind : options.weights) {
+        absl::StatusOr<std::vector<PointResult>> timed = TimeWeight(
+            kind, shape, options.ms, scheduler, pool, options.repeats,
+            llc_bytes,
+            [&](int64_t m) { progress.Step(PointName(kind, shape, m)); });
+        if (!timed.ok()) {
+          progress.Finish();
+          absl::FPrintF(stderr, "nibble-bench: %s\n", timed.status().message());
+          return kExitFailure;
+        }
+        rounds[round].insert(rounds[round].end(), timed->begin(), timed->end());
       }
-    }
-    for (const WeightKind& kind : options.weights) {
-      absl::StatusOr<std::vector<PointResult>> timed = TimeWeight(
-          kind, shape, options.ms, scheduler, pool, options.repeats, llc_bytes,
-          [&](int64_t m) { progress.Step(PointName(kind, shape, m)); });
-      if (!timed.ok()) {
-        progress.Finish();
-        absl::FPrintF(stderr, "nibble-bench: %s\n", timed.status().message());
-        return kExitFailure;
-      }
-      results.insert(results.end(), timed->begin(), timed->end());
     }
   }
+  const std::vector<PointResult> results = MedianOverRounds(rounds);
   progress.Finish();
   absl::FPrintF(
       stderr, "nibble-bench: %d points in %.1f s\n", cpu_points + sgemm_points,
@@ -176,7 +189,7 @@ int Run(const BenchOptions& options) {
                        "# nibble-bench on %s, %d threads, %s kernels\n",
                        context.limits.cpu_model, context.limits.threads,
                        context.kernel_isa)
-                << MeasuredTuningTable(results).Serialize();
+                << MeasuredTuningTable(results, context.kernel_isa).Serialize();
   }
   std::cout.flush();
   for (std::ofstream* file : {&json_file, &tuning_file}) {

@@ -16,7 +16,8 @@ bool SameKey(const PointResult& a, const PointResult& b) {
 
 }  // namespace
 
-TuningTable MeasuredTuningTable(const std::vector<PointResult>& results) {
+TuningTable MeasuredTuningTable(const std::vector<PointResult>& results,
+                                absl::string_view isa) {
   std::vector<TuningRule> rules;
   std::vector<bool> done(results.size(), false);
   for (size_t first = 0; first < results.size(); ++first) {
@@ -50,7 +51,8 @@ TuningTable MeasuredTuningTable(const std::vector<PointResult>& results) {
     for (size_t i = 0; i < winners.size(); ++i) {
       const bool last = i + 1 == winners.size();
       if (!last && winners[i + 1].second == winners[i].second) continue;
-      rules.push_back(TuningRule{.format = key.weight.format,
+      rules.push_back(TuningRule{.isa = std::string(isa),
+                                 .format = key.weight.format,
                                  .group_size = key.weight.group_size,
                                  .k = key.shape.k,
                                  .n = key.shape.n,

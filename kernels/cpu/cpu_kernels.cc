@@ -36,6 +36,8 @@ absl::string_view IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Bf16:
+      return "avx512_bf16";
     case Isa::kAmx:
       return "amx";
   }
@@ -53,14 +55,14 @@ Isa DetectIsa() {
         __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq")) {
       isa = Isa::kAvx512;
-      if (__builtin_cpu_supports("avx512bf16") && HasAmxTileAndBf16() &&
-          RequestAmxPermission()) {
-        isa = Isa::kAmx;
+      if (__builtin_cpu_supports("avx512bf16")) {
+        isa = Isa::kAvx512Bf16;
+        if (HasAmxTileAndBf16() && RequestAmxPermission()) isa = Isa::kAmx;
       }
     }
   }
   if (const char* cap = std::getenv("NIBBLE_ISA")) {
-    for (Isa level : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    for (Isa level : kAllIsas) {
       if (IsaName(level) == cap) isa = std::min(isa, level);
     }
   }
@@ -72,6 +74,9 @@ const std::vector<CpuKernel>& AllCpuKernels() {
     auto* list = new std::vector<CpuKernel>;
     for (auto& kernel : MakeAmxKernels()) {
       list->push_back({kernel.release(), Isa::kAmx});
+    }
+    for (auto& kernel : MakeAvx512Bf16Kernels()) {
+      list->push_back({kernel.release(), Isa::kAvx512Bf16});
     }
     for (auto& kernel : MakeAvx512Kernels()) {
       list->push_back({kernel.release(), Isa::kAvx512});

@@ -1,8 +1,8 @@
 // The one place that decides which CPU kernels this machine runs, by its
 // instruction sets. The environment variable NIBBLE_ISA (scalar, avx2,
-// avx512, amx) caps the level, to test or compare the slower paths on a
-// faster CPU. The amx kernels round activations to bf16; NIBBLE_ISA=avx512
-// keeps every product in fp32.
+// avx512, avx512_bf16, amx) caps the level, to test or compare the slower
+// paths on a faster CPU. The avx512_bf16 and amx kernels round activations to
+// bf16; NIBBLE_ISA=avx512 keeps every product in fp32.
 //
 // Example:
 //   nibble::Scheduler scheduler(nibble::cpu::CpuKernels());
@@ -17,7 +17,11 @@
 namespace nibble::cpu {
 
 // Ordered: each level includes the ones before it.
-enum class Isa { kScalar, kAvx2, kAvx512, kAmx };
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmx };
+
+// Every level, slowest first.
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
+                                   Isa::kAvx512Bf16, Isa::kAmx};
 
 absl::string_view IsaName(Isa isa);
 // What this CPU supports, capped by NIBBLE_ISA when set.

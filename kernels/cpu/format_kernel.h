@@ -28,11 +28,13 @@ class FormatKernel : public GemmKernel {
                absl::string_view isa)
       : variant_(variant),
         format_(format),
+        isa_(isa),
         name_(absl::StrCat(KernelVariantName(variant), "_",
                            WeightFormatName(format), "_", isa)) {}
 
   absl::string_view name() const override { return name_; }
   KernelVariant variant() const override { return variant_; }
+  absl::string_view isa() const override { return isa_; }
   // Any problem of the kernel's format with at least one row and a weight
   // packed into panels.
   bool Supports(const GemmProblem& problem) const override {
@@ -45,6 +47,7 @@ class FormatKernel : public GemmKernel {
  private:
   KernelVariant variant_;
   WeightFormat format_;
+  std::string isa_;
   std::string name_;
 };
 

@@ -18,8 +18,12 @@ namespace nibble::cpu {
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx2Kernels();
 // AVX-512 F, BW, VL and DQ.
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Kernels();
-// AMX-BF16 with AVX-512 BF16: double-buffered only, for large M. They round
-// A to bf16 (fp32 accumulation); the 4-bit weights stay exact.
+// AVX-512 BF16 dot products (vdpbf16ps), on top of MakeAvx512Kernels' sets:
+// double-buffered only, for large M. They round A to bf16 (fp32
+// accumulation); the 4-bit weights stay exact.
+std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Bf16Kernels();
+// AMX-BF16 with AVX-512 BF16: double-buffered only, for large M, with the
+// precision of MakeAvx512Bf16Kernels.
 std::vector<std::unique_ptr<GemmKernel>> MakeAmxKernels();
 
 // Asks Linux for the AMX tile state (once per process); false when refused.

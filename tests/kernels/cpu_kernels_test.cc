@@ -32,6 +32,7 @@ TEST(CpuKernelsTest, IsaNames) {
   EXPECT_EQ(IsaName(Isa::kScalar), "scalar");
   EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
   EXPECT_EQ(IsaName(Isa::kAvx512), "avx512");
+  EXPECT_EQ(IsaName(Isa::kAvx512Bf16), "avx512_bf16");
   EXPECT_EQ(IsaName(Isa::kAmx), "amx");
 }
 
@@ -42,8 +43,8 @@ TEST(CpuKernelsTest, ScalarLevelHasOnlyTheReferences) {
                           "reference_nvfp4_scalar"));
 }
 
-// Each vector ISA has 3 variants for each of the 5 formats; AMX has
-// double_buffered for each.
+// Each vector ISA has 3 variants for each of the 5 formats; AVX-512 BF16 and
+// AMX have double_buffered for each.
 TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   const std::vector<std::string> avx2 = Names(CpuKernels(Isa::kAvx2));
   ASSERT_EQ(avx2.size(), 20u);
@@ -53,11 +54,16 @@ TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   ASSERT_EQ(avx512.size(), 35u);
   EXPECT_EQ(avx512.front(), "fused_fp4_avx512");
   EXPECT_EQ(avx512[15], "fused_fp4_avx2");
+  const std::vector<std::string> bf16 = Names(CpuKernels(Isa::kAvx512Bf16));
+  ASSERT_EQ(bf16.size(), 40u);
+  EXPECT_EQ(bf16.front(), "double_buffered_fp4_avx512_bf16");
+  EXPECT_EQ(bf16[4], "double_buffered_nvfp4_avx512_bf16");
+  EXPECT_EQ(bf16[5], "fused_fp4_avx512");
   const std::vector<std::string> amx = Names(CpuKernels(Isa::kAmx));
-  ASSERT_EQ(amx.size(), 40u);
+  ASSERT_EQ(amx.size(), 45u);
   EXPECT_EQ(amx.front(), "double_buffered_fp4_amx");
   EXPECT_EQ(amx[4], "double_buffered_nvfp4_amx");
-  EXPECT_EQ(amx[5], "fused_fp4_avx512");
+  EXPECT_EQ(amx[5], "double_buffered_fp4_avx512_bf16");
 }
 
 TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {
@@ -75,11 +81,14 @@ TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {
   }
 }
 
-TEST(CpuKernelsTest, AmxHasDoubleBufferedForEveryFormat) {
-  for (WeightFormat format : kAllWeightFormats) {
-    EXPECT_THAT(Names(CpuKernels(Isa::kAmx)),
-                ::testing::Contains(absl::StrCat(
-                    "double_buffered_", WeightFormatName(format), "_amx")));
+TEST(CpuKernelsTest, Bf16LevelsHaveDoubleBufferedForEveryFormat) {
+  for (Isa isa : {Isa::kAvx512Bf16, Isa::kAmx}) {
+    for (WeightFormat format : kAllWeightFormats) {
+      EXPECT_THAT(Names(CpuKernels(isa)),
+                  ::testing::Contains(absl::StrCat("double_buffered_",
+                                                   WeightFormatName(format),
+                                                   "_", IsaName(isa))));
+    }
   }
 }
 
@@ -108,6 +117,8 @@ TEST(CpuKernelsTest, NibbleIsaEnvironmentVariableCapsTheLevel) {
   EXPECT_EQ(DetectIsa(), std::min(hardware, Isa::kAvx2));
   ASSERT_EQ(setenv("NIBBLE_ISA", "avx512", /*overwrite=*/1), 0);
   EXPECT_EQ(DetectIsa(), std::min(hardware, Isa::kAvx512));
+  ASSERT_EQ(setenv("NIBBLE_ISA", "avx512_bf16", /*overwrite=*/1), 0);
+  EXPECT_EQ(DetectIsa(), std::min(hardware, Isa::kAvx512Bf16));
   ASSERT_EQ(setenv("NIBBLE_ISA", "amx", /*overwrite=*/1), 0);
   EXPECT_EQ(DetectIsa(), hardware);
 

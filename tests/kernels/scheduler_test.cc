@@ -44,7 +44,8 @@ GemmProblem Problem(int64_t m, int64_t n, int threads = 2) {
 // A rule for u4b8, group 128, 2 threads, like Problem().
 TuningRule U4b8Rule(int64_t k, int64_t n, int64_t max_m,
                     KernelVariant variant) {
-  return TuningRule{.format = WeightFormat::kU4b8,
+  return TuningRule{.isa = "",
+                    .format = WeightFormat::kU4b8,
                     .group_size = 128,
                     .k = k,
                     .n = n,
@@ -123,7 +124,8 @@ TEST_F(SchedulerTest, PreferredVariantFollowsAGivenTable) {
 
 TEST_F(SchedulerTest, WithoutRulesForTheFormatFusedWinsUpToMOf8) {
   const Scheduler scheduler = MakeScheduler(
-      TuningTable({TuningRule{.format = WeightFormat::kFp4,
+      TuningTable({TuningRule{.isa = "",
+                              .format = WeightFormat::kFp4,
                               .group_size = 128,
                               .k = 4096,
                               .n = 4096,
@@ -375,6 +377,29 @@ TEST(CpuSchedulerTest, NoCpuKernelTakesAWeightWithoutPanels) {
       EXPECT_THAT(kernel.status().message(), HasSubstr(" without CPU panels"));
     }
   }
+}
+
+TEST(CpuSchedulerTest, ReadsTheBuiltInRulesOfItsKernelsLevel) {
+  for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512,
+                       cpu::Isa::kAvx512Bf16, cpu::Isa::kAmx}) {
+    EXPECT_EQ(Scheduler(cpu::CpuKernels(isa)).table().isa(), cpu::IsaName(isa));
+  }
+  EXPECT_EQ(Scheduler(cpu::CpuKernels(cpu::Isa::kScalar)).table().isa(), "");
+}
+
+TEST(CpuSchedulerTest, FallsBackToTheRulesOfTheNearestLevelBelow) {
+  const TuningTable avx2_only({TuningRule{.isa = "avx2",
+                                          .format = WeightFormat::kU4b8,
+                                          .group_size = 128,
+                                          .k = 4096,
+                                          .n = 4096,
+                                          .threads = 2,
+                                          .max_m = 0,
+                                          .variant = KernelVariant::kStriped}});
+  const Scheduler scheduler(cpu::CpuKernels(cpu::Isa::kAmx), avx2_only);
+  EXPECT_EQ(scheduler.table().isa(), "avx2");
+  EXPECT_EQ(scheduler.PreferredVariant(Problem(64, 4096)),
+            KernelVariant::kStriped);
 }
 
 TEST(CpuSchedulerTest, PicksTheScalarReferenceAtTheScalarLevel) {

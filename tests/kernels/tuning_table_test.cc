@@ -8,10 +8,12 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -28,8 +30,10 @@ constexpr KernelVariant kDoubleBuffered = KernelVariant::kDoubleBuffered;
 constexpr KernelVariant kStriped = KernelVariant::kStriped;
 
 TuningRule Rule(WeightFormat format, int64_t group, int64_t k, int64_t n,
-                int threads, int64_t max_m, KernelVariant variant) {
-  return TuningRule{.format = format,
+                int threads, int64_t max_m, KernelVariant variant,
+                std::string isa = "") {
+  return TuningRule{.isa = std::move(isa),
+                    .format = format,
                     .group_size = group,
                     .k = k,
                     .n = n,
@@ -93,9 +97,15 @@ TEST(TuningTableTest, ParseErrorsNameTheLineAndTheProblem) {
   EXPECT_EQ(ParseError(good), "ok");
   EXPECT_EQ(ParseError("# header\n" + good + "u4b8 128 4096 4096 2 fused\n"),
             "line 3: expected 7 columns (format group k n threads max_m "
-            "variant), got 6");
-  EXPECT_THAT(ParseError(good + "u4b8 128 4096 4096 2 8 fused extra\n"),
+            "variant), or 8 with the ISA level first, got 6");
+  EXPECT_THAT(ParseError(good + "avx2 u4b8 128 4096 4096 2 8 fused extra\n"),
               HasSubstr("line 2: expected 7 columns"));
+  EXPECT_EQ(ParseError("u4b8 128 4096 4096 2 8 fused 1\n"),
+            "line 1: the first of 8 columns must be an ISA level such as "
+            "avx512_bf16, got \"u4b8\"");
+  EXPECT_EQ(ParseError("AVX2 u4b8 128 4096 4096 2 8 fused\n"),
+            "line 1: the first of 8 columns must be an ISA level such as "
+            "avx512_bf16, got \"AVX2\"");
   EXPECT_EQ(ParseError("int4 128 4096 4096 2 8 fused"),
             "line 1: unknown weight format \"int4\": use fp4, u4b8, u4, mxfp4 "
             "or nvfp4");
@@ -121,8 +131,86 @@ TEST(TuningTableTest, RepeatedRuleIsAnError) {
   EXPECT_EQ(ParseError("u4b8 128 4096 4096 2 8 fused\n"
                        "u4b8 128 4096 4096 2 0 double_buffered\n"
                        "u4b8 128 4096 4096 2 8 striped\n"),
-            "line 3: repeats the format, group, k, n, threads and max_m of "
-            "line 1; keep one of them");
+            "line 3: repeats the isa, format, group, k, n, threads and max_m "
+            "of line 1; keep one of them");
+  EXPECT_EQ(ParseError("amx u4b8 128 4096 4096 2 8 fused\n"
+                       "avx2 u4b8 128 4096 4096 2 8 striped\n"
+                       "u4b8 128 4096 4096 2 8 striped\n"),
+            "ok");
+}
+
+TEST(TuningTableTest, ParsesAndSerializesTheIsaLevel) {
+  const absl::StatusOr<TuningTable> table = TuningTable::Parse(
+      "avx512_bf16 u4b8 128 4096 4096 2 7 fused\n"
+      "u4b8 128 4096 4096 2 0 double_buffered\n");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rules(),
+            (std::vector<TuningRule>{Rule(WeightFormat::kU4b8, 128, 4096, 4096,
+                                          2, 7, kFused, "avx512_bf16"),
+                                     Rule(WeightFormat::kU4b8, 128, 4096, 4096,
+                                          2, 0, kDoubleBuffered)}));
+  EXPECT_EQ(table->isa(), "avx512_bf16");
+  EXPECT_EQ(table->Serialize(),
+            "# isa format group k n threads max_m variant\n"
+            "avx512_bf16 u4b8 128 4096 4096 2 7 fused\n"
+            "u4b8 128 4096 4096 2 0 double_buffered\n");
+}
+
+// Levels as a scheduler's kernels list them: the CPU's own first.
+constexpr absl::string_view kBf16Levels[] = {"avx512_bf16", "avx512", "avx2",
+                                             "scalar"};
+
+TuningTable TwoLevelTable() {
+  return TuningTable(
+      {Rule(WeightFormat::kU4b8, 128, 4096, 4096, 2, 15, kFused, "amx"),
+       Rule(WeightFormat::kU4b8, 128, 4096, 4096, 2, 0, kDoubleBuffered, "amx"),
+       Rule(WeightFormat::kU4b8, 128, 4096, 4096, 2, 0, kStriped, "avx512")});
+}
+
+TEST(TuningTableTest, AnswersWithTheFirstLevelItListsUntilOneIsPicked) {
+  const TuningTable table = TwoLevelTable();
+  EXPECT_EQ(table.isa(), "amx");
+  EXPECT_THAT(table.Lookup(Problem(16, 4096, 4096)), Optional(kDoubleBuffered));
+}
+
+TEST(TuningTableTest, ForIsasFallsBackToTheNearestLevelBelow) {
+  const TuningTable table = TwoLevelTable().ForIsas(kBf16Levels);
+  EXPECT_EQ(table.isa(), "avx512");
+  EXPECT_THAT(table.Lookup(Problem(1, 4096, 4096)), Optional(kStriped));
+  EXPECT_THAT(table.Lookup(Problem(16, 4096, 4096)), Optional(kStriped));
+
+  const absl::string_view amx_first[] = {"amx", "avx512_bf16", "avx512"};
+  EXPECT_EQ(TwoLevelTable().ForIsas(amx_first).isa(), "amx");
+}
+
+TEST(TuningTableTest, ForIsasWithNoLevelOfItsOwnAnswersOnlyEveryLevelRules) {
+  const absl::string_view scalar[] = {"scalar"};
+  EXPECT_EQ(TwoLevelTable().ForIsas(scalar).isa(), "");
+  EXPECT_EQ(TwoLevelTable().ForIsas(scalar).Lookup(Problem(1, 4096, 4096)),
+            std::nullopt);
+
+  TuningTable with_any_level(
+      {Rule(WeightFormat::kU4b8, 128, 4096, 4096, 2, 0, kFused),
+       Rule(WeightFormat::kU4b8, 128, 4096, 4096, 2, 0, kStriped, "amx")});
+  EXPECT_THAT(with_any_level.ForIsas(scalar).Lookup(Problem(64, 4096, 4096)),
+              Optional(kFused));
+  EXPECT_EQ(with_any_level.ForIsas({}).isa(), "amx");
+}
+
+TEST(TuningTableTest, DefaultHasRulesForEveryVectorLevel) {
+  for (absl::string_view level : {"amx", "avx512_bf16", "avx512", "avx2"}) {
+    const absl::string_view levels[] = {level};
+    const TuningTable table = TuningTable::Default().ForIsas(levels);
+    EXPECT_EQ(table.isa(), level);
+    for (WeightFormat format : {WeightFormat::kFp4, WeightFormat::kU4b8,
+                                WeightFormat::kU4, WeightFormat::kNvfp4}) {
+      EXPECT_NE(table.Lookup(Problem(
+                    16, 4096, 4096, format,
+                    FixedGroupSize(format) > 0 ? FixedGroupSize(format) : 128)),
+                std::nullopt)
+          << level << " " << WeightFormatName(format);
+    }
+  }
 }
 
 TEST(TuningTableTest, SerializeRoundTrips) {

@@ -51,6 +51,28 @@ TEST_F(FastKernelsTest, FirstSupportingKernelOfEachFastVariantInOrder) {
               ::testing::ElementsAre(fused, striped));
 }
 
+PointResult TimedPoint(double fused_us, double striped_us) {
+  PointResult point;
+  point.kernels = {
+      {.kernel = "fused", .timing = {.median_us = fused_us, .calls = 3}},
+      {.kernel = "striped", .timing = {.median_us = striped_us, .calls = 5}}};
+  return point;
+}
+
+TEST(MedianOverRoundsTest, TakesEachKernelsMedianAndSumsTheCalls) {
+  const std::vector<PointResult> merged =
+      MedianOverRounds({{TimedPoint(10, 40), TimedPoint(1, 2)},
+                        {TimedPoint(30, 20), TimedPoint(3, 2)},
+                        {TimedPoint(20, 90), TimedPoint(2, 2)}});
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].kernels[0].timing.median_us, 20);
+  EXPECT_EQ(merged[0].kernels[1].timing.median_us, 40);
+  EXPECT_EQ(merged[0].kernels[0].timing.calls, 9);
+  EXPECT_EQ(merged[1].kernels[0].timing.median_us, 2);
+  EXPECT_EQ(merged[1].kernels[1].timing.calls, 15);
+  EXPECT_TRUE(MedianOverRounds({}).empty());
+}
+
 TEST(TimeWeightTest, TimesEveryFastVariantAndMarksThePick) {
   ThreadPool pool(2);
   const Scheduler scheduler(cpu::CpuKernels());

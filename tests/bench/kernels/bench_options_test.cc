@@ -50,6 +50,7 @@ TEST(BenchOptionsTest, DefaultGrid) {
   EXPECT_EQ(options.threads, static_cast<int>(std::max(
                                  1u, std::thread::hardware_concurrency())));
   EXPECT_EQ(options.repeats, 10);
+  EXPECT_EQ(options.rounds, 1);
   EXPECT_FALSE(options.json_to_stdout);
   EXPECT_TRUE(options.json_path.empty());
   EXPECT_TRUE(options.tuning_table_path.empty());
@@ -160,6 +161,8 @@ TEST(BenchOptionsTest, UsageMistakesNameTheFlag) {
             "--threads=5000: 5000 is above the largest allowed, 1024");
   EXPECT_EQ(Error({"--repeats=x"}),
             "--repeats=x: \"x\" is not a positive integer");
+  EXPECT_EQ(Error({"--rounds=0"}),
+            "--rounds=0: \"0\" is not a positive integer");
   EXPECT_EQ(Error({"--shapes=4096*4096"}),
             "--shapes=4096*4096: \"4096*4096\" is not KxN with positive K and "
             "N (e.g. 4096x14336)");

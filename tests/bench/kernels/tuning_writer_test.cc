@@ -40,7 +40,8 @@ PointResult Point(WeightKind weight, Shape shape, int64_t m, double fused_us,
 
 TuningRule Rule(WeightKind weight, Shape shape, int64_t max_m,
                 KernelVariant variant) {
-  return TuningRule{.format = weight.format,
+  return TuningRule{.isa = "avx2",
+                    .format = weight.format,
                     .group_size = weight.group_size,
                     .k = shape.k,
                     .n = shape.n,
@@ -62,7 +63,7 @@ TEST(MeasuredTuningTableTest, MergesConsecutiveWinnersAndBoundsByTheNextM) {
       Point(kU4b8, kSquare, 64, 90, 50, 40),
       Point(kU4b8, kSquare, 256, 400, 100, 200)};
   EXPECT_EQ(
-      MeasuredTuningTable(results).rules(),
+      MeasuredTuningTable(results, "avx2").rules(),
       (std::vector<TuningRule>{Rule(kU4b8, kSquare, 15, kFused),
                                Rule(kU4b8, kSquare, 63, kDoubleBuffered),
                                Rule(kU4b8, kSquare, 255, kStriped),
@@ -73,7 +74,7 @@ TEST(MeasuredTuningTableTest, OneWinnerIsOneUnboundedRule) {
   const std::vector<PointResult> results = {
       Point(kU4b8, kSquare, 1, 10, 30, 20),
       Point(kU4b8, kSquare, 64, 10, 30, 20)};
-  EXPECT_EQ(MeasuredTuningTable(results).rules(),
+  EXPECT_EQ(MeasuredTuningTable(results, "avx2").rules(),
             std::vector<TuningRule>{Rule(kU4b8, kSquare, 0, kFused)});
 }
 
@@ -81,7 +82,7 @@ TEST(MeasuredTuningTableTest, KeysStayApartInFirstSeenOrderWhateverTheMOrder) {
   const std::vector<PointResult> results = {
       Point(kFp4, kWide, 16, 40, 30, 50), Point(kU4b8, kSquare, 1, 10, 30, 20),
       Point(kFp4, kWide, 1, 10, 30, 20), Point(kU4b8, kSquare, 16, 40, 30, 50)};
-  const TuningTable table = MeasuredTuningTable(results);
+  const TuningTable table = MeasuredTuningTable(results, "avx2");
   EXPECT_EQ(table.rules(), (std::vector<TuningRule>{
                                Rule(kFp4, kWide, 15, kFused),
                                Rule(kFp4, kWide, 0, kDoubleBuffered),
@@ -99,7 +100,7 @@ TEST(MeasuredTuningTableTest, ANearTieGoesToTheFirstVariantMeasured) {
       Point(kU4b8, kSquare, 1, 100, 300, 97),
       Point(kU4b8, kSquare, 16, 100, 90, 200)};
   EXPECT_EQ(
-      MeasuredTuningTable(results).rules(),
+      MeasuredTuningTable(results, "avx2").rules(),
       (std::vector<TuningRule>{Rule(kU4b8, kSquare, 15, kFused),
                                Rule(kU4b8, kSquare, 0, kDoubleBuffered)}));
 }
@@ -107,10 +108,11 @@ TEST(MeasuredTuningTableTest, ANearTieGoesToTheFirstVariantMeasured) {
 TEST(MeasuredTuningTableTest, PointsWithoutTimingsAreLeftOut) {
   PointResult untimed = Point(kU4b8, kSquare, 16, 1, 1, 1);
   untimed.kernels.clear();
-  EXPECT_EQ(MeasuredTuningTable({Point(kU4b8, kSquare, 1, 10, 30, 20), untimed})
+  EXPECT_EQ(MeasuredTuningTable({Point(kU4b8, kSquare, 1, 10, 30, 20), untimed},
+                                "avx2")
                 .rules(),
             std::vector<TuningRule>{Rule(kU4b8, kSquare, 0, kFused)});
-  EXPECT_TRUE(MeasuredTuningTable({untimed}).rules().empty());
+  EXPECT_TRUE(MeasuredTuningTable({untimed}, "avx2").rules().empty());
 }
 
 }  // namespace
