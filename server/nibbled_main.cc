@@ -179,7 +179,8 @@ void AnnounceListening(const NibbledOptions& options,
   }
   const std::string variants_from =
       on_gpu ? std::string("GPU's variant rule")
-             : absl::StrCat("tuning table ", tuning_table_name);
+             : absl::StrCat("tuning table ", tuning_table_name, " (",
+                            server.scheduler().table().isa(), " rules)");
   const std::string& data_dir = options.server.data_dir;
   const LoadReport& loaded = server.data_dir_report();
   absl::PrintF(

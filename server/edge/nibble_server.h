@@ -137,6 +137,8 @@ class NibbleServer {
   int threads() const { return pool_.threads(); }
   // options.backend resolved: kCpu or kCuda.
   Backend backend() const { return backend_; }
+  // Picks each call's kernel; its table().isa() names the rules it reads.
+  const Scheduler& scheduler() const { return scheduler_; }
   // What Start found in options.data_dir: all zero and empty without one.
   // The files of weights options.initial_weights stored are not counted.
   const LoadReport& data_dir_report() const { return data_dir_report_; }

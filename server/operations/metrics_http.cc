@@ -277,7 +277,9 @@ void MetricsHttpServer::Serve() {
         close(connections.front().fd);
         connections.pop_front();
       }
-      connections.push_back({.fd = fd, .deadline = now + kExchangeTime});
+      Connection& connection = connections.emplace_back();
+      connection.fd = fd;
+      connection.deadline = now + kExchangeTime;
     }
   }
   for (const Connection& connection : connections) close(connection.fd);

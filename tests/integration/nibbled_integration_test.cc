@@ -39,6 +39,7 @@ using ::nibble::testing::RandomActivations;
 using ::nibble::testing::UploadHeader;
 using ::nibble::testing::UploadMessages;
 using ::nibble::testing::UploadWeight;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 
 class NibbledTest : public ::testing::Test {
@@ -161,8 +162,9 @@ TEST_F(NibbledTest, BadFlagsAreUsageErrors) {
                                 "least --max_message_bytes"));
 }
 
-TEST_F(NibbledTest, StartupLineNamesTheBuiltInTuningTable) {
-  EXPECT_THAT(server_->startup_line(), HasSubstr("tuning table built-in"));
+TEST_F(NibbledTest, StartupLineNamesTheBuiltInTuningTableAndItsLevel) {
+  EXPECT_THAT(server_->startup_line(),
+              ContainsRegex("tuning table built-in \\([a-z0-9_]+ rules\\)"));
 }
 
 TEST(NibbledTuningTableTest, MissingOrMalformedTableIsAUsageError) {
