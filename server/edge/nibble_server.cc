@@ -47,11 +47,12 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       runner_(&scheduler_, &pool_),
       batcher_(options.batching, BackendOf(&runner_)),
       auth_(options.auth),
+      reply_budget_(options.max_held_reply_bytes),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
                auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
-               options.uploads),
+               &reply_budget_, options.uploads),
       kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
-                      options.max_message_bytes),
+                      options.max_message_bytes, &reply_budget_),
       metrics_weight_labels_(options.metrics_weight_labels) {}
 
 NibbleServer::~NibbleServer() {
@@ -264,6 +265,8 @@ std::string NibbleServer::RenderMetrics() const {
                            .reserved_weight_bytes = store_.reserved_bytes(),
                            .max_weight_bytes = store_.max_resident_bytes(),
                            .max_weights = store_.max_weights(),
+                           .held_reply_bytes = reply_budget_.held_bytes(),
+                           .max_held_reply_bytes = reply_budget_.max_bytes(),
                            .gpu_resident_bytes = store_.device_bytes(),
                            .serving = serving_.load(),
                            .weight_labels = metrics_weight_labels_};

@@ -359,10 +359,12 @@ class RawGrpcConnection:
 
     def _send(self, stream, data, end_stream):
         while data:
+            if self.answers[stream].finished:
+                return
             room = min(self.connection.local_flow_control_window(stream),
                        self.connection.max_outbound_frame_size)
             if room <= 0:
-                self.read_events(timeout=5)
+                self.read_events(timeout=1)
                 continue
             self.connection.send_data(stream, data[:room])
             data = data[room:]

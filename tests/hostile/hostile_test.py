@@ -22,6 +22,7 @@ Uses Debian's python3 (its python3-h2 and python3-protobuf).
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import sys
@@ -30,7 +31,7 @@ import traceback
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (MIB, Bystander, HostileFailure, Nibbled, ProcessLimits,
+from harness import (MIB, Bystander, Nibbled, ProcessLimits,
                      RawGrpcConnection, in_background, require, run_for)
 
 # nibbled's limits in every scenario: the weight budget the RSS bound is
@@ -57,6 +58,9 @@ MATMUL = "/nibble.v1.NibbleService/Matmul"
 UPLOAD = "/nibble.v1.NibbleService/UploadWeight"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 RESOURCE_EXHAUSTED, UNIMPLEMENTED, CANCELLED, UNAUTHENTICATED = 8, 12, 1, 16
+# The bearer tokens of --auth_token_file and --metrics_auth_token_file.
+TOKEN = "hostile-test-token"
+METRICS_TOKEN = "scrape-token"
 
 v1 = None  # nibble.v1's generated messages, imported in main().
 
@@ -112,6 +116,21 @@ def upload_header(name, k, n):
         group_size=128)).SerializeToString()
 
 
+def scrape(address, token=None, timeout=10):
+    """GET /metrics; (status code, seconds it took, body)."""
+    started = time.monotonic()
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as peer:
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        peer.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
+                     .encode())
+        reply = b""
+        while chunk := peer.recv(1 << 16):
+            reply += chunk
+    return (int(reply.split(b" ", 2)[1]), time.monotonic() - started,
+            reply.partition(b"\r\n\r\n")[2])
+
+
 @scenario("14")
 def oversized_replies(attack):
     """Matmuls whose reply would pass --max_message_bytes, sent as fast as
@@ -142,6 +161,52 @@ def oversized_replies(attack):
     for flooder in [in_background(flood) for _ in range(4)]:
         flooder.join()
     attack.report["refused"] = refused
+
+
+def unread_replies(attack, connections):
+    """Connections whose flow-control window is 0 send Matmuls with large
+    replies and never read them: past the reply budget nibbled refuses
+    more with RESOURCE_EXHAUSTED instead of holding them."""
+    attack.server.upload("wide", **WIDE_WEIGHT, seed=2)
+    attack.acknowledged.append("wide")
+    rows = MAX_MESSAGE_BYTES // (4 * WIDE_WEIGHT["n"]) - 1
+    request = matmul_request("wide", rows, WIDE_WEIGHT["k"])
+    per_connection = attack.scale(64, 256)
+    attackers = [RawGrpcConnection(attack.server.target, initial_window=0)
+                 for _ in range(connections)]
+    try:
+        streams = [[attacker.start_call(MATMUL, request)
+                    for _ in range(per_connection)] for attacker in attackers]
+        refused = 0
+        for attacker, started in zip(attackers, streams):
+            answers = attacker.wait_answers(started, timeout=attack.seconds /
+                                            connections)
+            refused += sum(a.status == RESOURCE_EXHAUSTED for a in answers)
+        require(refused > 0, "no unread Matmul was refused: nibbled holds "
+                f"{connections * per_connection} replies of "
+                f"{rows * WIDE_WEIGHT['n'] * 4} bytes")
+        attack.report["sent"] = connections * per_connection
+        attack.report["refused"] = refused
+        time.sleep(attack.seconds / 2)
+    finally:
+        for attacker in attackers:
+            attacker.close()
+    released = time.monotonic() + 10
+    while held_reply_bytes(attack.server) and time.monotonic() < released:
+        time.sleep(0.1)
+    require(held_reply_bytes(attack.server) == 0,
+            "the replies of the attacker's closed connections are still held")
+
+
+def held_reply_bytes(server):
+    return int(float(re.search(rb"^nibble_held_reply_bytes (\S+)$",
+                               scrape(server.metrics_address, METRICS_TOKEN)[2],
+                               re.MULTILINE).group(1)))
+
+
+@scenario("3", flags=["--metrics_listen=127.0.0.1:0"])
+def unread_replies_few_connections(attack):
+    unread_replies(attack, connections=2)
 
 
 @scenario("4")
@@ -237,23 +302,6 @@ def many_stalled_uploads(attack):
             attacker.close()
 
 
-def scrape(address, token=None, timeout=10):
-    """GET /metrics; (status code, seconds it took)."""
-    started = time.monotonic()
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as peer:
-        auth = f"Authorization: Bearer {token}\r\n" if token else ""
-        peer.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
-                     .encode())
-        reply = b""
-        while chunk := peer.recv(1 << 16):
-            reply += chunk
-    return int(reply.split(b" ", 2)[1]), time.monotonic() - started
-
-
-METRICS_TOKEN = "scrape-token"
-
-
 @scenario("10", flags=["--metrics_listen=127.0.0.1:0"])
 def metrics_slow_clients(attack):
     """Idle and trickling connections to /metrics past its connection cap:
@@ -274,7 +322,7 @@ def metrics_slow_clients(attack):
                     trickler.send(b"G")
                 except OSError:
                     pass
-            code, seconds = scrape(address, METRICS_TOKEN)
+            code, seconds, _ = scrape(address, METRICS_TOKEN)
             require(code == 200, f"a scrape with the token got {code}")
             slowest = max(slowest, seconds)
             time.sleep(0.2)
@@ -320,9 +368,6 @@ def matmul_without_token(attack):
 
     run_for(attack.seconds, volley)
     attack.report["refused"] = tries
-
-
-TOKEN = "hostile-test-token"
 
 
 def plant_traps(data_dir):
