@@ -42,7 +42,8 @@ bench: configure
 	@mkdir -p $(BUILD_DIR)/bench
 	$(BUILD_DIR)/bin/nibble-bench --json=$(BUILD_DIR)/bench/results.jsonl
 
-# nibble-load's rate and stall targets against a nibbled on loopback.
+# nibble-load's rate and stall targets against a nibbled on loopback, and
+# the cost of the HAProxy front (deploy/haproxy/).
 load-bench: build
 	bench/server/load_rate.sh $(BUILD_DIR)/bin
 
