@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+import resource
 import select
 import signal
 import socket
@@ -24,6 +25,7 @@ import threading
 import time
 
 import h2.config
+import hpack
 import h2.connection
 import h2.events
 import h2.exceptions
@@ -127,21 +129,43 @@ class Cgroups:
         self.paths = []
 
 
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class Nibbled:
     """A nibbled on loopback (port 0) in cgroups of its own, started and
-    stopped by the test; its stderr goes to `<scratch>/nibbled.log`."""
+    stopped by the test; its stderr goes to `<scratch>/nibbled.log`. With
+    `front_config`, HAProxy runs in front of it with that configuration, in
+    the same cgroups as in the container image, and `target` is the front's
+    address (`direct_target` nibbled's). `max_open_files` lowers nibbled's
+    RLIMIT_NOFILE, soft and hard, as many hosts set it."""
 
-    def __init__(self, bin_dir, scratch, flags, limits, token_file=None):
+    def __init__(self, bin_dir, scratch, flags, limits, token_file=None,
+                 front_config=None, max_open_files=None):
         self.bin_dir = bin_dir
         self.scratch = scratch
         self.flags = flags
         self.limits = limits
         self.token_file = token_file
+        self.front_config = front_config
+        self.max_open_files = max_open_files
         self.process = None
+        self.front = None
         self.target = None
+        self.direct_target = None
         self.metrics_address = None
         self.cgroups = None
         self.log_path = os.path.join(scratch, "nibbled.log")
+
+    def _confine(self):
+        """A Popen preexec_fn: into the cgroups, with the open-file limit."""
+        self.cgroups.join()
+        if self.max_open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (self.max_open_files, self.max_open_files))
 
     def start(self, wait_until_serving=True):
         self.cgroups = Cgroups(
@@ -150,7 +174,7 @@ class Nibbled:
             [os.path.join(self.bin_dir, "nibbled"), "--listen=127.0.0.1:0",
              "--threads=2", *self.flags],
             stdout=subprocess.PIPE, stderr=open(self.log_path, "ab"),
-            preexec_fn=self.cgroups.join, text=True)
+            preexec_fn=self._confine, text=True)
         if not wait_until_serving:
             return
         line = self.process.stdout.readline()
@@ -158,9 +182,28 @@ class Nibbled:
         if match is None:
             raise HostileFailure(f"nibbled did not start (exit "
                                  f"{self.process.wait()}); see {self.log_path}")
-        self.target = match.group(1)
+        self.target = self.direct_target = match.group(1)
         metrics = re.search(r"metrics at http://([^/]+)/metrics", line)
         self.metrics_address = metrics.group(1) if metrics else None
+        if self.front_config is not None:
+            self._start_front()
+
+    def _start_front(self):
+        address = f"127.0.0.1:{free_port()}"
+        self.front = subprocess.Popen(
+            ["haproxy", "-f", self.front_config],
+            env={**os.environ, "NIBBLE_FRONT_LISTEN": address,
+                 "NIBBLE_FRONT_BACKEND": self.direct_target},
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(self.scratch, "haproxy.log"), "ab"),
+            preexec_fn=self.cgroups.join)
+        self.target = address
+        deadline = time.monotonic() + 30
+        while self.cli("health", timeout=10)[0] != 0:
+            require(self.front.poll() is None and time.monotonic() < deadline,
+                    f"HAProxy did not serve on {address}; see "
+                    f"{self.scratch}/haproxy.log")
+            time.sleep(0.1)
 
     def cli(self, *args, timeout=60):
         """`nibble ARGS` against this server; (exit code, stdout + stderr)."""
@@ -182,21 +225,24 @@ class Nibbled:
         return self.cli("get", f"--name={name}")[0] == 0
 
     def require_running(self):
-        """Fails, saying how nibbled ended, unless it is still running."""
-        code = self.process.poll()
-        if code is not None:
-            raise HostileFailure(
-                f"nibbled ended (exit {code}, {self.cgroups.oom_kills()} "
-                f"killed by the memory limit); see {self.log_path}")
+        """Fails, saying how nibbled or its front ended, unless both still
+        run."""
+        for name, process in (("nibbled", self.process),
+                              ("HAProxy", self.front)):
+            code = process.poll() if process is not None else None
+            if code is not None:
+                raise HostileFailure(
+                    f"{name} ended (exit {code}, {self.cgroups.oom_kills()} "
+                    f"killed by the memory limit); see {self.scratch}")
 
     def alive(self):
         """Running and answering health checks with SERVING."""
         return (self.process.poll() is None
                 and self.cli("health", timeout=30)[0] == 0)
 
-    def peak_rss_bytes(self):
-        """The largest resident set the process has had (VmHWM)."""
-        with open(f"/proc/{self.process.pid}/status") as lines:
+    def peak_rss_bytes(self, process=None):
+        """The largest resident set nibbled (or `process`) has had (VmHWM)."""
+        with open(f"/proc/{(process or self.process).pid}/status") as lines:
             for line in lines:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
@@ -214,6 +260,10 @@ class Nibbled:
             raise HostileFailure(f"nibbled ignored SIGTERM for {timeout} s")
         finally:
             self.process.stdout.close()
+            if self.front is not None:
+                self.front.terminate()
+                self.front.wait()
+                self.front = None
             self.cgroups.close()
         return code
 
@@ -305,11 +355,12 @@ class RawGrpcConnection:
     library would not: windows of 0 that never open, calls that stop after
     their headers, compressed messages, headers without a token."""
 
-    def __init__(self, target, initial_window=None, timeout=30):
+    def __init__(self, target, initial_window=None, timeout=30,
+                 source="127.0.0.1"):
         host, port = target.rsplit(":", 1)
         self.authority = target
-        self.socket = socket.create_connection((host, int(port)),
-                                               timeout=timeout)
+        self.socket = socket.create_connection(
+            (host, int(port)), timeout=timeout, source_address=(source, 0))
         self.connection = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True,
                                       header_encoding="utf-8"))
@@ -425,6 +476,52 @@ class RawGrpcConnection:
         outgoing = self.connection.data_to_send()
         if outgoing:
             self.socket.sendall(outgoing)
+
+    def go_raw(self):
+        """Settles the connection (the server's SETTINGS acknowledged), then
+        hands it over to send_raw: from here on what arrives is read and
+        dropped on a thread of its own, and h2's state is no longer kept."""
+        for _ in range(3):
+            self.read_events(timeout=0.2)
+
+        def drain():
+            try:
+                while self.socket.recv(1 << 16):
+                    pass
+            except OSError:
+                pass
+
+        threading.Thread(target=drain, daemon=True).start()
+
+    def header_block(self, path, extra_headers=()):
+        """The HPACK block of a gRPC call's request headers, self-contained
+        (static table and literals only), so it can be sent again and
+        again."""
+        return hpack.Encoder().encode([
+            (":method", "POST"), (":scheme", "http"), (":path", path),
+            (":authority", self.authority),
+            ("content-type", "application/grpc"), ("te", "trailers"),
+            *extra_headers])
+
+    def send_raw(self, data):
+        """Sends bytes as they are; False once the server has closed."""
+        try:
+            self.socket.sendall(data)
+            return True
+        except OSError:
+            return False
+
+
+# HTTP/2 frame types and flags (RFC 9113, section 6).
+HEADERS, RST_STREAM, CONTINUATION = 0x1, 0x3, 0x9
+END_HEADERS = 0x4
+CANCEL = 0x8
+
+
+def frame(kind, flags, stream, payload=b""):
+    """One HTTP/2 frame as it goes on the wire."""
+    return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) +
+            stream.to_bytes(4, "big") + payload)
 
 
 def run_for(seconds, step):

