@@ -64,8 +64,8 @@ NibbleServer::~NibbleServer() {
 absl::Status NibbleServer::LoadWeights() {
   if (!data_dir_.has_value()) return absl::OkStatus();
   int initial_weight_files = 0;
-  absl::StatusOr<LoadReport> report =
-      data_dir_->LoadAll([&](WeightFile file) -> absl::Status {
+  absl::StatusOr<LoadReport> report = data_dir_->LoadAll(
+      [&](WeightFile file) -> absl::Status {
         if (initial_weights_names_.contains(file.name)) {
           ++initial_weight_files;
           return absl::OkStatus();
@@ -87,6 +87,14 @@ absl::Status NibbleServer::LoadWeights() {
         if (!device.ok()) return device.status();
         return store_.Insert(std::move(file.name), *std::move(packed),
                              *std::move(device));
+      },
+      // The check above, from the file's header alone: a weight past the
+      // budget is skipped before its data is read.
+      [&](absl::string_view name, const WeightFileHeader& header) {
+        if (initial_weights_names_.contains(name)) return absl::OkStatus();
+        return store_.CheckFits(
+            name,
+            PackedResidentBytes(header.spec, header.has_activation_order));
       });
   if (!report.ok()) return report.status();
   data_dir_report_ = *std::move(report);

@@ -95,7 +95,8 @@ class Scenario:
     flags: list = dataclasses.field(default_factory=list)
     token: bool = False
     data_dir: bool = False
-    # Runs before nibbled starts, given the data directory (data_dir only).
+    # Given the Attack, before nibbled restarts on its data directory
+    # (data_dir only).
     prepare: object = None
     # Clients, the bystander included, reach nibbled through the HAProxy
     # front of the container image (deploy/haproxy/nibble-front.cfg).
@@ -383,10 +384,11 @@ def matmul_without_token(attack):
     attack.report["refused"] = tries
 
 
-def plant_traps(data_dir):
+def plant_traps(attack):
     """What nibbled must leave alone or refuse at start: a FIFO and a link
     to /dev/zero named like weights, and a user's file that looks like an
     unfinished upload."""
+    data_dir = os.path.join(attack.server.scratch, "data")
     os.mkfifo(os.path.join(data_dir, "fifo.nibble"))
     os.symlink("/dev/zero", os.path.join(data_dir, "zero.nibble"))
     with open(os.path.join(data_dir, "precious.nibble.tmp-notes"), "w") as f:
@@ -403,6 +405,29 @@ def data_dir_traps(attack):
         require(kept.read() == "notes\n", "the user's file was changed")
     require(os.path.exists(os.path.join(data_dir, "fifo.nibble")),
             "the FIFO was removed")
+    time.sleep(attack.seconds)
+
+
+def upload_large_weight_and_plant_sparse_file(attack):
+    """A weight of 49.5 of the 64 MiB budget, acknowledged, and a 10 GiB
+    sparse file named like a weight."""
+    attack.server.upload("large", k=8192, n=12288, seed=5)
+    attack.acknowledged.append("large")
+    sparse = os.path.join(attack.server.scratch, "data", "sparse.nibble")
+    with open(sparse, "w"):
+        pass
+    os.truncate(sparse, 10 << 30)
+
+
+@scenario("6", data_dir=True,
+          prepare=upload_large_weight_and_plant_sparse_file)
+def restart_with_large_weight(attack):
+    """nibbled restarts on the directory (upload_large_weight_and_plant_...)
+    within its memory limit: it serves the large weight, and skips the
+    sparse file without reading it."""
+    with open(attack.server.log_path) as log:
+        require("sparse.nibble, not serving it" in log.read(),
+                "the 10 GiB sparse file was not skipped")
     time.sleep(attack.seconds)
 
 
@@ -566,8 +591,8 @@ def run_scenario(chosen, options):
     try:
         server.upload(BYSTANDER_WEIGHT, k=512, n=512, seed=BYSTANDER_SEED)
         if chosen.prepare is not None:
+            chosen.prepare(attack)
             require(server.stop() == 0, "nibbled did not exit 0 on SIGTERM")
-            chosen.prepare(data_dir)
             server.start()
         bystander = Bystander(server, BYSTANDER_WEIGHT, BYSTANDER_SEED)
         during = bystander.start(options.seconds)
