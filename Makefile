@@ -42,7 +42,8 @@ bench: configure
 	@mkdir -p $(BUILD_DIR)/bench
 	$(BUILD_DIR)/bin/nibble-bench --json=$(BUILD_DIR)/bench/results.jsonl
 
-# nibble-load's rate and stall targets against a nibbled on loopback.
+# nibble-load's rate and stall targets against a nibbled on loopback, and
+# the cost of the HAProxy front (deploy/haproxy/).
 load-bench: build
 	bench/server/load_rate.sh $(BUILD_DIR)/bin
 
@@ -127,6 +128,15 @@ container-test:
 limits: build
 	NIBBLE_FULL_SCALE=1 $(BUILD_DIR)/bin/nibble_integration_test \
 	  --gtest_filter='ScaleTest.*'
+
+# Every hostile-client scenario at full size against a nibbled of its own
+# (tests/hostile/hostile_test.py; make test runs their short forms): alive,
+# bystander p99 under 50 ms, RSS within budget + margin, nothing lost.
+.PHONY: hostile
+hostile: build
+	tests/hostile/hostile_test.py --full --bin_dir=$(BUILD_DIR)/bin \
+	  --proto_py=$(BUILD_DIR)/tests/hostile/proto_py \
+	  --scratch=$(abspath $(BUILD_DIR))/hostile
 
 # The Kubernetes manifests rendered with kustomize and checked against the
 # Kubernetes API schemas.

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <system_error>
 
 #include "absl/status/status.h"
@@ -38,9 +40,9 @@ absl::string_view FileKind(mode_t mode) {
   return "not a file";
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
+// The file's bytes, at most `max_bytes` of them (-1: all).
+absl::StatusOr<std::string> ReadAtMost(const std::string& path,
+                                       int64_t max_bytes) {
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever;
   // regular files, the only ones read, ignore it.
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -55,7 +57,8 @@ absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
         absl::StrCat("cannot read ", path, ": not a regular file but ",
                      FileKind(info.st_mode)));
   } else {
-    bytes.resize(info.st_size);
+    bytes.resize(max_bytes < 0 ? info.st_size
+                               : std::min<int64_t>(info.st_size, max_bytes));
     size_t done = 0;
     while (status.ok() && done < bytes.size()) {
       const ssize_t got =
@@ -74,6 +77,17 @@ absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
   close(fd);
   if (!status.ok()) return status;
   return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
+  return ReadAtMost(path, /*max_bytes=*/-1);
+}
+
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
+                                           int64_t max_bytes) {
+  return ReadAtMost(path, max_bytes);
 }
 
 }  // namespace nibble

@@ -1,6 +1,7 @@
 // Reads a whole file into memory, for the small files nibble's tools and
 // server take by path (tuning tables, token and certificate files) and for
-// persisted weights. Errors name the path and the operating system's reason.
+// persisted weights, or only its first bytes (a weight file's header).
+// Errors name the path and the operating system's reason.
 //
 // Example:
 //   absl::StatusOr<std::string> text = nibble::ReadFileContents("tokens");
@@ -8,6 +9,7 @@
 #ifndef NIBBLE_BASE_FILE_CONTENTS_H_
 #define NIBBLE_BASE_FILE_CONTENTS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,6 +24,12 @@ namespace nibble {
 // on), DATA_LOSS when it shrinks while being read, UNAVAILABLE
 // for other I/O errors.
 absl::StatusOr<std::string> ReadFileContents(const std::string& path);
+
+// The first `max_bytes` bytes of the regular file at `path` (all of a
+// shorter one), with ReadFileContents' errors: a header, read without
+// reading what follows it.
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
+                                           int64_t max_bytes);
 
 // "cannot ACTION PATH: REASON" for the errno `error`: NOT_FOUND,
 // PERMISSION_DENIED or UNAVAILABLE, as ReadFileContents answers. For other

@@ -2,9 +2,10 @@
 # Builds nibble's container image with podman and proves it serves: starts it
 # with a read-only root filesystem and a data volume, waits for its
 # HEALTHCHECK, uploads a weight and runs nibble-load (with --verify) through
-# the published port, replaces the container with a new one on the same
-# volume and checks the weight is still served, runs deploy/compose.yaml
-# with podman-compose, then removes what it started.
+# the published port and the HAProxy front, replaces the container with a
+# bare one (NIBBLE_FRONT=none) on the same volume and checks the weight is
+# still served, runs deploy/compose.yaml with podman-compose, then removes
+# what it started.
 # The image stays, as localhost/nibble:latest.
 #
 # Needs root, podman, podman-compose and debootstrap (deploy/install-deps.sh container). The
@@ -108,16 +109,26 @@ if ((status != 2)) ||
   ! grep -q "NIBBLED_THREDS: there is no flag" "$work/bad-env.out"; then
   fail "nibbled with NIBBLED_THREDS=2 exited $status: $(cat "$work/bad-env.out")"
 fi
+step "behind the front, a --listen argument must be refused with a usage error"
+status=0
+podman run --rm --no-healthcheck "$image" --listen=0.0.0.0:1 \
+  >"$work/listen.out" 2>&1 || status=$?
+if ((status != 2)) || ! grep -q "NIBBLED_LISTEN instead" "$work/listen.out"; then
+  fail "the image with --listen exited $status: $(cat "$work/listen.out")"
+fi
 
 podman volume create "$volume" >/dev/null
 
-# Starts container $1 on the volume, with a read-only root filesystem as on
-# Kubernetes, and waits until its HEALTHCHECK passes; sets $target and
+# Starts container $1 on the volume with NIBBLE_FRONT=$2 (haproxy: nibbled
+# behind the front on loopback; none: bare), with a read-only root filesystem
+# as on Kubernetes, and waits until its HEALTHCHECK passes; sets $target and
 # $metrics to the published addresses. Without systemd podman cannot run the
 # HEALTHCHECK on a timer (it says so on stderr), so the test runs it.
 start_container() {
-  local name=$1
+  local name=$1 front=$2 listen=0.0.0.0:50051
+  [[ "$front" == none ]] || listen=127.0.0.1:50052
   podman run -d --name "$name" --read-only -e NIBBLED_THREADS=2 \
+    -e NIBBLE_FRONT="$front" \
     -p 127.0.0.1::50051 -p 127.0.0.1::9464 \
     -v "$volume:/var/lib/nibble" "$image" >/dev/null 2>"$work/run.err" || {
     cat "$work/run.err" >&2
@@ -138,9 +149,10 @@ start_container() {
     fail "$name was not healthy within 60 s"
   }
   podman logs "$name" 2>/dev/null |
-    grep "listening on 0.0.0.0:50051 (.*, 2 threads" >/dev/null ||
-    fail "$name did not take --threads from NIBBLED_THREADS: $(podman logs "$name")"
-  step "$name healthy, serving on $target, metrics on $metrics"
+    grep "listening on $listen (.*, 2 threads" >/dev/null ||
+    fail "$name: nibbled is not listening on $listen with --threads from" \
+      "NIBBLED_THREADS: $(podman logs "$name")"
+  step "$name healthy (front: $front), serving on $target, metrics on $metrics"
 }
 
 # The image's own tools, on the host's network, reach nibbled through the
@@ -170,7 +182,7 @@ load_and_verify() {
     tr -s ' ' | paste -sd ';' | sed 's/;/; /')"
 }
 
-start_container "$run_id-1"
+start_container "$run_id-1" haproxy
 step "uploading a 2048x2048 u4b8 weight, group 128"
 tool nibble upload --name="$weight" --format=u4b8 --k=2048 --n=2048 \
   --group=128 --random=7 >/dev/null
@@ -178,12 +190,12 @@ load_and_verify
 curl -fsS "http://$metrics/metrics" | grep '^nibble_weights 1$' >/dev/null ||
   fail "/metrics does not report the one resident weight"
 
-step "replacing the container with a new one on the same volume"
+step "replacing the container with a bare one on the same volume"
 podman stop -t 30 "$run_id-1" >/dev/null 2>>"$work/podman.err"
 exit_code=$(podman inspect --format '{{.State.ExitCode}}' "$run_id-1")
 ((exit_code == 0)) || fail "nibbled exited $exit_code on SIGTERM, not 0"
 podman rm "$run_id-1" >/dev/null 2>>"$work/podman.err"
-start_container "$run_id-2"
+start_container "$run_id-2" none
 tool nibble list | grep "^$weight " >/dev/null ||
   fail "the new container does not serve the uploaded weight"
 load_and_verify

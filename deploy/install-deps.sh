@@ -2,7 +2,9 @@
 # Installs nibble's dependencies from Debian packages, by group:
 #   build       compilers and the libraries nibble links (the container image's
 #               build stage needs only these)
-#   test        GoogleTest and what the tests and benchmarks add
+#   test        GoogleTest and what the tests and benchmarks add (python3-h2
+#               and python3-protobuf: the hostile-client tests' raw HTTP/2;
+#               haproxy: the HTTP/2 front they and `make load-bench` run)
 #   container   podman, podman-compose and debootstrap for `make container-test`
 #   k8s         kubectl (for kustomize) and node/npm for `make k8s-check`
 #   fuzz        clang and its libFuzzer and sanitizer runtimes for `make fuzz`
@@ -18,7 +20,8 @@ declare -A groups=(
            libgrpc-dev protobuf-compiler-grpc libprotobuf-dev
            protobuf-compiler libabsl-dev libopenblas-dev libcpp-httplib-dev
            nlohmann-json3-dev"
-  [test]="googletest libgtest-dev libgmock-dev"
+  [test]="googletest libgtest-dev libgmock-dev python3-h2 python3-protobuf
+          haproxy"
   [container]="podman podman-compose buildah debootstrap runc netavark
                aardvark-dns iptables uidmap"
   [k8s]="kubernetes-client nodejs npm"

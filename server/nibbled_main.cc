@@ -204,6 +204,7 @@ void AnnounceListening(const NibbledOptions& options,
   const int64_t max_weight_bytes = options.server.max_weight_bytes;
   const int64_t max_receive_buffer_bytes =
       options.server.max_receive_buffer_bytes;
+  const int64_t max_held_reply_bytes = options.server.max_held_reply_bytes;
   LogInfo(
       "listening",
       {{"addr", address},
@@ -223,7 +224,10 @@ void AnnounceListening(const NibbledOptions& options,
        {"max_weights", options.server.max_weights},
        {"max_receive_buffer_bytes", max_receive_buffer_bytes > 0
                                         ? absl::StrCat(max_receive_buffer_bytes)
-                                        : "none"}});
+                                        : "none"},
+       {"max_held_reply_bytes", max_held_reply_bytes > 0
+                                    ? absl::StrCat(max_held_reply_bytes)
+                                    : "none"}});
 }
 
 // Waits for SIGTERM or SIGINT on its own thread from the start on, so that

@@ -4,6 +4,9 @@
 # 32x8 weight, M = 1), for each API, and the p99 it reports when the server
 # is paused with SIGSTOP for 1 s in the middle of a 10 s run at 1,000
 # requests/s. Client and server share the machine, as in a loopback test.
+# Then the cost of the HTTP/2 front (deploy/haproxy/nibble-front.cfg):
+# unary Matmul at concurrency 64, bare and through HAProxy, on the 32x8
+# weight (the front's worst case) and on a 4096x4096 one.
 #
 #   bench/server/load_rate.sh [BIN_DIR]      (LOAD_RATE=20000 LOAD_DURATION=10)
 set -euo pipefail
@@ -13,7 +16,9 @@ rate=${LOAD_RATE:-20000}
 duration=${LOAD_DURATION:-10}
 work=$(mktemp -d)
 source "$(dirname "$0")/../../deploy/nibbled_lib.sh"
-trap 'stop_nibbled || true; rm -rf "$work"' EXIT
+front_pid=
+trap '[[ -z "$front_pid" ]] || kill "$front_pid"; stop_nibbled || true
+      rm -rf "$work"' EXIT
 
 start_nibbled
 "$bin/nibble" upload --target="$target" --name=tiny --format=u4b8 --k=32 \
@@ -44,3 +49,32 @@ wait "$pause_pid"
 echo "p50 $(json_number p50 "$work/stall.json") us, p99" \
   "$(json_number p99 "$work/stall.json") us, max" \
   "$(json_number max "$work/stall.json") us (from scheduled send times)"
+
+echo "== unary Matmul at concurrency 64 for ${duration}s, bare and through the front"
+front_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+NIBBLE_FRONT_LISTEN=127.0.0.1:$front_port NIBBLE_FRONT_BACKEND=$target \
+  haproxy -f "$(dirname "$0")/../../deploy/haproxy/nibble-front.cfg" &
+front_pid=$!
+until "$bin/nibble" health --target="127.0.0.1:$front_port" >/dev/null 2>&1; do
+  sleep 0.1
+done
+"$bin/nibble" upload --target="$target" --name=large --format=u4b8 --k=4096 \
+  --n=4096 --group=128 --random=1 >/dev/null
+printf "%-7s %-6s %12s %9s %9s %7s\n" weight path requests/s p50_ms p99_ms \
+  errors
+for weight in tiny large; do
+  for path in bare front; do
+    address=$target
+    [[ "$path" == bare ]] || address=127.0.0.1:$front_port
+    "$bin/nibble-load" --target="$address" --name="$weight" --concurrency=64 \
+      --duration="$duration" --warmup=1 --json="$work/$weight-$path.json" \
+      >/dev/null
+    j="$work/$weight-$path.json"
+    awk -v weight="$weight" -v path="$path" \
+      -v rps="$(json_number throughput_rps "$j")" \
+      -v p50="$(json_number p50 "$j")" -v p99="$(json_number p99 "$j")" \
+      -v errors="$(json_number errors "$j")" 'BEGIN {
+        printf "%-7s %-6s %12.1f %9.2f %9.2f %7d\n", weight, path, rps,
+               p50 / 1000, p99 / 1000, errors }'
+  done
+done

@@ -25,11 +25,13 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
                                      MatmulBatcher* batcher,
                                      const TokenAuthenticator* auth,
-                                     int64_t max_reply_bytes)
+                                     int64_t max_reply_bytes,
+                                     ReplyBudget* reply_budget)
     : store_(store),
       batcher_(batcher),
       auth_(auth),
-      max_reply_bytes_(max_reply_bytes) {}
+      max_reply_bytes_(max_reply_bytes),
+      reply_budget_(reply_budget) {}
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>>
 KServeServiceImpl::FindModel(absl::string_view model_name,
@@ -119,17 +121,19 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
   }
   absl::StatusOr<v1::MatmulRequest> matmul = ToMatmulRequest(*request);
   if (!matmul.ok()) return FinishNow(context, matmul.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new HeldReplyReactor();
   SubmitMatmulRpc(
       *store_, *batcher_, *std::move(matmul),
       CallOf(context,
              {.max_bytes = max_reply_bytes_,
-              .envelope_bytes = KServeInferReplyEnvelopeBytes(*request)}),
-      [reactor, request, response](absl::StatusOr<v1::MatmulResponse> result) {
+              .envelope_bytes = KServeInferReplyEnvelopeBytes(*request),
+              .budget = reply_budget_}),
+      [reactor, request, response](absl::StatusOr<v1::MatmulResponse> result,
+                                   ReplyBudget::Hold hold) {
         if (result.ok()) {
           FillKServeInferResponse(*request, *std::move(result), response);
         }
-        reactor->Finish(ToGrpcStatus(result.status()));
+        reactor->Finish(ToGrpcStatus(result.status()), std::move(hold));
       });
   return reactor;
 }

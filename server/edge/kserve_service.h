@@ -23,6 +23,7 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nibble/v1/nibble.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 
@@ -36,10 +37,12 @@ class KServeServiceImpl final
   // (--auth_writes_only), every RPC but ServerLive and ServerReady needs a
   // token; those stay open like health.
   // A ModelInfer whose reply would pass `max_reply_bytes`
-  // (--max_message_bytes; 0 for no limit) is refused before it runs.
+  // (--max_message_bytes; 0 for no limit), or `reply_budget` (may be null),
+  // is refused before it runs.
   KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,
                     const TokenAuthenticator* auth = nullptr,
-                    int64_t max_reply_bytes = 0);
+                    int64_t max_reply_bytes = 0,
+                    ReplyBudget* reply_budget = nullptr);
 
   // What ServerReady answers: false while nibbled loads --data_dir and
   // while it drains, so that orchestrators route no new work to it.
@@ -87,6 +90,7 @@ class KServeServiceImpl final
   MatmulBatcher* batcher_;
   const TokenAuthenticator* auth_;
   const int64_t max_reply_bytes_;
+  ReplyBudget* const reply_budget_;
   std::atomic<bool> ready_{true};
 };
 

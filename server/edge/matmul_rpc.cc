@@ -16,6 +16,13 @@ namespace {
 // six fields, and a kernel name, which is far shorter.
 constexpr int64_t kMatmulResponseFieldBytes = 256;
 
+// A bound on the bytes of the reply carrying C [m, n] of `dtype`, with the
+// envelope of `limit`; in double, since m may be anything the client sent.
+double ReplyBytes(const ReplyLimit& limit, int64_t m, int64_t n, DType dtype) {
+  return static_cast<double>(m) * n * DTypeSize(dtype) + limit.envelope_bytes +
+         kMatmulResponseFieldBytes;
+}
+
 // OK when the reply carrying C [m, n] of `dtype` fits `limit`; m and n are
 // positive.
 absl::Status CheckReplyFits(const ReplyLimit& limit, int64_t m, int64_t n,
@@ -26,9 +33,7 @@ absl::Status CheckReplyFits(const ReplyLimit& limit, int64_t m, int64_t n,
       limit.max_bytes - limit.envelope_bytes - kMatmulResponseFieldBytes;
   const int64_t max_rows = room > 0 ? room / row_bytes : 0;
   if (m <= max_rows) return absl::OkStatus();
-  // In double: m may be anything the client sent.
-  const double reply_bytes = static_cast<double>(m) * row_bytes +
-                             limit.envelope_bytes + kMatmulResponseFieldBytes;
+  const double reply_bytes = ReplyBytes(limit, m, n, dtype);
   return absl::ResourceExhaustedError(absl::StrFormat(
       "the reply would be about %.0f bytes (C is %d x %d %s), more than "
       "nibbled --max_message_bytes=%d allows; send at most %d rows of A per "
@@ -41,52 +46,64 @@ absl::Status CheckReplyFits(const ReplyLimit& limit, int64_t m, int64_t n,
 RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit) {
   return {.deadline = absl::FromChrono(context->deadline()),
           .is_cancelled = [context] { return context->IsCancelled(); },
-          .reply_limit = reply_limit};
+          .reply_limit = reply_limit,
+          .connection = context->peer()};
 }
 
 void SubmitMatmulRpc(
     const WeightStore& store, MatmulBatcher& batcher, v1::MatmulRequest request,
     RpcCall call,
-    std::function<void(absl::StatusOr<v1::MatmulResponse>)> done) {
+    std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
+        done) {
   absl::StatusOr<DType> dtype = FromProto(request.dtype());
-  if (!dtype.ok()) return done(dtype.status());
+  if (!dtype.ok()) return done(dtype.status(), nullptr);
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       store.Get(request.weight_name());
-  if (!weight.ok()) return done(weight.status());
+  if (!weight.ok()) return done(weight.status(), nullptr);
   const WeightSpec& spec = (*weight)->packed.spec();
   // The request's own faults come first: they are what the client must fix.
   if (absl::Status status =
           CheckMatmulShape(spec, (*weight)->name, request.m(), request.k(),
                            *dtype, request.a().size());
       !status.ok()) {
-    return done(status);
+    return done(status, nullptr);
   }
   const int64_t n = spec.n;
   if (absl::Status status =
           CheckReplyFits(call.reply_limit, request.m(), n, *dtype);
       !status.ok()) {
-    return done(status);
+    return done(status, nullptr);
   }
-  batcher.Submit({.weight = *std::move(weight),
-                  .dtype = *dtype,
-                  .m = request.m(),
-                  .k = request.k(),
-                  .a = std::move(*request.mutable_a()),
-                  .deadline = call.deadline,
-                  .is_cancelled = std::move(call.is_cancelled),
-                  .done = [done = std::move(done), m = request.m(), n,
-                           proto_dtype = request.dtype()](
-                              absl::StatusOr<MatmulResult> result) {
-                    if (!result.ok()) return done(result.status());
-                    v1::MatmulResponse response;
-                    response.set_c(std::move(result->c));
-                    response.set_m(m);
-                    response.set_n(n);
-                    response.set_dtype(proto_dtype);
-                    response.set_kernel(std::move(result->kernel));
-                    response.set_compute_time_ns(result->compute_time_ns);
-                    done(std::move(response));
-                  }});
+  ReplyBudget::Hold hold;
+  if (call.reply_limit.budget != nullptr) {
+    absl::StatusOr<ReplyBudget::Hold> held = call.reply_limit.budget->TryHold(
+        std::move(call.connection),
+        static_cast<int64_t>(
+            ReplyBytes(call.reply_limit, request.m(), n, *dtype)));
+    if (!held.ok()) return done(held.status(), nullptr);
+    hold = *std::move(held);
+  }
+  batcher.Submit(
+      {.weight = *std::move(weight),
+       .dtype = *dtype,
+       .m = request.m(),
+       .k = request.k(),
+       .a = std::move(*request.mutable_a()),
+       .deadline = call.deadline,
+       .is_cancelled = std::move(call.is_cancelled),
+       .done = [done = std::move(done), m = request.m(), n,
+                proto_dtype = request.dtype(),
+                hold = std::move(hold)](absl::StatusOr<MatmulResult> result) {
+         if (!result.ok()) return done(result.status(), nullptr);
+         v1::MatmulResponse response;
+         response.set_c(std::move(result->c));
+         response.set_m(m);
+         response.set_n(n);
+         response.set_dtype(proto_dtype);
+         response.set_kernel(std::move(result->kernel));
+         response.set_compute_time_ns(result->compute_time_ns);
+         done(std::move(response), hold);
+       }});
 }
 
 }  // namespace nibble::server

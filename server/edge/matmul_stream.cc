@@ -19,17 +19,21 @@ constexpr int64_t kReplyEnvelopeBytes = 32;
 MatmulStreamReactor::MatmulStreamReactor(const WeightStore* store,
                                          MatmulBatcher* batcher,
                                          grpc::CallbackServerContext* context,
-                                         int64_t max_reply_bytes)
+                                         int64_t max_reply_bytes,
+                                         ReplyBudget* reply_budget)
     : store_(store),
       batcher_(batcher),
       deadline_(absl::FromChrono(context->deadline())),
-      max_reply_bytes_(max_reply_bytes) {
+      max_reply_bytes_(max_reply_bytes),
+      reply_budget_(reply_budget),
+      connection_(context->peer()) {
   mu_.Lock();
   Drive();
 }
 
 void MatmulStreamReactor::Complete(uint64_t id,
-                                   absl::StatusOr<v1::MatmulResponse> result) {
+                                   absl::StatusOr<v1::MatmulResponse> result,
+                                   ReplyBudget::Hold hold) {
   v1::MatmulStreamResponse reply;
   reply.set_id(id);
   if (result.ok()) {
@@ -42,7 +46,9 @@ void MatmulStreamReactor::Complete(uint64_t id,
   mu_.Lock();
   --unanswered_;
   // A failed stream writes nothing more.
-  if (!failure_.has_value()) replies_.push_back(std::move(reply));
+  if (!failure_.has_value()) {
+    replies_.push_back({std::move(reply), std::move(hold)});
+  }
   Drive();
 }
 
@@ -67,7 +73,8 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
     Complete(request.id(),
              absl::InvalidArgumentError(absl::StrCat(
                  "stream request ", request.id(),
-                 " has no `request`; set it to the MatmulRequest to run")));
+                 " has no `request`; set it to the MatmulRequest to run")),
+             nullptr);
     return;
   }
   const uint64_t id = request.id();
@@ -75,15 +82,19 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
                   {.deadline = deadline_,
                    .is_cancelled = [this] { return Failed(); },
                    .reply_limit = {.max_bytes = max_reply_bytes_,
-                                   .envelope_bytes = kReplyEnvelopeBytes}},
-                  [this, id](absl::StatusOr<v1::MatmulResponse> result) {
-                    Complete(id, std::move(result));
+                                   .envelope_bytes = kReplyEnvelopeBytes,
+                                   .budget = reply_budget_},
+                   .connection = connection_},
+                  [this, id](absl::StatusOr<v1::MatmulResponse> result,
+                             ReplyBudget::Hold hold) {
+                    Complete(id, std::move(result), std::move(hold));
                   });
 }
 
 void MatmulStreamReactor::OnWriteDone(bool ok) {
   mu_.Lock();
   writing_ = false;
+  hold_in_flight_.reset();
   if (!ok) {
     Fail(grpc::Status(grpc::StatusCode::CANCELLED,
                       "a reply could not be written; the client is gone"));
@@ -129,7 +140,8 @@ MatmulStreamReactor::Operation MatmulStreamReactor::NextOperation() {
     return Operation::kFinish;
   }
   if (!writing_ && !replies_.empty()) {
-    reply_in_flight_ = std::move(replies_.front());
+    reply_in_flight_ = std::move(replies_.front().reply);
+    hold_in_flight_ = std::move(replies_.front().hold);
     replies_.pop_front();
     writing_ = true;
     return Operation::kWrite;

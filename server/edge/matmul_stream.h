@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -47,6 +48,7 @@
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 
 namespace nibble::server {
@@ -58,18 +60,20 @@ class MatmulStreamReactor final
   // Replies owed before reading pauses.
   static constexpr int64_t kMaxOwedReplies = 64;
 
-  // Starts reading. `store` and `batcher` must outlive the reactor; requests
-  // get the call's deadline, and those whose reply would pass
-  // `max_reply_bytes` (--max_message_bytes; 0 for no limit) are answered
-  // with an error before they run.
+  // Starts reading. `store`, `batcher` and `reply_budget` (may be null) must
+  // outlive the reactor; requests get the call's deadline, and those whose
+  // reply would pass `max_reply_bytes` (--max_message_bytes; 0 for no limit)
+  // or the reply budget are answered with an error before they run.
   MatmulStreamReactor(const WeightStore* store, MatmulBatcher* batcher,
                       grpc::CallbackServerContext* context,
-                      int64_t max_reply_bytes = 0);
+                      int64_t max_reply_bytes = 0,
+                      ReplyBudget* reply_budget = nullptr);
 
   // Answers the request `id` that was read earlier; exactly once per request
-  // read. Thread-safe; the reactor may be deleted before it returns.
-  void Complete(uint64_t id, absl::StatusOr<v1::MatmulResponse> result)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // read. `hold` (may be null) is kept until the answer has been written.
+  // Thread-safe; the reactor may be deleted before it returns.
+  void Complete(uint64_t id, absl::StatusOr<v1::MatmulResponse> result,
+                ReplyBudget::Hold hold) ABSL_LOCKS_EXCLUDED(mu_);
 
   void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -98,13 +102,25 @@ class MatmulStreamReactor final
   MatmulBatcher* const batcher_;
   const absl::Time deadline_;
   const int64_t max_reply_bytes_;
+  ReplyBudget* const reply_budget_;
+  // The client connection, whose share of the reply budget replies count
+  // against.
+  const std::string connection_;
+
+  // An answer waiting to be written, with its hold on the reply budget.
+  struct QueuedReply {
+    v1::MatmulStreamResponse reply;
+    ReplyBudget::Hold hold;
+  };
 
   mutable absl::Mutex mu_;
   // Filled by the read in flight; only touched by gRPC while reading_.
   v1::MatmulStreamRequest request_;
   // The reply being written; must stay unchanged while writing_.
   v1::MatmulStreamResponse reply_in_flight_;
-  std::deque<v1::MatmulStreamResponse> replies_ ABSL_GUARDED_BY(mu_);
+  // reply_in_flight_'s hold, released once its write is done.
+  ReplyBudget::Hold hold_in_flight_ ABSL_GUARDED_BY(mu_);
+  std::deque<QueuedReply> replies_ ABSL_GUARDED_BY(mu_);
   // Requests read whose Complete() has not been called yet.
   int64_t unanswered_ ABSL_GUARDED_BY(mu_) = 0;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;

@@ -47,11 +47,12 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       runner_(&scheduler_, &pool_),
       batcher_(options.batching, BackendOf(&runner_)),
       auth_(options.auth),
+      reply_budget_(options.max_held_reply_bytes),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
                auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
-               options.uploads),
+               &reply_budget_, options.uploads),
       kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
-                      options.max_message_bytes),
+                      options.max_message_bytes, &reply_budget_),
       metrics_weight_labels_(options.metrics_weight_labels) {}
 
 NibbleServer::~NibbleServer() {
@@ -63,8 +64,8 @@ NibbleServer::~NibbleServer() {
 absl::Status NibbleServer::LoadWeights() {
   if (!data_dir_.has_value()) return absl::OkStatus();
   int initial_weight_files = 0;
-  absl::StatusOr<LoadReport> report =
-      data_dir_->LoadAll([&](WeightFile file) -> absl::Status {
+  absl::StatusOr<LoadReport> report = data_dir_->LoadAll(
+      [&](WeightFile file) -> absl::Status {
         if (initial_weights_names_.contains(file.name)) {
           ++initial_weight_files;
           return absl::OkStatus();
@@ -86,6 +87,14 @@ absl::Status NibbleServer::LoadWeights() {
         if (!device.ok()) return device.status();
         return store_.Insert(std::move(file.name), *std::move(packed),
                              *std::move(device));
+      },
+      // The check above, from the file's header alone: a weight past the
+      // budget is skipped before its data is read.
+      [&](absl::string_view name, const WeightFileHeader& header) {
+        if (initial_weights_names_.contains(name)) return absl::OkStatus();
+        return store_.CheckFits(
+            name,
+            PackedResidentBytes(header.spec, header.has_activation_order));
       });
   if (!report.ok()) return report.status();
   data_dir_report_ = *std::move(report);
@@ -264,6 +273,8 @@ std::string NibbleServer::RenderMetrics() const {
                            .reserved_weight_bytes = store_.reserved_bytes(),
                            .max_weight_bytes = store_.max_resident_bytes(),
                            .max_weights = store_.max_weights(),
+                           .held_reply_bytes = reply_budget_.held_bytes(),
+                           .max_held_reply_bytes = reply_budget_.max_bytes(),
                            .gpu_resident_bytes = store_.device_bytes(),
                            .serving = serving_.load(),
                            .weight_labels = metrics_weight_labels_};

@@ -41,6 +41,7 @@
 #include "kernels/tuning_table.h"
 #include "server/core/batcher.h"
 #include "server/core/matmul_runner.h"
+#include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 #include "server/edge/kserve_service.h"
 #include "server/edge/nibble_service.h"
@@ -64,6 +65,10 @@ struct ServerOptions {
   // arrived, so without this a client could make the server buffer up to
   // 4 GiB per call; past it, calls are reset with RESOURCE_EXHAUSTED.
   int64_t max_receive_buffer_bytes = 0;
+  // Most bytes of matmul replies held for clients until gRPC has sent them,
+  // over all connections, a quarter of it per connection
+  // (--max_held_reply_bytes; see ReplyBudget); 0 for no limit.
+  int64_t max_held_reply_bytes = 0;
   // Most bytes of packed weights held resident (nibbled --max_weight_bytes);
   // 0 for no limit.
   int64_t max_weight_bytes = 0;
@@ -182,6 +187,8 @@ class NibbleServer {
   // Outlives the services and the gRPC server, whose calls it answers.
   MatmulBatcher batcher_;
   std::optional<TokenAuthenticator> auth_;
+  // Outlives the services, whose calls hold replies in it.
+  ReplyBudget reply_budget_;
   NibbleServiceImpl service_;
   KServeServiceImpl kserve_service_;
   // Written by interceptors until server_ is gone.

@@ -87,6 +87,7 @@ NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                                      const WeightDirectory* data_dir,
                                      const TokenAuthenticator* auth,
                                      Backend backend, int64_t max_reply_bytes,
+                                     ReplyBudget* reply_budget,
                                      UploadLimits upload_limits)
     : store_(store),
       batcher_(batcher),
@@ -94,6 +95,7 @@ NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
       auth_(auth),
       backend_(backend),
       max_reply_bytes_(max_reply_bytes),
+      reply_budget_(reply_budget),
       upload_watchdog_(upload_limits.idle),
       uploads_per_connection_(upload_limits.max_per_connection) {}
 
@@ -389,18 +391,19 @@ grpc::Status NibbleServiceImpl::DeleteWeight(
 grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
     grpc::CallbackServerContext* context, const v1::MatmulRequest* request,
     v1::MatmulResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new HeldReplyReactor();
   if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
       !status.ok()) {
-    reactor->Finish(ToGrpcStatus(status));
+    reactor->Finish(ToGrpcStatus(status), nullptr);
     return reactor;
   }
   SubmitMatmulRpc(
       *store_, *batcher_, *request,
-      CallOf(context, {.max_bytes = max_reply_bytes_}),
-      [reactor, response](absl::StatusOr<v1::MatmulResponse> result) {
+      CallOf(context, {.max_bytes = max_reply_bytes_, .budget = reply_budget_}),
+      [reactor, response](absl::StatusOr<v1::MatmulResponse> result,
+                          ReplyBudget::Hold hold) {
         if (result.ok()) *response = *std::move(result);
-        reactor->Finish(ToGrpcStatus(result.status()));
+        reactor->Finish(ToGrpcStatus(result.status()), std::move(hold));
       });
   return reactor;
 }
@@ -414,7 +417,8 @@ NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
     return new RefusedStream(ToGrpcStatus(status));
   }
-  return new MatmulStreamReactor(store_, batcher_, context, max_reply_bytes_);
+  return new MatmulStreamReactor(store_, batcher_, context, max_reply_bytes_,
+                                 reply_budget_);
 }
 
 }  // namespace nibble::server

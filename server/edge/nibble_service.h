@@ -27,6 +27,7 @@
 #include "server/core/batcher.h"
 #include "server/core/idle_watchdog.h"
 #include "server/core/per_key_limit.h"
+#include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/storage/weight_directory.h"
@@ -53,12 +54,14 @@ class NibbleServiceImpl final
   // `data_dir` (--data_dir) and `auth` (--auth_token_file) may be null.
   // Uploads are copied to the memory of `backend` (resolved; see
   // UploadToBackend). A matmul whose reply would pass `max_reply_bytes`
-  // (--max_message_bytes; 0 for no limit) is refused before it runs.
+  // (--max_message_bytes; 0 for no limit), or `reply_budget` (may be null),
+  // is refused before it runs.
   NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
                     const WeightDirectory* data_dir = nullptr,
                     const TokenAuthenticator* auth = nullptr,
                     Backend backend = Backend::kCpu,
                     int64_t max_reply_bytes = 0,
+                    ReplyBudget* reply_budget = nullptr,
                     UploadLimits upload_limits = {});
 
   // Puts `weight` in the store as `name` the way an upload does (nibbled
@@ -136,6 +139,7 @@ class NibbleServiceImpl final
   const TokenAuthenticator* auth_;
   const Backend backend_;
   const int64_t max_reply_bytes_;
+  ReplyBudget* const reply_budget_;
   // Cancels uploads idle for longer than UploadLimits::idle.
   IdleWatchdog upload_watchdog_;
   // Uploads in progress by connection (ServerContext::peer).

@@ -183,6 +183,13 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
              "The most weights held resident plus uploads in progress "
              "(--max_weights); 0 for none.");
   out.Sample("nibble_max_weights", {}, snapshot.max_weights);
+  out.Family("nibble_held_reply_bytes", "gauge",
+             "Bytes of matmul replies held for clients until they are sent.");
+  out.Sample("nibble_held_reply_bytes", {}, snapshot.held_reply_bytes);
+  out.Family("nibble_max_held_reply_bytes", "gauge",
+             "The budget for held reply bytes (--max_held_reply_bytes); 0 for "
+             "none.");
+  out.Sample("nibble_max_held_reply_bytes", {}, snapshot.max_held_reply_bytes);
   out.Family("nibble_gpu_resident_bytes", "gauge",
              "Bytes of GPU memory all resident weights take (--backend=cuda); "
              "0 on the CPU backend.");

@@ -28,6 +28,8 @@
 //   reserved_weight_bytes                  gauge, held by uploads in progress
 //   max_weight_bytes                       gauge, the budget; 0 for none
 //   max_weights                            gauge, --max_weights; 0 for none
+//   held_reply_bytes                       gauge, matmul replies not yet sent
+//   max_held_reply_bytes                   gauge, their budget; 0 for none
 //   gpu_resident_bytes                     gauge, GPU memory all weights
 //                                          take (--backend=cuda)
 //   matmul_requests_total{weight}          counter, requests run (no label
@@ -70,6 +72,10 @@ struct MetricsSnapshot {
   int64_t max_weight_bytes = 0;
   // --max_weights in effect; 0 for none.
   int64_t max_weights = 0;
+  // Matmul replies held until sent, and their budget (ReplyBudget); 0 for
+  // none.
+  int64_t held_reply_bytes = 0;
+  int64_t max_held_reply_bytes = 0;
   // Accelerator memory the weights' device copies take (see
   // WeightStore::device_bytes); 0 on the CPU backend.
   int64_t gpu_resident_bytes = 0;

@@ -21,6 +21,7 @@
 #include "base/file_contents.h"
 #include "kernels/tuning_table.h"
 #include "server/core/checkpoint_loader.h"
+#include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/operations/environment_flags.h"
@@ -45,6 +46,13 @@ ABSL_FLAG(int64_t, max_receive_buffer_bytes, 0,
           "nibbled buffer a huge message; past it, calls are reset with "
           "RESOURCE_EXHAUSTED. 0 for 4 times --max_message_bytes; -1 for no "
           "limit.");
+ABSL_FLAG(int64_t, max_held_reply_bytes, 0,
+          "Most bytes of matmul replies (Matmul, MatmulStream, KServe "
+          "ModelInfer) nibbled holds for clients until they are sent, over "
+          "all connections; one connection may hold a quarter of it. A "
+          "client that never reads its replies holds them; past the budget "
+          "new matmuls are refused with RESOURCE_EXHAUSTED before they run. "
+          "0 for 4 times --max_message_bytes; -1 for no limit.");
 // Room for a header and a small matmul; anything smaller is a mistake.
 constexpr int kMinMessageBytes = 4096;
 ABSL_FLAG(int64_t, max_weight_bytes, 0,
@@ -166,6 +174,17 @@ ABSL_FLAG(std::string, import_gptq_zeros, "v1",
 namespace nibble::server {
 namespace {
 
+// What --max_receive_buffer_bytes and --max_held_reply_bytes of 0 stand
+// for, in messages of --max_message_bytes.
+constexpr int kMessagesPerBuffer = 4;
+
+// The bytes a buffer flag's value stands for: 0 for kMessagesPerBuffer
+// messages of `max_message_bytes`, -1 for no limit (0).
+int64_t BufferBytesFromFlag(int64_t flag, int max_message_bytes) {
+  if (flag == 0) return int64_t{kMessagesPerBuffer} * max_message_bytes;
+  return flag == -1 ? 0 : flag;
+}
+
 // NIBBLED_FLAG_NAME in the environment sets --flag_name.
 constexpr absl::string_view kEnvironmentPrefix = "NIBBLED_";
 
@@ -223,8 +242,22 @@ std::string FlagProblems() {
        max_receive_buffer_bytes < absl::GetFlag(FLAGS_max_message_bytes))) {
     absl::StrAppend(&problems,
                     "--max_receive_buffer_bytes=", max_receive_buffer_bytes,
-                    " must be at least --max_message_bytes, 0 for 4 times "
-                    "that, or -1 for no limit\n");
+                    " must be at least --max_message_bytes, 0 for ",
+                    kMessagesPerBuffer, " times that, or -1 for no limit\n");
+  }
+  const int64_t max_held_reply_bytes =
+      absl::GetFlag(FLAGS_max_held_reply_bytes);
+  if (max_held_reply_bytes < -1 ||
+      (max_held_reply_bytes > 0 &&
+       max_held_reply_bytes < int64_t{ReplyBudget::kConnectionShares} *
+                                  absl::GetFlag(FLAGS_max_message_bytes))) {
+    absl::StrAppend(
+        &problems, "--max_held_reply_bytes=", max_held_reply_bytes,
+        " must be at least ", ReplyBudget::kConnectionShares,
+        " times --max_message_bytes (a connection may hold 1/",
+        ReplyBudget::kConnectionShares,
+        " of it, and at least one reply of the largest size), 0 for ",
+        kMessagesPerBuffer, " times, or -1 for no limit\n");
   }
   if (absl::GetFlag(FLAGS_max_weights) < 0) {
     absl::StrAppend(&problems,
@@ -441,12 +474,10 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
   server.listen = absl::GetFlag(FLAGS_listen);
   server.threads = absl::GetFlag(FLAGS_threads);
   server.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  const int64_t receive_buffer_flag =
-      absl::GetFlag(FLAGS_max_receive_buffer_bytes);
-  server.max_receive_buffer_bytes =
-      receive_buffer_flag == 0    ? int64_t{4} * server.max_message_bytes
-      : receive_buffer_flag == -1 ? 0
-                                  : receive_buffer_flag;
+  server.max_receive_buffer_bytes = BufferBytesFromFlag(
+      absl::GetFlag(FLAGS_max_receive_buffer_bytes), server.max_message_bytes);
+  server.max_held_reply_bytes = BufferBytesFromFlag(
+      absl::GetFlag(FLAGS_max_held_reply_bytes), server.max_message_bytes);
   const WeightBudget budget =
       WeightBudgetFromFlag(absl::GetFlag(FLAGS_max_weight_bytes));
   server.max_weight_bytes = budget.bytes;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <system_error>
@@ -141,6 +142,22 @@ absl::Status SyncDirectory(const std::string& path) {
   return status;
 }
 
+// The header of the weight file at `path`, having read only that.
+absl::StatusOr<WeightFileHeader> ReadWeightFileHeader(const std::string& path) {
+  absl::StatusOr<std::string> header =
+      ReadFilePrefix(path, kWeightFileHeaderBytes);
+  if (!header.ok()) return header.status();
+  return ParseWeightFileHeader(*header);
+}
+
+// The weight in the file at `path`; its bytes are freed on return, so that
+// they are not held while the weight is packed.
+absl::StatusOr<WeightFile> ReadWeightFile(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFileContents(path);
+  if (!bytes.ok()) return bytes.status();
+  return ParseWeightFile(*bytes);
+}
+
 }  // namespace
 
 std::string WeightDirectory::FilePath(absl::string_view name) const {
@@ -216,7 +233,9 @@ absl::Status WeightDirectory::Remove(absl::string_view name) const {
 }
 
 absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
-    const std::function<absl::Status(WeightFile)>& accept) const {
+    const std::function<absl::Status(WeightFile)>& accept,
+    const std::function<absl::Status(
+        absl::string_view name, const WeightFileHeader& header)>& admit) const {
   std::error_code error;
   std::vector<std::string> file_names;
   for (std::filesystem::directory_iterator it(path_, error), end;
@@ -259,13 +278,17 @@ absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
       report.problems.push_back({path, std::string(status.message())});
       continue;
     }
-    // Refuses FIFOs and devices without waiting on them.
-    absl::StatusOr<std::string> bytes = ReadFileContents(path);
-    if (!bytes.ok()) {
-      report.problems.push_back({path, std::string(bytes.status().message())});
+    // The header first: a file that is no weight file, or whose weight
+    // `admit` refuses, is skipped without reading the rest (a 10 GiB sparse
+    // file included). FIFOs and devices are refused without waiting on them.
+    absl::StatusOr<WeightFileHeader> header = ReadWeightFileHeader(path);
+    absl::Status admitted = header.status();
+    if (admitted.ok() && admit) admitted = admit(stem, *header);
+    if (!admitted.ok()) {
+      report.problems.push_back({path, std::string(admitted.message())});
       continue;
     }
-    absl::StatusOr<WeightFile> file = ParseWeightFile(*bytes);
+    absl::StatusOr<WeightFile> file = ReadWeightFile(path);
     if (!file.ok()) {
       report.problems.push_back({path, std::string(file.status().message())});
       continue;

@@ -16,6 +16,7 @@
 #ifndef NIBBLE_SERVER_STORAGE_WEIGHT_DIRECTORY_H_
 #define NIBBLE_SERVER_STORAGE_WEIGHT_DIRECTORY_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -66,15 +67,22 @@ class WeightDirectory {
   absl::Status Remove(absl::string_view name) const;
 
   // Reads every <name>.nibble, in file name order, handing each weight to
-  // `accept` as soon as it is read, so that only one is held at a time, and
-  // removes leftover temporary files. A file that cannot be read or parsed,
+  // `accept` as soon as it is read, so that only one is held at a time (the
+  // file's bytes are freed before `accept` runs), and removes leftover
+  // temporary files. Before a file's data is read, `admit` (when set) gets
+  // its name and checked header (the weight's spec and the file's size), so
+  // that a weight too large for the memory it would take is skipped
+  // unread. A file that cannot be read or parsed,
   // that is not a regular file (a FIFO, a device: refused without waiting on
   // it), that is a symbolic link leading outside the directory, whose name
-  // disagrees with the weight in it, or whose weight `accept` refuses is
+  // disagrees with the weight in it, or that `admit` or `accept` refuses is
   // reported in `problems` and left alone. Other files are
   // ignored. FAILED_PRECONDITION when the directory cannot be listed.
   absl::StatusOr<LoadReport> LoadAll(
-      const std::function<absl::Status(WeightFile)>& accept) const;
+      const std::function<absl::Status(WeightFile)>& accept,
+      const std::function<absl::Status(absl::string_view name,
+                                       const WeightFileHeader& header)>& admit =
+          {}) const;
 
   // <dir>/<name>.nibble.
   std::string FilePath(absl::string_view name) const;

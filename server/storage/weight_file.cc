@@ -174,13 +174,12 @@ std::string SerializeWeightFile(absl::string_view name,
   return bytes;
 }
 
-absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
-  constexpr uint64_t kSmallest =
-      kWeightFileHeaderBytes + kWeightFileChecksumBytes;
-  if (bytes.size() < kSmallest) {
-    return absl::DataLossError(
-        absl::StrCat("file is truncated: ", bytes.size(),
-                     " bytes, a weight file has at least ", kSmallest));
+absl::StatusOr<WeightFileHeader> ParseWeightFileHeader(
+    absl::string_view bytes) {
+  if (bytes.size() < kWeightFileHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(
+        "file is truncated: ", bytes.size(),
+        " bytes, a weight file's header has ", kWeightFileHeaderBytes));
   }
   if (bytes.substr(0, kWeightFileMagic.size()) != kWeightFileMagic) {
     return absl::DataLossError(
@@ -203,11 +202,13 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
         absl::StrCat("header bytes 68..71 are not zero, and ",
                      WeightFormatName(*format), " has no global scale"));
   }
-  const WeightSpec spec{
+  WeightFileHeader header;
+  header.spec = WeightSpec{
       *format, static_cast<int64_t>(GetU64(bytes, kKOffset)),
       static_cast<int64_t>(GetU64(bytes, kNOffset)),
       static_cast<int64_t>(GetU64(bytes, kGroupSizeOffset)),
       HasGlobalScale(*format) ? std::bit_cast<float>(global_scale_bits) : 1.0f};
+  const WeightSpec& spec = header.spec;
   if (absl::Status status = spec.Validate(); !status.ok()) {
     return absl::DataLossError(
         absl::StrCat("invalid weight spec in the header: ", status.message()));
@@ -222,18 +223,37 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
                          spec.zeros_bytes())}) {
     if (!status.ok()) return status;
   }
-  const uint32_t name_bytes = GetU32(bytes, kNameLengthOffset);
-  if (name_bytes > kMaxNameBytes) {
-    return absl::DataLossError(absl::StrCat("header gives a name of ",
-                                            name_bytes, " bytes, at most ",
-                                            kMaxNameBytes, " are allowed"));
+  header.name_bytes = GetU32(bytes, kNameLengthOffset);
+  if (header.name_bytes > kMaxNameBytes) {
+    return absl::DataLossError(
+        absl::StrCat("header gives a name of ", header.name_bytes,
+                     " bytes, at most ", kMaxNameBytes, " are allowed"));
   }
-  const int64_t order_bytes = version == kWeightFileVersionWithActivationOrder
-                                  ? spec.k * int64_t{sizeof(int32_t)}
-                                  : 0;
-  const uint64_t file_bytes = kSmallest + name_bytes +
-                              static_cast<uint64_t>(spec.canonical_bytes()) +
-                              order_bytes;
+  header.has_activation_order =
+      version == kWeightFileVersionWithActivationOrder;
+  header.file_bytes =
+      kWeightFileHeaderBytes + header.name_bytes +
+      static_cast<uint64_t>(spec.canonical_bytes()) +
+      (header.has_activation_order ? spec.k * int64_t{sizeof(int32_t)} : 0) +
+      kWeightFileChecksumBytes;
+  return header;
+}
+
+absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
+  constexpr uint64_t kSmallest =
+      kWeightFileHeaderBytes + kWeightFileChecksumBytes;
+  if (bytes.size() < kSmallest) {
+    return absl::DataLossError(
+        absl::StrCat("file is truncated: ", bytes.size(),
+                     " bytes, a weight file has at least ", kSmallest));
+  }
+  absl::StatusOr<WeightFileHeader> header = ParseWeightFileHeader(bytes);
+  if (!header.ok()) return header.status();
+  const WeightSpec& spec = header->spec;
+  const uint32_t name_bytes = header->name_bytes;
+  const int64_t order_bytes =
+      header->has_activation_order ? spec.k * int64_t{sizeof(int32_t)} : 0;
+  const uint64_t file_bytes = header->file_bytes;
   if (bytes.size() < file_bytes) {
     return absl::DataLossError(absl::StrCat("file is truncated: ", bytes.size(),
                                             " bytes, its header says ",

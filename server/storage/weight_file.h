@@ -91,6 +91,21 @@ absl::Status WriteWeightFile(
 std::string SerializeWeightFile(absl::string_view name,
                                 const QuantizedWeight& weight);
 
+// What a weight file's header says, checked.
+struct WeightFileHeader {
+  WeightSpec spec;
+  bool has_activation_order = false;
+  uint32_t name_bytes = 0;
+  // The whole file's size, checksum included.
+  uint64_t file_bytes = 0;
+};
+
+// The header at the start of `bytes`, which need hold only its
+// kWeightFileHeaderBytes: so a file's size can be checked before its data
+// is read. DATA_LOSS, as ParseWeightFile says, for a header that is short or
+// wrong in itself.
+absl::StatusOr<WeightFileHeader> ParseWeightFileHeader(absl::string_view bytes);
+
 // DATA_LOSS, saying what is wrong, for bytes that are not a complete, intact
 // weight file: too short or too long for what the header says, a bad magic,
 // an unknown version or format, sizes that disagree with the spec, an invalid

@@ -1,4 +1,5 @@
-// Tests reading whole files: their bytes, and an error per kind of failure.
+// Tests reading whole files and their prefixes: their bytes, and an error per
+// kind of failure.
 #include "base/file_contents.h"
 
 #include <fcntl.h>
@@ -35,6 +36,30 @@ TEST(ReadFileContentsTest, ReturnsEveryByte) {
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_TRUE(*read == bytes) << "seed " << kSeed;
   std::remove(path.c_str());
+}
+
+// A prefix is read without the rest: of a 1 GiB sparse file, its first
+// bytes; of a file shorter than asked, all of it.
+TEST(ReadFilePrefixTest, ReadsOnlyThePrefix) {
+  const std::string path = ::testing::TempDir() + "/file_contents_prefix";
+  std::ofstream(path, std::ios::binary) << "header";
+  ASSERT_EQ(truncate(path.c_str(), int64_t{1} << 30), 0);
+  absl::StatusOr<std::string> read = ReadFilePrefix(path, 4);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "head");
+  ASSERT_EQ(truncate(path.c_str(), 6), 0);
+  read = ReadFilePrefix(path, 72);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "header");
+  std::remove(path.c_str());
+}
+
+TEST(ReadFilePrefixTest, RefusesWhatReadFileContentsRefuses) {
+  const absl::StatusOr<std::string> read =
+      ReadFilePrefix(::testing::TempDir(), 72);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(read.status().message(),
+              HasSubstr("not a regular file but a directory"));
 }
 
 TEST(ReadFileContentsTest, EmptyFileIsEmpty) {

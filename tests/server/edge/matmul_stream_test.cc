@@ -1,6 +1,7 @@
 // MatmulStream against an in-process server through the generated stub: many
 // requests on one stream checked against the float64 reference, failures that
-// fail alone, an empty stream, a client that reads late, and cancellation.
+// fail alone, an empty stream, a client that reads late, replies past the
+// reply budget, and cancellation.
 // Every test ends by shutting the server down, which is only quick when every
 // stream was finished.
 #include "server/edge/matmul_stream.h"
@@ -23,10 +24,12 @@
 #include "format/dtype.h"
 #include "format/reference.h"
 #include "format/weight_format.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "nibble/v1/nibble.grpc.pb.h"
+#include "server/core/reply_budget.h"
 #include "server/edge/nibble_server.h"
 
 namespace nibble {
@@ -175,10 +178,15 @@ void CheckReplies(const std::vector<v1::MatmulStreamResponse>& replies,
 
 class MatmulStreamTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  virtual server::ServerOptions Options() const {
     server::ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.threads = 2;
+    return options;
+  }
+
+  void SetUp() override {
+    const server::ServerOptions options = Options();
     absl::StatusOr<std::unique_ptr<server::NibbleServer>> server =
         server::NibbleServer::Start(options, cpu::CpuKernels());
     ASSERT_TRUE(server.ok()) << server.status();
@@ -379,6 +387,68 @@ TEST_F(MatmulStreamTest, ClientThatReadsLateStillGetsEveryReply) {
   EXPECT_LT(written_before_reading, count)
       << "the server read every request while no reply could be written";
   CheckReplies(replies, expected);
+}
+
+// A server whose reply budget lets one connection hold 64 KiB of replies: two
+// of kWideSpec's largest.
+class MatmulStreamReplyBudgetTest : public MatmulStreamTest {
+ protected:
+  static constexpr int64_t kConnectionShareBytes = 64 << 10;
+
+  server::ServerOptions Options() const override {
+    server::ServerOptions options = MatmulStreamTest::Options();
+    options.max_held_reply_bytes =
+        kConnectionShareBytes * server::ReplyBudget::kConnectionShares;
+    return options;
+  }
+};
+
+// Replies the client does not read are held in the reply budget: past the
+// connection's share, requests are refused with RESOURCE_EXHAUSTED, each
+// alone, while the others are answered right once the client reads; then
+// nothing is held any more.
+TEST_F(MatmulStreamReplyBudgetTest, RepliesPastTheShareAreRefusedAlone) {
+  const uint64_t seed = 404;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::vector<v1::MatmulStreamRequest> requests;
+  std::map<uint64_t, Expected> expected;
+  for (int i = 0; i < 2 * server::MatmulStreamReactor::kMaxOwedReplies; ++i) {
+    auto [request, want] =
+        GoodRequest(IdOf(i), kWideWeight, wide_weight_, kDTypes[i % 3], rng);
+    requests.push_back(std::move(request));
+    expected[IdOf(i)] = std::move(want);
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // a 64 KiB window
+  const std::unique_ptr<v1::NibbleService::Stub> slow_reader =
+      Connect(arguments);
+  std::vector<v1::MatmulStreamResponse> replies;
+  const grpc::Status status = RunStream(*slow_reader, requests, &replies,
+                                        /*read_delay=*/absl::Seconds(1));
+  EXPECT_TRUE(status.ok()) << status.error_code() << " "
+                           << status.error_message();
+  int refused = 0;
+  std::vector<v1::MatmulStreamResponse> answered;
+  std::map<uint64_t, Expected> answered_expected;
+  for (const v1::MatmulStreamResponse& reply : replies) {
+    if (reply.has_error()) {
+      EXPECT_EQ(reply.error().code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      EXPECT_THAT(reply.error().message(),
+                  ::testing::HasSubstr("--max_held_reply_bytes"));
+      ++refused;
+      continue;
+    }
+    answered.push_back(reply);
+    answered_expected[reply.id()] = expected[reply.id()];
+  }
+  EXPECT_GT(refused, 0) << "every reply was held while the client did not "
+                           "read";
+  EXPECT_GT(answered.size(), 0);
+  EXPECT_EQ(answered.size() + refused, requests.size());
+  CheckReplies(answered, answered_expected);
+  EXPECT_THAT(server_->RenderMetrics(),
+              ::testing::HasSubstr("\nnibble_held_reply_bytes 0\n"));
 }
 
 TEST_F(MatmulStreamTest, ConcurrentStreamsAreIndependent) {

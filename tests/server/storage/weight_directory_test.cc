@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -198,6 +199,64 @@ TEST(WeightDirectoryTest, LoadsOnlyRegularFilesInsideTheDirectory) {
           ", outside the data directory"));
   EXPECT_THAT(reasons[dir.FilePath("zero")],
               HasSubstr("is a symbolic link to /dev/zero, outside"));
+}
+
+// `admit` sees each file's header before its data is read: a file whose
+// header claims a 2 GiB weight, sparse on disk, is skipped unread when
+// `admit` refuses it; a 10 GiB sparse file of zeros is refused for its
+// header alone; the weights `admit` takes load as before.
+TEST(WeightDirectoryTest, AdmitRefusesAWeightBeforeItsDataIsRead) {
+  WeightDirectory dir(FreshDirectory("admit"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  SCOPED_TRACE("seed 5");
+  const QuantizedWeight small =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 64, 16, 32}, 5);
+  ASSERT_TRUE(dir.Save("small", small).ok());
+  // The header of a 65536 x 65536 u4b8 weight, the file as long as it says.
+  const WeightSpec huge_spec{WeightFormat::kU4b8, 65536, 65536, 128};
+  std::string huge_header =
+      SerializeWeightFile("huge", small).substr(0, kWeightFileHeaderBytes);
+  const uint64_t dimensions[] = {65536,
+                                 65536,
+                                 128,
+                                 uint64_t(huge_spec.qweight_bytes()),
+                                 uint64_t(huge_spec.scales_bytes()),
+                                 0};
+  std::memcpy(huge_header.data() + 16, dimensions, sizeof(dimensions));
+  const std::string huge = dir.FilePath("huge");
+  WriteFile(huge, huge_header);
+  absl::StatusOr<WeightFileHeader> parsed = ParseWeightFileHeader(huge_header);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(truncate(huge.c_str(), parsed->file_bytes), 0);
+  const std::string zeros = dir.FilePath("zeros");
+  WriteFile(zeros, "");
+  ASSERT_EQ(truncate(zeros.c_str(), int64_t{10} << 30), 0);
+
+  std::map<std::string, WeightSpec> admitted;
+  std::map<std::string, WeightFile> loaded;
+  absl::StatusOr<LoadReport> report = dir.LoadAll(
+      [&](WeightFile file) {
+        std::string name = file.name;
+        loaded.emplace(std::move(name), std::move(file));
+        return absl::OkStatus();
+      },
+      [&](absl::string_view name, const WeightFileHeader& header) {
+        admitted.emplace(std::string(name), header.spec);
+        return header.spec.canonical_bytes() > (1 << 20)
+                   ? absl::ResourceExhaustedError("too large to load")
+                   : absl::OkStatus();
+      });
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(admitted.at("huge").k, 65536);
+  EXPECT_EQ(admitted.at("small").n, 16);
+  EXPECT_FALSE(admitted.contains("zeros"));
+  EXPECT_EQ(report->weights_loaded, 1);
+  ASSERT_EQ(report->problems.size(), 2u);
+  EXPECT_EQ(report->problems[0].path, huge);
+  EXPECT_EQ(report->problems[0].reason, "too large to load");
+  EXPECT_EQ(report->problems[1].path, zeros);
+  EXPECT_THAT(report->problems[1].reason, HasSubstr("NIBWEIGH"));
+  EXPECT_EQ(loaded["small"].weight.qweight, small.qweight);
 }
 
 TEST(WeightDirectoryTest, RefusedWeightsAreReported) {
