@@ -11,8 +11,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file_contents.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace nibble {
 namespace {
@@ -54,18 +56,17 @@ absl::StatusOr<int64_t> ParseCount(absl::string_view column,
 }
 
 // An ISA level's name: lower-case letters, digits and '_', not a format's.
+// One of cpu::kAllIsas by name: a misspelt level would make its rules
+// answer nowhere.
 absl::StatusOr<std::string> ParseIsa(absl::string_view text) {
-  const bool well_formed =
-      !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-        return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '_';
-      });
-  if (!well_formed || ParseWeightFormat(text).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the first of 8 columns must be an ISA level such as avx512_bf16, "
-        "got \"",
-        text, "\""));
+  std::vector<absl::string_view> names;
+  for (const cpu::Isa level : cpu::kAllIsas) {
+    if (cpu::IsaName(level) == text) return std::string(text);
+    names.push_back(cpu::IsaName(level));
   }
-  return std::string(text);
+  return absl::InvalidArgumentError(
+      absl::StrCat("the first of 8 columns must be an ISA level (",
+                   absl::StrJoin(names, ", "), "), got \"", text, "\""));
 }
 
 absl::StatusOr<TuningRule> ParseRule(absl::string_view line) {
@@ -124,6 +125,14 @@ WeightFormat StandInFormat(WeightFormat format) {
 bool CoversLess(const TuningRule* a, const TuningRule* b) {
   if (a->max_m == 0) return false;
   return b->max_m == 0 || a->max_m < b->max_m;
+}
+
+// Rules in the order Lookup tries them: the tighter bound first, and at the
+// same bound a level's own rule before one of every level.
+bool TriedBefore(const TuningRule* a, const TuningRule* b) {
+  if (CoversLess(a, b)) return true;
+  if (CoversLess(b, a)) return false;
+  return !a->isa.empty() && b->isa.empty();
 }
 
 }  // namespace
@@ -254,7 +263,7 @@ std::optional<KernelVariant> TuningTable::Lookup(
       candidates.push_back(&rule);
     }
   }
-  std::stable_sort(candidates.begin(), candidates.end(), CoversLess);
+  std::stable_sort(candidates.begin(), candidates.end(), TriedBefore);
   for (const TuningRule* rule : candidates) {
     if (rule->max_m == 0 || problem.m <= rule->max_m) return rule->variant;
   }

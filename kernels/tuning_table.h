@@ -13,7 +13,8 @@
 // have. A rule covers problems with m <= max_m (0: any m) of its format. A
 // lookup takes the rules of the problem's format measured at the nearest
 // group size, then the nearest shape (k, n) and thread count, then the first
-// of those rules whose max_m admits the problem's m. A table without rules
+// of those rules whose max_m admits the problem's m, a level's own rule
+// before one of every level with the same bound. A table without rules
 // for a block format (FP4 codes with 8-bit scales) answers with the kFp4
 // rules: the same FP4 codes, only the scales differ.
 //

@@ -1,6 +1,8 @@
 // Fuzzes the tuning-table reader: TuningTable::Parse must refuse bad text
 // cleanly, a table it accepts must survive Serialize and Parse unchanged, and
-// Lookup on each rule's own problem must answer with that rule's variant.
+// Lookup on each rule it answers with, at the rule's own problem, must give
+// that rule's variant.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -17,6 +19,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(reparsed.ok());
   FUZZ_CHECK(reparsed->rules() == table->rules());
   for (const nibble::TuningRule& rule : table->rules()) {
+    // Rules of other levels than the one the table answers at wait for
+    // ForIsas to pick theirs; a rule of every level gives way to the level's
+    // own rule for the same problems.
+    if (!rule.isa.empty() && rule.isa != table->isa()) continue;
+    const bool overridden =
+        rule.isa.empty() &&
+        std::any_of(table->rules().begin(), table->rules().end(),
+                    [&](const nibble::TuningRule& other) {
+                      return !other.isa.empty() && other.isa == table->isa() &&
+                             other.format == rule.format &&
+                             other.group_size == rule.group_size &&
+                             other.k == rule.k && other.n == rule.n &&
+                             other.threads == rule.threads &&
+                             other.max_m == rule.max_m;
+                    });
+    if (overridden) continue;
     nibble::GemmProblem problem;
     problem.format = rule.format;
     problem.group_size = rule.group_size;

@@ -101,11 +101,13 @@ TEST(TuningTableTest, ParseErrorsNameTheLineAndTheProblem) {
   EXPECT_THAT(ParseError(good + "avx2 u4b8 128 4096 4096 2 8 fused extra\n"),
               HasSubstr("line 2: expected 7 columns"));
   EXPECT_EQ(ParseError("u4b8 128 4096 4096 2 8 fused 1\n"),
-            "line 1: the first of 8 columns must be an ISA level such as "
-            "avx512_bf16, got \"u4b8\"");
+            "line 1: the first of 8 columns must be an ISA level (scalar, "
+            "avx2, avx512, avx512_bf16, amx), got \"u4b8\"");
   EXPECT_EQ(ParseError("AVX2 u4b8 128 4096 4096 2 8 fused\n"),
-            "line 1: the first of 8 columns must be an ISA level such as "
-            "avx512_bf16, got \"AVX2\"");
+            "line 1: the first of 8 columns must be an ISA level (scalar, "
+            "avx2, avx512, avx512_bf16, amx), got \"AVX2\"");
+  EXPECT_THAT(ParseError("avx512bf16 u4b8 128 4096 4096 2 8 fused\n"),
+              HasSubstr("got \"avx512bf16\""));
   EXPECT_EQ(ParseError("int4 128 4096 4096 2 8 fused"),
             "line 1: unknown weight format \"int4\": use fp4, u4b8, u4, mxfp4 "
             "or nvfp4");
@@ -171,6 +173,22 @@ TEST(TuningTableTest, AnswersWithTheFirstLevelItListsUntilOneIsPicked) {
   const TuningTable table = TwoLevelTable();
   EXPECT_EQ(table.isa(), "amx");
   EXPECT_THAT(table.Lookup(Problem(16, 4096, 4096)), Optional(kDoubleBuffered));
+}
+
+TEST(TuningTableTest, ALevelsOwnRuleOverridesAnEveryLevelRuleOfTheSameBound) {
+  for (const bool level_rule_first : {false, true}) {
+    std::vector<TuningRule> rules = {
+        Rule(WeightFormat::kU4b8, 128, 4096, 4096, 2, 8, kFused),
+        Rule(WeightFormat::kU4b8, 128, 4096, 4096, 2, 8, kStriped, "amx")};
+    if (level_rule_first) std::swap(rules[0], rules[1]);
+    const TuningTable table(std::move(rules));
+    EXPECT_EQ(table.isa(), "amx");
+    EXPECT_THAT(table.Lookup(Problem(4, 4096, 4096)), Optional(kStriped))
+        << "level rule first: " << level_rule_first;
+    const absl::string_view scalar[] = {"scalar"};
+    EXPECT_THAT(table.ForIsas(scalar).Lookup(Problem(4, 4096, 4096)),
+                Optional(kFused));
+  }
 }
 
 TEST(TuningTableTest, ForIsasFallsBackToTheNearestLevelBelow) {
