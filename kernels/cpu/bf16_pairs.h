@@ -270,12 +270,8 @@ void RunBf16Pairs(const Bf16Context& ctx, float* c, ThreadPool& pool,
               dequantize(s + 1, step, steps);
             }
           }
-          const int64_t first_column = first_panel * kWidth;
-          const int64_t columns = std::min(kBlockWidth, ctx.n - first_column);
-          for (int64_t row = 0; row < ctx.m; ++row) {
-            std::copy_n(acc.data() + row * kBlockWidth, columns,
-                        c + row * ctx.n + first_column);
-          }
+          StoreBlockColumns(acc.data(), kBlockWidth, ctx.m, ctx.n,
+                            first_panel * kWidth, c);
         }
       },
       threads);

@@ -502,12 +502,8 @@ void RunDoubleBuffered(const Context<V>& ctx, float* c, ThreadPool& pool,
                   next_first + next_words * (rb + 1) / row_blocks, next);
             }
           }
-          const int64_t first_column = first_panel * kWidth;
-          const int64_t columns = std::min(kBlockWidth, ctx.n - first_column);
-          for (int64_t row = 0; row < ctx.m; ++row) {
-            std::copy_n(acc.data() + row * kBlockWidth, columns,
-                        c + row * ctx.n + first_column);
-          }
+          StoreBlockColumns(acc.data(), kBlockWidth, ctx.m, ctx.n,
+                            first_panel * kWidth, c);
         }
       },
       threads);
