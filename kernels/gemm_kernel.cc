@@ -1,5 +1,8 @@
 #include "kernels/gemm_kernel.h"
 
+#include <cstring>
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 
 namespace nibble {
@@ -36,6 +39,39 @@ GemmProblem MakeGemmProblem(const PackedWeight& weight, int64_t m, DType dtype,
                      .dtype = dtype,
                      .threads = threads,
                      .cpu_panels = weight.has_panels()};
+}
+
+absl::Status GemmKernel::RunBlocks(const GemmProblem& problem,
+                                   const PackedWeight* b,
+                                   const DeviceWeight* device,
+                                   absl::Span<const RowBlock> blocks,
+                                   ThreadPool& pool) const {
+  if (blocks.size() == 1) {
+    return Run(problem,
+               {.b = b, .a = blocks[0].a, .c = blocks[0].c, .device = device},
+               pool);
+  }
+  const int64_t a_row_bytes = problem.k * DTypeSize(problem.dtype);
+  const int64_t c_row_bytes = problem.n * DTypeSize(problem.dtype);
+  auto a = std::make_unique_for_overwrite<char[]>(problem.m * a_row_bytes);
+  auto c = std::make_unique_for_overwrite<char[]>(problem.m * c_row_bytes);
+  int64_t row = 0;
+  for (const RowBlock& block : blocks) {
+    std::memcpy(a.get() + row * a_row_bytes, block.a, block.rows * a_row_bytes);
+    row += block.rows;
+  }
+  if (absl::Status status =
+          Run(problem, {.b = b, .a = a.get(), .c = c.get(), .device = device},
+              pool);
+      !status.ok()) {
+    return status;
+  }
+  row = 0;
+  for (const RowBlock& block : blocks) {
+    std::memcpy(block.c, c.get() + row * c_row_bytes, block.rows * c_row_bytes);
+    row += block.rows;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace nibble

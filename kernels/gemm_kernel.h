@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "base/thread_pool.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
@@ -68,6 +69,14 @@ struct GemmOperands {
   const DeviceWeight* device = nullptr;
 };
 
+// The rows of one request in a batch that runs as one problem: its A, read,
+// and its C, written, both row-major in the problem's dtype.
+struct RowBlock {
+  const void* a = nullptr;  // [rows, K]
+  void* c = nullptr;        // [rows, N]
+  int64_t rows = 0;
+};
+
 class GemmKernel {
  public:
   virtual ~GemmKernel() = default;
@@ -87,6 +96,16 @@ class GemmKernel {
   virtual absl::Status Run(const GemmProblem& problem,
                            const GemmOperands& operands,
                            ThreadPool& pool) const = 0;
+  // Runs `blocks`, whose rows add up to problem.m, as one problem: A
+  // gathered from the blocks in order, C scattered back into them. `b` and
+  // `device` as in GemmOperands. This concatenates A, runs and splits C (a
+  // single block runs in place); kernels that copy A and C anyway, as the
+  // GPU's do, gather and scatter on the way instead.
+  virtual absl::Status RunBlocks(const GemmProblem& problem,
+                                 const PackedWeight* b,
+                                 const DeviceWeight* device,
+                                 absl::Span<const RowBlock> blocks,
+                                 ThreadPool& pool) const;
 };
 
 }  // namespace nibble

@@ -1,9 +1,12 @@
-// cuda_backend.h on the CUDA runtime: the GemmKernels of the backend stage
-// host A and C through one stream and grow-only device buffers.
+// cuda_backend.h on the CUDA runtime: each run of the backend's GemmKernels
+// takes a lane (its own stream, pinned host staging and device buffers, all
+// reused), so that runs on several threads overlap on the GPU.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,23 +23,170 @@
 namespace nibble::cuda {
 namespace {
 
-// What host-side runs share: the GPU runs one GEMM at a time anyway.
-struct Session {
-  absl::Mutex mutex;
-  cudaStream_t stream = nullptr;
-  Workspace workspace;
-  DeviceBuffer a;
-  DeviceBuffer c;
-  std::vector<uint16_t> a_bf16;  // f32 A rounded for the tensor cores
+// Page-locked host memory, which the GPU copies from and to at full speed and
+// asynchronously; it only grows.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { cudaFreeHost(data_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // At least `bytes`; what it held is lost when it grows.
+  absl::Status Reserve(int64_t bytes, const std::string& what) {
+    if (bytes <= capacity_) return absl::OkStatus();
+    cudaFreeHost(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+    if (absl::Status status = CudaStatus(
+            cudaHostAlloc(reinterpret_cast<void**>(&data_), bytes,
+                          cudaHostAllocDefault),
+            absl::StrFormat("cudaHostAlloc of %d bytes for %s", bytes, what));
+        !status.ok()) {
+      return status;
+    }
+    capacity_ = bytes;
+    return absl::OkStatus();
+  }
+  uint8_t* data() const { return data_; }
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  int64_t capacity_ = 0;
 };
 
-absl::StatusOr<Session*> GetSession() {
-  static Session* session = new Session();
-  static const absl::Status created = CudaStatus(
-      cudaStreamCreateWithFlags(&session->stream, cudaStreamNonBlocking),
-      "cudaStreamCreate");
-  if (!created.ok()) return created;
-  return session;
+// What one run in flight holds, so that the copies of one run overlap the
+// kernel of another.
+struct Lane {
+  ~Lane() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  cudaStream_t stream = nullptr;
+  Workspace workspace;
+  PinnedBuffer host_a;  // A as the GPU reads it (f32 rounded to bf16)
+  PinnedBuffer host_c;
+  DeviceBuffer a;
+  DeviceBuffer c;
+};
+
+// The lanes: a run takes a free one, makes one while fewer than kMaxLanes
+// exist, or waits for one. The lock is held only to take and give back.
+class LanePool {
+ public:
+  absl::StatusOr<Lane*> Acquire() {
+    absl::MutexLock lock(&mutex_);
+    mutex_.Await(absl::Condition(this, &LanePool::CanAcquire));
+    if (!free_.empty()) {
+      Lane* lane = free_.back();
+      free_.pop_back();
+      return lane;
+    }
+    auto lane = std::make_unique<Lane>();
+    if (absl::Status status = CudaStatus(
+            cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking),
+            "cudaStreamCreate");
+        !status.ok()) {
+      return status;
+    }
+    lanes_.push_back(std::move(lane));
+    return lanes_.back().get();
+  }
+
+  void Release(Lane* lane) {
+    absl::MutexLock lock(&mutex_);
+    free_.push_back(lane);
+  }
+
+  StagingStats Stats() {
+    absl::MutexLock lock(&mutex_);
+    StagingStats stats{.lanes = static_cast<int>(lanes_.size())};
+    for (const std::unique_ptr<Lane>& lane : lanes_) {
+      stats.pinned_bytes += lane->host_a.capacity() + lane->host_c.capacity();
+      stats.device_bytes += lane->a.capacity() + lane->c.capacity();
+    }
+    return stats;
+  }
+
+ private:
+  bool CanAcquire() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return !free_.empty() || static_cast<int>(lanes_.size()) < kMaxLanes;
+  }
+
+  absl::Mutex mutex_;
+  std::vector<std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(mutex_);
+  std::vector<Lane*> free_ ABSL_GUARDED_BY(mutex_);
+};
+
+LanePool& Lanes() {
+  static LanePool* pool = new LanePool();
+  return *pool;
+}
+
+// Gives a lane back to the pool when it goes out of scope.
+class HeldLane {
+ public:
+  explicit HeldLane(Lane* lane) : lane_(lane) {}
+  ~HeldLane() { Lanes().Release(lane_); }
+  HeldLane(const HeldLane&) = delete;
+  HeldLane& operator=(const HeldLane&) = delete;
+  Lane& operator*() const { return *lane_; }
+
+ private:
+  Lane* lane_;
+};
+
+// Rows of A from `blocks` into `to`, one after another, f32 rounded to bf16
+// on the way; a large block is split over the pool's threads.
+void GatherRows(absl::Span<const RowBlock> blocks, DType dtype, int64_t k,
+                uint8_t* to, ThreadPool& pool) {
+  constexpr int64_t kElementsPerTask = int64_t{1} << 18;
+  const bool round = dtype == DType::kF32;
+  const int64_t to_row_bytes = k * (round ? 2 : DTypeSize(dtype));
+  for (const RowBlock& block : blocks) {
+    const int64_t elements = block.rows * k;
+    const int tasks = static_cast<int>(
+        std::min<int64_t>(pool.threads(), elements / kElementsPerTask + 1));
+    pool.ParallelFor(
+        block.rows,
+        [&](int64_t begin, int64_t end) {
+          uint8_t* out = to + begin * to_row_bytes;
+          if (!round) {
+            std::memcpy(
+                out,
+                static_cast<const uint8_t*>(block.a) + begin * to_row_bytes,
+                (end - begin) * to_row_bytes);
+            return;
+          }
+          const float* in = static_cast<const float*>(block.a) + begin * k;
+          auto* rounded = reinterpret_cast<uint16_t*>(out);
+          for (int64_t i = 0; i < (end - begin) * k; ++i) {
+            rounded[i] = FloatToBf16(in[i]);
+          }
+        },
+        tasks);
+    to += block.rows * to_row_bytes;
+  }
+}
+
+// Rows of C from `from` into `blocks`, one after another; a large block is
+// split over the pool's threads.
+void ScatterRows(const uint8_t* from, int64_t row_bytes,
+                 absl::Span<const RowBlock> blocks, ThreadPool& pool) {
+  constexpr int64_t kBytesPerTask = int64_t{1} << 20;
+  for (const RowBlock& block : blocks) {
+    const int64_t bytes = block.rows * row_bytes;
+    const int tasks = static_cast<int>(
+        std::min<int64_t>(pool.threads(), bytes / kBytesPerTask + 1));
+    pool.ParallelFor(
+        block.rows,
+        [&](int64_t begin, int64_t end) {
+          std::memcpy(static_cast<uint8_t*>(block.c) + begin * row_bytes,
+                      from + begin * row_bytes, (end - begin) * row_bytes);
+        },
+        tasks);
+    from += bytes;
+  }
 }
 
 class CudaGemmKernel final : public GemmKernel {
@@ -59,65 +209,72 @@ class CudaGemmKernel final : public GemmKernel {
   }
 
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
-                   ThreadPool&) const override {
-    const auto* weight = dynamic_cast<const CudaWeight*>(operands.device);
+                   ThreadPool& pool) const override {
+    const RowBlock block{.a = operands.a, .c = operands.c, .rows = problem.m};
+    return RunBlocks(problem, operands.b, operands.device, {block}, pool);
+  }
+
+  // A goes from the blocks straight into the lane's pinned staging, and C
+  // from there straight into the blocks.
+  absl::Status RunBlocks(const GemmProblem& problem, const PackedWeight*,
+                         const DeviceWeight* device,
+                         absl::Span<const RowBlock> blocks,
+                         ThreadPool& pool) const override {
+    const auto* weight = dynamic_cast<const CudaWeight*>(device);
     if (weight == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           name_, " needs the weight in GPU memory (UploadWeight) and got ",
-          operands.device == nullptr ? "none" : "another backend's copy"));
+          device == nullptr ? "none" : "another backend's copy"));
     }
-    absl::StatusOr<Session*> session = GetSession();
-    if (!session.ok()) return session.status();
-    absl::MutexLock lock(&(*session)->mutex);
-    const int64_t elements = problem.m * problem.k;
-    const void* a = operands.a;
-    DType a_dtype = problem.dtype;
-    if (problem.dtype == DType::kF32) {
-      std::vector<uint16_t>& rounded = (*session)->a_bf16;
-      rounded.resize(elements);
-      const float* a_f32 = static_cast<const float*>(operands.a);
-      for (int64_t i = 0; i < elements; ++i) {
-        rounded[i] = FloatToBf16(a_f32[i]);
-      }
-      a = rounded.data();
-      a_dtype = DType::kBF16;
+    absl::StatusOr<Lane*> acquired = Lanes().Acquire();
+    if (!acquired.ok()) return acquired.status();
+    const HeldLane held(*acquired);
+    Lane& lane = *held;
+    const DType a_dtype =
+        problem.dtype == DType::kF32 ? DType::kBF16 : problem.dtype;
+    const int64_t a_bytes = problem.m * problem.k * DTypeSize(a_dtype);
+    const int64_t c_row_bytes = problem.n * DTypeSize(problem.dtype);
+    const int64_t c_bytes = problem.m * c_row_bytes;
+    for (absl::Status status :
+         {lane.host_a.Reserve(a_bytes, "staging A"),
+          lane.host_c.Reserve(c_bytes, "staging C"),
+          lane.a.Reserve(a_bytes, "A"), lane.c.Reserve(c_bytes, "C")}) {
+      if (!status.ok()) return status;
     }
-    const size_t a_bytes = elements * DTypeSize(a_dtype);
-    const size_t c_bytes = problem.m * problem.n * DTypeSize(problem.dtype);
-    Session& s = **session;
-    if (absl::Status status = s.a.Reserve(a_bytes, "A"); !status.ok()) {
-      return status;
-    }
-    if (absl::Status status = s.c.Reserve(c_bytes, "C"); !status.ok()) {
-      return status;
-    }
-    if (absl::Status status =
-            CudaStatus(cudaMemcpyAsync(s.a.data(), a, a_bytes,
-                                       cudaMemcpyHostToDevice, s.stream),
-                       "copying A to the GPU");
+    GatherRows(blocks, problem.dtype, problem.k, lane.host_a.data(), pool);
+    if (absl::Status status = CudaStatus(
+            cudaMemcpyAsync(lane.a.data(), lane.host_a.data(), a_bytes,
+                            cudaMemcpyHostToDevice, lane.stream),
+            "copying A to the GPU");
         !status.ok()) {
       return status;
     }
     const DeviceGemm gemm{.variant = variant_,
                           .b = weight,
-                          .a = s.a.data(),
+                          .a = lane.a.data(),
                           .a_dtype = a_dtype,
-                          .c = s.c.data(),
+                          .c = lane.c.data(),
                           .c_dtype = problem.dtype,
                           .m = problem.m};
-    if (absl::Status status = LaunchGemm(gemm, s.workspace, s.stream);
+    if (absl::Status status = LaunchGemm(gemm, lane.workspace, lane.stream);
         !status.ok()) {
       return status;
     }
-    if (absl::Status status =
-            CudaStatus(cudaMemcpyAsync(operands.c, s.c.data(), c_bytes,
-                                       cudaMemcpyDeviceToHost, s.stream),
-                       "copying C from the GPU");
+    if (absl::Status status = CudaStatus(
+            cudaMemcpyAsync(lane.host_c.data(), lane.c.data(), c_bytes,
+                            cudaMemcpyDeviceToHost, lane.stream),
+            "copying C from the GPU");
         !status.ok()) {
       return status;
     }
-    return CudaStatus(cudaStreamSynchronize(s.stream),
-                      absl::StrCat("running ", name_));
+    // Waits for this lane's stream alone; other runs go on meanwhile.
+    if (absl::Status status = CudaStatus(cudaStreamSynchronize(lane.stream),
+                                         absl::StrCat("running ", name_));
+        !status.ok()) {
+      return status;
+    }
+    ScatterRows(lane.host_c.data(), c_row_bytes, blocks, pool);
+    return absl::OkStatus();
   }
 
  private:
@@ -145,6 +302,31 @@ std::string DeviceDescription() {
 }
 
 bool SupportsSpec(const WeightSpec& spec) { return spec.k % kKMultiple == 0; }
+
+int64_t DeviceBytes(const WeightSpec& spec) {
+  const int64_t padded_n = PaddedN(spec.n);
+  const int64_t code_words = padded_n * spec.k / kCodesPerWord;
+  const int64_t scale_pairs = spec.groups() * padded_n / 2;
+  return (code_words + scale_pairs) * int64_t{sizeof(uint32_t)} +
+         (HasZeros(spec.format) ? scale_pairs * int64_t{sizeof(uint16_t)} : 0);
+}
+
+absl::StatusOr<GpuMemory> DeviceMemory() {
+  if (DeviceCount() == 0) {
+    return absl::UnavailableError("no CUDA GPU is visible to this process");
+  }
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  if (absl::Status status = CudaStatus(
+          cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+      !status.ok()) {
+    return status;
+  }
+  return GpuMemory{.free_bytes = static_cast<int64_t>(free_bytes),
+                   .total_bytes = static_cast<int64_t>(total_bytes)};
+}
+
+StagingStats Staging() { return Lanes().Stats(); }
 
 namespace {
 

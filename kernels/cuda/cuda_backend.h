@@ -12,6 +12,7 @@
 #ifndef NIBBLE_KERNELS_CUDA_CUDA_BACKEND_H_
 #define NIBBLE_KERNELS_CUDA_CUDA_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,17 @@ std::string DeviceDescription();
 
 // Whether the CUDA kernels take weights of this shape (K a multiple of 128).
 bool SupportsSpec(const WeightSpec& spec);
+// Bytes of GPU memory UploadWeight takes for a weight of `spec` (one that
+// SupportsSpec), known before its data; 0 without the backend.
+int64_t DeviceBytes(const WeightSpec& spec);
+
+struct GpuMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+// The current device's memory as the driver reports it now; UNAVAILABLE
+// without a GPU.
+absl::StatusOr<GpuMemory> DeviceMemory();
 // Copies `canonical` to GPU memory in the kernels' layout. UNAVAILABLE with
 // no GPU, INVALID_ARGUMENT for a shape SupportsSpec refuses,
 // RESOURCE_EXHAUSTED when GPU memory is short.
@@ -44,9 +56,26 @@ absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
     const Fp4Columns& columns);
 
+// Runs of the kernels below in flight at once at most, each on its own CUDA
+// stream with its own staging.
+inline constexpr int kMaxLanes = 8;
+
+// The staging of the kernels' runs. A run takes a lane: its own stream,
+// pinned host buffers for A and C and device buffers for them. A lane is made
+// for a run that finds every other one busy, up to kMaxLanes; its buffers
+// grow to the largest run it has had and are reused after, so repeated runs
+// allocate nothing.
+struct StagingStats {
+  int lanes = 0;
+  int64_t pinned_bytes = 0;  // page-locked host memory
+  int64_t device_bytes = 0;  // GPU memory for A and C
+};
+StagingStats Staging();
+
 // fused, double_buffered (cp.async pipeline) and striped (stream-K) for each
 // format; empty without a GPU. They live for the whole program. Their Run
-// needs GemmOperands::device from UploadWeight and takes host A and C.
+// needs GemmOperands::device from UploadWeight and takes host A and C; runs
+// on several threads at once overlap on the GPU (kMaxLanes).
 std::vector<const GemmKernel*> CudaKernels();
 
 // The variant for a problem on this GPU, by shape and multiprocessor count.

@@ -8,6 +8,8 @@ bool CompiledIn() { return false; }
 int DeviceCount() { return 0; }
 std::string DeviceDescription() { return ""; }
 bool SupportsSpec(const WeightSpec&) { return false; }
+int64_t DeviceBytes(const WeightSpec&) { return 0; }
+StagingStats Staging() { return {}; }
 
 namespace {
 
@@ -18,6 +20,8 @@ absl::Status NotBuilt() {
 }
 
 }  // namespace
+
+absl::StatusOr<GpuMemory> DeviceMemory() { return NotBuilt(); }
 
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
     const QuantizedWeight&) {

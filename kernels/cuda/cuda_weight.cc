@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/arrange_weight.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_gemm.h"
 #include "kernels/cuda/device_layout.h"
 
@@ -45,7 +46,14 @@ absl::Status ReserveZeroed(DeviceBuffer& buffer, int64_t bytes,
   if (absl::Status status = buffer.Reserve(bytes, what); !status.ok()) {
     return status;
   }
-  return CudaStatus(cudaMemset(buffer.data(), 0, bytes),
+  if (absl::Status status = CudaStatus(cudaMemset(buffer.data(), 0, bytes),
+                                       absl::StrCat("clearing ", what));
+      !status.ok()) {
+    return status;
+  }
+  // cudaMemset runs on the legacy stream, which the backend's non-blocking
+  // streams do not wait for: done before a kernel on one of them reads it.
+  return CudaStatus(cudaStreamSynchronize(cudaStreamLegacy),
                     absl::StrCat("clearing ", what));
 }
 
@@ -126,8 +134,7 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Allocated(
   const int64_t words = weight->code_words();
   const int64_t pairs = weight->scale_pairs();
   const bool has_zeros = HasZeros(spec.format);
-  weight->bytes_ = words * sizeof(uint32_t) + pairs * sizeof(uint32_t) +
-                   (has_zeros ? pairs * sizeof(uint16_t) : 0);
+  weight->bytes_ = DeviceBytes(spec);
   const std::string name = spec.DebugString();
   if (absl::Status status = Allocate(&weight->codes_, words, name + " codes");
       !status.ok()) {

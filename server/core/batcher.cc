@@ -11,10 +11,10 @@ namespace nibble::server {
 
 MatmulBackend BackendOf(const MatmulRunner* runner) {
   return {.run =
-              [runner](const ResidentWeight& weight, int64_t m, DType dtype,
-                       absl::string_view a) {
-                return runner->Run(weight.packed, weight.name, m, /*k=*/0,
-                                   dtype, a, weight.device.get());
+              [runner](const ResidentWeight& weight, DType dtype,
+                       absl::Span<const RowBlock> blocks) {
+                return runner->RunBlocks(weight.packed, dtype, blocks,
+                                         weight.device.get());
               },
           .loses_precision =
               [runner](const ResidentWeight& weight, int64_t m, DType dtype) {
@@ -91,22 +91,26 @@ void MatmulBatcher::Submit(MatmulWork work) {
 
 bool MatmulBatcher::RunsInline(const WeightQueue& queue,
                                const MatmulWork& work) const {
-  return options_.run_idle_inline && !queue.running && queue.requests.empty() &&
+  return options_.run_idle_inline && queue.running == 0 &&
+         queue.requests.empty() &&
          options_.max_batch_delay == absl::ZeroDuration() &&
          work.m <= kMaxInlineRows;
 }
 
 void MatmulBatcher::RunInline(WeightQueue& queue, MatmulWork work) {
-  queue.running = true;
+  ++queue.running;
   Batch batch;
   batch.queue = &queue;
   batch.run.push_back(std::move(work));
   mu_.Unlock();
   RunBatch(std::move(batch));
   mu_.Lock();
-  queue.running = false;
+  --queue.running;
   const bool queued_meanwhile = !queue.requests.empty();
-  if (!queued_meanwhile) queues_.erase(queue.weight.get());
+  // A dispatcher may run a batch of it still (max_running_batches).
+  if (!queued_meanwhile && queue.running == 0) {
+    queues_.erase(queue.weight.get());
+  }
   // What queued meanwhile is the dispatchers' now, as is the end. Otherwise
   // they sleep on: waking one would only delay this request's reply.
   if (queued_meanwhile || stopping_) work_changed_.SignalAll();
@@ -155,8 +159,10 @@ void MatmulBatcher::DispatchLoop() {
     mu_.Unlock();
     RunBatch(std::move(batch));
     mu_.Lock();
-    queue->running = false;
-    if (queue->requests.empty()) queues_.erase(queue->weight.get());
+    --queue->running;
+    if (queue->requests.empty() && queue->running == 0) {
+      queues_.erase(queue->weight.get());
+    }
     // Another dispatcher may be waiting for this weight, or for the end.
     work_changed_.SignalAll();
   }
@@ -167,7 +173,10 @@ MatmulBatcher::WeightQueue* MatmulBatcher::NextReadyQueue(absl::Time now,
                                                           absl::Time* wake) {
   WeightQueue* oldest = nullptr;
   for (auto& [weight, queue] : queues_) {
-    if (queue.running || queue.requests.empty()) continue;
+    if (queue.running >= std::max(options_.max_running_batches, 1) ||
+        queue.requests.empty()) {
+      continue;
+    }
     const absl::Time enqueued = queue.requests.front().enqueued;
     const absl::Time ready_at = enqueued + options_.max_batch_delay;
     if (!stopping_ && queue.rows < options_.max_batch_rows && ready_at > now) {
@@ -185,7 +194,7 @@ MatmulBatcher::Batch MatmulBatcher::TakeBatch(WeightQueue& queue,
                                               absl::Time now) {
   Batch batch;
   batch.queue = &queue;
-  queue.running = true;
+  ++queue.running;
   const ResidentWeight& weight = *queue.weight;
   int64_t rows = 0;
   // Whether every request taken would lose precision alone too, so that the
@@ -240,17 +249,22 @@ void MatmulBatcher::RunBatch(Batch batch) {
   if (batch.run.empty()) return;
   const ResidentWeight& weight = *batch.queue->weight;
   const DType dtype = batch.run.front().dtype;
+  // Each request's C is written in place by the kernel call, from which it
+  // goes to the reply as it is.
+  const size_t row_bytes = weight.packed.spec().n * DTypeSize(dtype);
+  std::vector<MatmulResult> results(batch.run.size());
+  std::vector<RowBlock> blocks;
+  blocks.reserve(batch.run.size());
   int64_t rows = 0;
-  for (const MatmulWork& work : batch.run) rows += work.m;
-  // A request alone runs on its own bytes; a merged batch on a copy.
-  std::string merged;
-  if (batch.run.size() > 1) {
-    merged.reserve(rows * weight.packed.spec().k * DTypeSize(dtype));
-    for (const MatmulWork& work : batch.run) merged += work.a;
+  for (size_t i = 0; i < batch.run.size(); ++i) {
+    const MatmulWork& work = batch.run[i];
+    results[i].c.resize(work.m * row_bytes);
+    blocks.push_back(
+        {.a = work.a.data(), .c = results[i].c.data(), .rows = work.m});
+    rows += work.m;
   }
   const absl::Time compute_start = absl::Now();
-  absl::StatusOr<MatmulResult> result = backend_.run(
-      weight, rows, dtype, batch.run.size() > 1 ? merged : batch.run[0].a);
+  absl::StatusOr<MatmulRun> run = backend_.run(weight, dtype, blocks);
   const absl::Duration compute_time = absl::Now() - compute_start;
   {
     const int64_t requests = static_cast<int64_t>(batch.run.size());
@@ -266,22 +280,14 @@ void MatmulBatcher::RunBatch(Batch batch) {
       counts.rows += rows;
     }
   }
-  if (!result.ok()) {
-    for (MatmulWork& work : batch.run) work.done(result.status());
+  if (!run.ok()) {
+    for (MatmulWork& work : batch.run) work.done(run.status());
     return;
   }
-  if (batch.run.size() == 1) {
-    batch.run[0].done(*std::move(result));
-    return;
-  }
-  const size_t row_bytes = weight.packed.spec().n * DTypeSize(dtype);
-  size_t offset = 0;
-  for (MatmulWork& work : batch.run) {
-    MatmulResult own{.c = result->c.substr(offset, work.m * row_bytes),
-                     .kernel = result->kernel,
-                     .compute_time_ns = result->compute_time_ns};
-    offset += work.m * row_bytes;
-    work.done(std::move(own));
+  for (size_t i = 0; i < batch.run.size(); ++i) {
+    results[i].kernel = run->kernel;
+    results[i].compute_time_ns = run->compute_time_ns;
+    batch.run[i].done(std::move(results[i]));
   }
 }
 

@@ -1,7 +1,8 @@
 // Dynamic batching per weight: Matmul requests on the same resident weight and
 // dtype that wait at the same time are merged into one kernel call (their rows
-// of A concatenated, C split back), so that many clients of M = 1 share one
-// pass over the weight instead of streaming it once each.
+// of A gathered, C written back into each request's reply), so that many
+// clients of M = 1 share one pass over the weight instead of streaming it once
+// each.
 //
 // Example:
 //   nibble::server::MatmulBatcher batcher(
@@ -12,8 +13,8 @@
 //
 // Threads: Submit only queues and never waits for kernels, so gRPC's callback
 // threads stay free. `dispatchers` threads each take the next ready batch and
-// run it; a weight has at most one batch running, so that requests arriving
-// meanwhile gather into its next one.
+// run it; a weight has at most max_running_batches batches running (one by
+// default), so that requests arriving meanwhile gather into its next one.
 // Queueing: one FIFO per weight, bounded by max_queue_rows rows of A. A queue
 // is ready once it holds max_batch_rows rows or its oldest request has waited
 // max_batch_delay. A batch takes the oldest request and then, in order, every
@@ -51,6 +52,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "format/dtype.h"
 #include "server/core/matmul_runner.h"
 #include "server/core/weight_store.h"
@@ -70,6 +72,9 @@ struct BatcherOptions {
   int64_t max_request_rows = 4096;
   // Threads running batches.
   int dispatchers = 1;
+  // Batches of one weight that may run at once. One lets the most requests
+  // gather; on a GPU two let one batch's copies overlap another's kernel.
+  int max_running_batches = 1;
   // A request of at most kMaxInlineRows on an idle weight runs at once on
   // the submitting thread; off, every request goes through a dispatcher.
   bool run_idle_inline = true;
@@ -94,10 +99,12 @@ struct MatmulWork {
 
 // What the batcher runs batches with.
 struct MatmulBackend {
-  // Multiplies `m` rows of `a` by `weight`; called once per batch.
-  std::function<absl::StatusOr<MatmulResult>(const ResidentWeight& weight,
-                                             int64_t m, DType dtype,
-                                             absl::string_view a)>
+  // Multiplies the rows of `blocks`, one per request, by `weight` as one
+  // kernel call, reading each request's A and writing its C in place (see
+  // MatmulRunner::RunBlocks); called once per batch.
+  std::function<absl::StatusOr<MatmulRun>(const ResidentWeight& weight,
+                                          DType dtype,
+                                          absl::Span<const RowBlock> blocks)>
       run;
   // Whether `m` rows would run with A rounded below the precision of dtype;
   // empty for never. Called with the batcher's lock held.
@@ -177,7 +184,7 @@ class MatmulBatcher final {
     std::shared_ptr<const ResidentWeight> weight;
     std::list<Queued> requests;
     int64_t rows = 0;
-    bool running = false;
+    int running = 0;  // batches
     // Set by ForgetWeight: what runs from now on is not counted.
     bool forgotten = false;
   };

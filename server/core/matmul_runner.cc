@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -47,43 +49,64 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(
       !status.ok()) {
     return status;
   }
-  const int64_t element_bytes = DTypeSize(dtype);
+  MatmulResult result;
+  result.c.resize(m * spec.n * DTypeSize(dtype));
+  const RowBlock block{.a = a.data(), .c = result.c.data(), .rows = m};
+  absl::StatusOr<MatmulRun> run = RunBlocks(weight, dtype, {block}, device);
+  if (!run.ok()) return run.status();
+  result.kernel = std::move(run->kernel);
+  result.compute_time_ns = run->compute_time_ns;
+  return result;
+}
+
+absl::StatusOr<MatmulRun> MatmulRunner::RunBlocks(
+    const PackedWeight& weight, DType dtype, absl::Span<const RowBlock> blocks,
+    const nibble::DeviceWeight* device) const {
+  int64_t m = 0;
+  for (const RowBlock& block : blocks) m += block.rows;
+  if (m <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("m=", m, ": A needs at least one row"));
+  }
   const GemmProblem problem =
       MakeGemmProblem(weight, m, dtype, pool_->threads());
   absl::StatusOr<const GemmKernel*> kernel = scheduler_->Pick(problem);
   if (!kernel.ok()) return kernel.status();
 
-  MatmulResult result;
-  result.c.resize(m * spec.n * element_bytes);
-  result.kernel = std::string((*kernel)->name());
+  MatmulRun run{.kernel = std::string((*kernel)->name())};
   const auto start = std::chrono::steady_clock::now();
   // An act-order weight's rows were regrouped at import: every kernel, CPU
-  // or CUDA, reads A with its columns gathered the same way.
+  // or CUDA, reads A with its columns gathered the same way, here into one
+  // buffer that the blocks then read from.
   std::unique_ptr<char[]> gathered;
-  const char* kernel_a = a.data();
+  std::vector<RowBlock> gathered_blocks;
   if (!weight.activation_order().empty()) {
-    gathered = std::make_unique_for_overwrite<char[]>(a.size());
-    const int64_t row_bytes = spec.k * element_bytes;
-    pool_->ParallelFor(m, [&](int64_t begin, int64_t end) {
-      GatherActivationColumns(dtype, end - begin, weight.activation_order(),
-                              a.data() + begin * row_bytes,
-                              gathered.get() + begin * row_bytes);
-    });
-    kernel_a = gathered.get();
+    const int64_t row_bytes = problem.k * DTypeSize(dtype);
+    gathered = std::make_unique_for_overwrite<char[]>(m * row_bytes);
+    int64_t row = 0;
+    for (const RowBlock& block : blocks) {
+      gathered_blocks.push_back({.a = gathered.get() + row * row_bytes,
+                                 .c = block.c,
+                                 .rows = block.rows});
+      pool_->ParallelFor(block.rows, [&](int64_t begin, int64_t end) {
+        GatherActivationColumns(
+            dtype, end - begin, weight.activation_order(),
+            static_cast<const char*>(block.a) + begin * row_bytes,
+            gathered.get() + (row + begin) * row_bytes);
+      });
+      row += block.rows;
+    }
+    blocks = gathered_blocks;
   }
-  if (absl::Status status = (*kernel)->Run(problem,
-                                           GemmOperands{.b = &weight,
-                                                        .a = kernel_a,
-                                                        .c = result.c.data(),
-                                                        .device = device},
-                                           *pool_);
+  if (absl::Status status =
+          (*kernel)->RunBlocks(problem, &weight, device, blocks, *pool_);
       !status.ok()) {
     return status;
   }
-  result.compute_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now() - start)
-                               .count();
-  return result;
+  run.compute_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+  return run;
 }
 
 bool MatmulRunner::LosesPrecision(const PackedWeight& weight, int64_t m,

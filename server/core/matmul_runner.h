@@ -2,10 +2,14 @@
 // the weight, gathers A by the weight's activation order when it has one
 // (GPTQ act-order), asks the scheduler for a kernel and times it.
 //
+// A batch of requests runs as one kernel call on their rows (RunBlocks), each
+// request's A read and its C written in place.
+//
 // Example:
 //   nibble::server::MatmulRunner runner(&scheduler, &pool);
 //   absl::StatusOr<nibble::server::MatmulResult> result =
-//       runner.Run(weight, /*m=*/1, /*k=*/4096, nibble::DType::kF16, bytes);
+//       runner.Run(weight, "proj", /*m=*/1, /*k=*/4096, nibble::DType::kF16,
+//                  bytes);
 #ifndef NIBBLE_SERVER_CORE_MATMUL_RUNNER_H_
 #define NIBBLE_SERVER_CORE_MATMUL_RUNNER_H_
 
@@ -16,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "base/thread_pool.h"
 #include "format/dtype.h"
 #include "kernels/device_weight.h"
@@ -26,6 +31,13 @@ namespace nibble::server {
 
 struct MatmulResult {
   std::string c;  // [M, N] in the request's dtype
+  std::string kernel;
+  int64_t compute_time_ns = 0;
+};
+
+// What ran a batch (MatmulRunner::RunBlocks): MatmulResult but for C, which
+// went into the blocks.
+struct MatmulRun {
   std::string kernel;
   int64_t compute_time_ns = 0;
 };
@@ -48,6 +60,15 @@ class MatmulRunner {
   absl::StatusOr<MatmulResult> Run(
       const PackedWeight& weight, absl::string_view weight_name, int64_t m,
       int64_t k, DType dtype, absl::string_view a,
+      const nibble::DeviceWeight* device = nullptr) const;
+
+  // Runs the rows of `blocks` as one matmul of their summed rows: each
+  // block's A (of the weight's K, already checked by CheckMatmulShape) is
+  // read and its C, sized by the caller, written. INVALID_ARGUMENT for no
+  // rows; `device` as for Run.
+  absl::StatusOr<MatmulRun> RunBlocks(
+      const PackedWeight& weight, DType dtype,
+      absl::Span<const RowBlock> blocks,
       const nibble::DeviceWeight* device = nullptr) const;
 
   // Whether Run on `m` rows would round A below the precision of `dtype`:

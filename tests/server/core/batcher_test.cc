@@ -165,8 +165,10 @@ class BatcherTest : public ::testing::Test {
     }
     MatmulBackend backend{
         .run =
-            [this](const ResidentWeight& weight, int64_t m, DType dtype,
-                   absl::string_view a) {
+            [this](const ResidentWeight& weight, DType dtype,
+                   absl::Span<const RowBlock> blocks) {
+              int64_t m = 0;
+              for (const RowBlock& block : blocks) m += block.rows;
               bool hold = false;
               {
                 absl::MutexLock lock(&mu_);
@@ -178,7 +180,7 @@ class BatcherTest : public ::testing::Test {
                 // Bounded, so that a failed test ends instead of hanging here.
                 release_.WaitForNotificationWithTimeout(kHang);
               }
-              return runner_.Run(weight.packed, weight.name, m, 0, dtype, a);
+              return runner_.RunBlocks(weight.packed, dtype, blocks);
             },
         .loses_precision = std::move(loses_precision)};
     return std::make_unique<MatmulBatcher>(options, std::move(backend));
@@ -278,6 +280,38 @@ TEST_F(BatcherTest, MergesQueuedRequestsIntoFullBatches) {
   EXPECT_EQ(stats.batch_rows.sum(), 41);
   EXPECT_EQ(BatchesOfAtMost(stats, 16) - BatchesOfAtMost(stats, 8), 2);
   EXPECT_TRUE(stats.queued_rows_by_weight.empty());
+}
+
+TEST_F(BatcherTest, SecondBatchOfAWeightRunsWhileTheFirstIsHeld) {
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  std::unique_ptr<MatmulBatcher> batcher =
+      Start({.max_batch_rows = 8, .dispatchers = 2, .max_running_batches = 2});
+  std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
+  std::vector<std::shared_ptr<Submitted>> submitted;
+  for (int i = 0; i < 3; ++i) {
+    submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
+  }
+  // Answered before the held batch is released: the second dispatcher ran
+  // them beside it.
+  for (const auto& request : submitted) request->ExpectCorrect();
+  EXPECT_FALSE(held->answered.HasBeenNotified());
+  Release();
+  held->ExpectCorrect();
+  EXPECT_EQ(batcher->Stats().requests_run, 4);
+}
+
+TEST_F(BatcherTest, OneRunningBatchPerWeightByDefault) {
+  std::unique_ptr<MatmulBatcher> batcher =
+      Start({.max_batch_rows = 8, .dispatchers = 2});
+  std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
+  std::shared_ptr<Submitted> queued =
+      Submit(*batcher, weight_a_, 2, DType::kF16);
+  // The second dispatcher is free, but the weight has its one batch.
+  EXPECT_FALSE(
+      queued->answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  Release();
+  held->ExpectCorrect();
+  queued->ExpectCorrect();
 }
 
 TEST_F(BatcherTest, EveryRequestGetsItsOwnRowsAndBatchesNeverMix) {
