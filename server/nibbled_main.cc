@@ -222,6 +222,9 @@ void AnnounceListening(const NibbledOptions& options,
         max_weight_bytes > 0 ? absl::StrCat(max_weight_bytes) : "none"},
        {"max_weight_bytes_from", options.max_weight_bytes_source},
        {"max_weights", options.server.max_weights},
+       {"max_gpu_bytes", server.max_gpu_bytes() > 0
+                             ? absl::StrCat(server.max_gpu_bytes())
+                             : "none"},
        {"max_receive_buffer_bytes", max_receive_buffer_bytes > 0
                                         ? absl::StrCat(max_receive_buffer_bytes)
                                         : "none"},

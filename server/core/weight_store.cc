@@ -1,5 +1,6 @@
 #include "server/core/weight_store.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -114,6 +115,14 @@ absl::StatusOr<PackedWeight> PackForBackend(Backend backend,
              : PackedWeight::Pack(canonical);
 }
 
+int64_t GpuBudgetBytes(int64_t requested, int64_t free_bytes) {
+  if (requested > 0) return requested;
+  if (requested < 0) return 0;
+  return free_bytes >= 2 * kGpuMemoryMargin
+             ? free_bytes - kGpuMemoryMargin
+             : std::max<int64_t>(free_bytes / 2, 1);
+}
+
 int64_t PackedResidentBytes(const WeightSpec& spec, bool has_activation_order) {
   const int64_t panels =
       (spec.n + PackedWeight::kPanelWidth - 1) / PackedWeight::kPanelWidth;
@@ -196,6 +205,18 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
   if (absl::Status status = CheckFitsLocked(name, bytes, reservation);
       !status.ok()) {
     return status;
+  }
+  // The device copy is freed with `weight` when this returns: nothing of a
+  // refused weight stays on the GPU.
+  const int64_t max_device_bytes = limits_.max_device_bytes;
+  if (max_device_bytes != 0 &&
+      device_bytes > max_device_bytes - device_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "weight \"", name, "\" needs ", device_bytes,
+        " bytes of GPU memory but ", device_bytes_, " of the ",
+        max_device_bytes,
+        " bytes allowed by --max_gpu_bytes are in use: delete a weight or "
+        "raise --max_gpu_bytes"));
   }
   weights_.emplace(std::move(name), std::move(weight));
   // The reservation turns into the weight's under the same lock, so the

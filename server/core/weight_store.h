@@ -105,6 +105,16 @@ absl::StatusOr<PackedWeight> PackForBackend(Backend backend,
 // before its data is sent. `spec` must pass Validate().
 int64_t PackedResidentBytes(const WeightSpec& spec, bool has_activation_order);
 
+// GPU memory left free by the default GPU budget: the backend's staging and
+// the kernels' workspaces grow there after the weights are in.
+inline constexpr int64_t kGpuMemoryMargin = int64_t{2} << 30;
+
+// The GPU budget (WeightStore::Limits::max_device_bytes) for nibbled
+// --max_gpu_bytes=`requested` on a GPU with `free_bytes` free at start:
+// `requested` when positive, 0 (none) for -1, and for 0 the free memory
+// less kGpuMemoryMargin, or half of it on a GPU with less than twice that.
+int64_t GpuBudgetBytes(int64_t requested, int64_t free_bytes);
+
 // NOT_FOUND for a lookup of `name` that found nothing: `missing` says what
 // to do about it. A name that fails ValidateWeightName is escaped and cut,
 // and the message gives the naming rule instead, since no upload could
@@ -151,6 +161,9 @@ class WeightStore {
     int64_t max_resident_bytes = 0;
     // Caps the weights held plus the live reservations.
     int64_t max_weights = 0;
+    // Caps the sum of the device copies' device_bytes() (nibbled
+    // --max_gpu_bytes).
+    int64_t max_device_bytes = 0;
   };
 
   // Budget bytes, and a place among the weights, held for a weight that is
@@ -189,10 +202,11 @@ class WeightStore {
   // ALREADY_EXISTS when the name is taken; INVALID_ARGUMENT for a bad name;
   // RESOURCE_EXHAUSTED, as CheckFits answers, past a limit, where what
   // `reservation` (made by this store) holds counts as free for this
-  // weight. On success the reservation becomes the weight's resident bytes;
-  // on failure it is released and the store is otherwise unchanged. Allowed
-  // while loading. `device` is the weight's copy from UploadToBackend, null
-  // for none; the store keeps it for as long as the weight.
+  // weight, or when `device` would pass max_device_bytes. On success the
+  // reservation becomes the weight's resident bytes; on failure it is released
+  // and the store is otherwise unchanged. Allowed while loading. `device` is
+  // the weight's copy from UploadToBackend, null for none; the store keeps it
+  // for as long as the weight.
   absl::Status Insert(std::string name, PackedWeight packed,
                       Reservation reservation,
                       std::unique_ptr<nibble::DeviceWeight> device = nullptr);
@@ -231,6 +245,7 @@ class WeightStore {
   int64_t reserved_bytes() const;
   int64_t max_resident_bytes() const { return limits_.max_resident_bytes; }
   int64_t max_weights() const { return limits_.max_weights; }
+  int64_t max_device_bytes() const { return limits_.max_device_bytes; }
 
   // While loading (nibbled reading --data_dir at start), Get, CheckNameFree
   // and Remove answer UNAVAILABLE, and so does CheckLoaded, so that no client

@@ -1,5 +1,6 @@
 #include "server/edge/nibble_server.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +32,25 @@ Scheduler MakeScheduler(Backend backend, std::vector<const GemmKernel*> kernels,
   return Scheduler(std::move(all), TuningTable(), cuda::PreferredVariant);
 }
 
+// The GPU budget of `options` on `backend`; none off the GPU.
+int64_t MaxDeviceBytes(const ServerOptions& options, Backend backend) {
+  if (backend != Backend::kCuda) return 0;
+  absl::StatusOr<cuda::GpuMemory> memory = cuda::DeviceMemory();
+  return GpuBudgetBytes(options.max_gpu_bytes,
+                        memory.ok() ? memory->free_bytes : 0);
+}
+
+// On the GPU, batches run on several dispatchers at once, two per weight,
+// each on its own stream (cuda::kMaxLanes), so that one batch's copies and
+// its replies' work on the host overlap another's kernel.
+BatcherOptions GpuBatching(BatcherOptions batching, Backend backend) {
+  if (backend == Backend::kCuda) {
+    batching.dispatchers = std::max(batching.dispatchers, cuda::kMaxLanes / 2);
+    batching.max_running_batches = std::max(batching.max_running_batches, 2);
+  }
+  return batching;
+}
+
 }  // namespace
 
 NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
@@ -40,12 +60,13 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       scheduler_(
           MakeScheduler(backend, std::move(kernels), options.tuning_table)),
       store_({.max_resident_bytes = options.max_weight_bytes,
-              .max_weights = options.max_weights}),
+              .max_weights = options.max_weights,
+              .max_device_bytes = MaxDeviceBytes(options, backend)}),
       data_dir_(options.data_dir.empty()
                     ? std::nullopt
                     : std::make_optional<WeightDirectory>(options.data_dir)),
       runner_(&scheduler_, &pool_),
-      batcher_(options.batching, BackendOf(&runner_)),
+      batcher_(GpuBatching(options.batching, backend), BackendOf(&runner_)),
       auth_(options.auth),
       reply_budget_(options.max_held_reply_bytes),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
@@ -266,6 +287,12 @@ void NibbleServer::SetServing(bool serving) {
   serving_ = serving;
 }
 
+int64_t NibbleServer::GpuFreeBytes() const {
+  if (backend_ != Backend::kCuda) return 0;
+  absl::StatusOr<cuda::GpuMemory> memory = cuda::DeviceMemory();
+  return memory.ok() ? memory->free_bytes : 0;
+}
+
 std::string NibbleServer::RenderMetrics() const {
   MetricsSnapshot snapshot{.rpcs = rpc_stats_.Snapshot(),
                            .batcher = batcher_.Stats(),
@@ -276,6 +303,8 @@ std::string NibbleServer::RenderMetrics() const {
                            .held_reply_bytes = reply_budget_.held_bytes(),
                            .max_held_reply_bytes = reply_budget_.max_bytes(),
                            .gpu_resident_bytes = store_.device_bytes(),
+                           .max_gpu_bytes = store_.max_device_bytes(),
+                           .gpu_free_bytes = GpuFreeBytes(),
                            .serving = serving_.load(),
                            .weight_labels = metrics_weight_labels_};
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {

@@ -75,6 +75,10 @@ struct ServerOptions {
   // Most weights held resident plus uploads in progress (--max_weights); 0
   // for no limit.
   int64_t max_weights = 0;
+  // Most bytes of GPU memory the weights may take on the CUDA backend
+  // (--max_gpu_bytes), as GpuBudgetBytes resolves it: 0 for the free memory
+  // at start less a margin, -1 for no limit.
+  int64_t max_gpu_bytes = 0;
   // How often an idle connection is pinged, and how long the server waits
   // for the answer before closing it (--keepalive_time_ms,
   // --keepalive_timeout_ms), so that vanished clients free their resources.
@@ -93,7 +97,8 @@ struct ServerOptions {
   // Which kernel variant wins for which shape (nibbled --tuning_table).
   TuningTable tuning_table = TuningTable::Default();
   // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
-  // --max_batch_delay_us, --max_queue_rows).
+  // --max_batch_delay_us, --max_queue_rows). On the CUDA backend the server
+  // runs several batches at once (GpuBatching).
   BatcherOptions batching;
   // What uploads may hold (--upload_idle_seconds,
   // --max_uploads_per_connection).
@@ -149,6 +154,9 @@ class NibbleServer {
   const LoadReport& data_dir_report() const { return data_dir_report_; }
   BatcherStats batcher_stats() const { return batcher_.Stats(); }
   int64_t resident_bytes() const { return store_.resident_bytes(); }
+  // The GPU budget in effect (ServerOptions::max_gpu_bytes resolved); 0 for
+  // none.
+  int64_t max_gpu_bytes() const { return store_.max_device_bytes(); }
   // The port of GET /metrics; 0 without options.metrics_listen.
   int metrics_port() const {
     return metrics_http_ != nullptr ? metrics_http_->port() : 0;
@@ -174,6 +182,8 @@ class NibbleServer {
   absl::Status LoadWeights();
   // Health of every service, and KServe ServerReady.
   void SetServing(bool serving);
+  // The GPU's free memory now; 0 off the GPU.
+  int64_t GpuFreeBytes() const;
 
   const Backend backend_;
   ThreadPool pool_;

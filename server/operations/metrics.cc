@@ -194,6 +194,14 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
              "Bytes of GPU memory all resident weights take (--backend=cuda); "
              "0 on the CPU backend.");
   out.Sample("nibble_gpu_resident_bytes", {}, snapshot.gpu_resident_bytes);
+  out.Family("nibble_max_gpu_bytes", "gauge",
+             "The budget for GPU memory held by weights (--max_gpu_bytes); 0 "
+             "for none.");
+  out.Sample("nibble_max_gpu_bytes", {}, snapshot.max_gpu_bytes);
+  out.Family("nibble_gpu_free_bytes", "gauge",
+             "Bytes of GPU memory free, as the driver reports them; 0 on the "
+             "CPU backend.");
+  out.Sample("nibble_gpu_free_bytes", {}, snapshot.gpu_free_bytes);
 }
 
 void RenderBatcher(const BatcherStats& stats, bool weight_labels,

@@ -32,6 +32,9 @@
 //   max_held_reply_bytes                   gauge, their budget; 0 for none
 //   gpu_resident_bytes                     gauge, GPU memory all weights
 //                                          take (--backend=cuda)
+//   max_gpu_bytes                          gauge, their budget
+//                                          (--max_gpu_bytes); 0 for none
+//   gpu_free_bytes                         gauge, the GPU's free memory
 //   matmul_requests_total{weight}          counter, requests run (no label
 //                                          without weight labels)
 //   matmul_rows_total{weight}              counter, rows of A run (same)
@@ -79,6 +82,11 @@ struct MetricsSnapshot {
   // Accelerator memory the weights' device copies take (see
   // WeightStore::device_bytes); 0 on the CPU backend.
   int64_t gpu_resident_bytes = 0;
+  // The budget of gpu_resident_bytes (WeightStore::max_device_bytes); 0 for
+  // none.
+  int64_t max_gpu_bytes = 0;
+  // The GPU's free memory as its driver reports it; 0 on the CPU backend.
+  int64_t gpu_free_bytes = 0;
   // False once the server is shutting down.
   bool serving = false;
   // Whether series may name weights (--metrics_weight_labels): without,

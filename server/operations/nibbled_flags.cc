@@ -61,6 +61,11 @@ ABSL_FLAG(int64_t, max_weight_bytes, 0,
           "upload past it fails with RESOURCE_EXHAUSTED and changes nothing. "
           "0 for 3/4 of the memory available to nibbled (the smaller of "
           "physical memory and its cgroup's memory limit); -1 for no limit.");
+ABSL_FLAG(int64_t, max_gpu_bytes, 0,
+          "With --backend=cuda: most bytes of GPU memory the weights may "
+          "take; an upload past it fails with RESOURCE_EXHAUSTED and leaves "
+          "nothing on the GPU. 0 for the GPU's free memory at start less a "
+          "margin for staging and workspaces; -1 for no limit.");
 ABSL_FLAG(int64_t, max_weights, 100'000,
           "Most weights held resident plus uploads in progress, so that many "
           "tiny weights cannot exhaust memory the byte budget does not see; "
@@ -258,6 +263,12 @@ std::string FlagProblems() {
         ReplyBudget::kConnectionShares,
         " of it, and at least one reply of the largest size), 0 for ",
         kMessagesPerBuffer, " times, or -1 for no limit\n");
+  }
+  if (absl::GetFlag(FLAGS_max_gpu_bytes) < -1) {
+    absl::StrAppend(
+        &problems, "--max_gpu_bytes=", absl::GetFlag(FLAGS_max_gpu_bytes),
+        " is negative: give bytes, 0 for the GPU's free memory less a margin, "
+        "or -1 for no limit\n");
   }
   if (absl::GetFlag(FLAGS_max_weights) < 0) {
     absl::StrAppend(&problems,
@@ -483,6 +494,7 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
   server.max_weight_bytes = budget.bytes;
   options.max_weight_bytes_source = budget.source;
   server.max_weights = absl::GetFlag(FLAGS_max_weights);
+  server.max_gpu_bytes = absl::GetFlag(FLAGS_max_gpu_bytes);
   server.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   server.metrics_weight_labels = absl::GetFlag(FLAGS_metrics_weight_labels);
   server.keepalive_time =

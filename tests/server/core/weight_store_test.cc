@@ -4,6 +4,7 @@
 #include "server/core/weight_store.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/device_weight.h"
 
 namespace nibble::server {
 namespace {
@@ -175,6 +177,78 @@ TEST(WeightStoreBudgetTest, WeightPastTheBudgetIsRefusedAndChangesNothing) {
 
   ASSERT_TRUE(store.Remove("a").ok());
   EXPECT_TRUE(store.Insert("c", SmallWeight(3)).ok());
+}
+
+// A device copy of `bytes` that counts its destructions in `*freed`, so
+// that tests see what the store keeps of a refused weight.
+class FakeDeviceWeight final : public nibble::DeviceWeight {
+ public:
+  FakeDeviceWeight(int64_t bytes, int* freed) : bytes_(bytes), freed_(freed) {}
+  ~FakeDeviceWeight() override { ++*freed_; }
+  const WeightSpec& spec() const override { return spec_; }
+  int64_t device_bytes() const override { return bytes_; }
+
+ private:
+  WeightSpec spec_;
+  int64_t bytes_;
+  int* freed_;
+};
+
+TEST(WeightStoreGpuBudgetTest, DeviceCopyPastTheBudgetIsRefusedAndFreed) {
+  int freed = 0;
+  WeightStore store({.max_device_bytes = 1000});
+  EXPECT_EQ(store.max_device_bytes(), 1000);
+  ASSERT_TRUE(store
+                  .Insert("a", SmallWeight(1),
+                          std::make_unique<FakeDeviceWeight>(600, &freed))
+                  .ok());
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      store.Reserve("b", SmallWeight(2).resident_bytes());
+  ASSERT_TRUE(reservation.ok());
+  const absl::Status status =
+      store.Insert("b", SmallWeight(2), *std::move(reservation),
+                   std::make_unique<FakeDeviceWeight>(401, &freed));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("\"b\" needs 401 bytes of GPU"));
+  EXPECT_THAT(status.message(), HasSubstr("600 of the 1000"));
+  EXPECT_THAT(status.message(), HasSubstr("--max_gpu_bytes"));
+  // Nothing of it is kept: not the weight, its device copy nor its budget.
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(store.Get("b").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.device_bytes(), 600);
+  EXPECT_EQ(store.reserved_bytes(), 0);
+
+  EXPECT_TRUE(store
+                  .Insert("c", SmallWeight(3),
+                          std::make_unique<FakeDeviceWeight>(400, &freed))
+                  .ok());
+  EXPECT_EQ(store.device_bytes(), 1000);
+  ASSERT_TRUE(store.Remove("a").ok());
+  EXPECT_EQ(freed, 2);
+  EXPECT_EQ(store.device_bytes(), 400);
+}
+
+TEST(WeightStoreGpuBudgetTest, NoBudgetTakesAnyDeviceCopy) {
+  int freed = 0;
+  WeightStore store;
+  EXPECT_TRUE(
+      store
+          .Insert("a", SmallWeight(1),
+                  std::make_unique<FakeDeviceWeight>(int64_t{1} << 50, &freed))
+          .ok());
+  EXPECT_EQ(freed, 0);
+}
+
+TEST(GpuBudgetBytesTest, FlagOrFreeMemoryLessTheMargin) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(GpuBudgetBytes(12345, 80 * kGiB), 12345);
+  EXPECT_EQ(GpuBudgetBytes(-1, 80 * kGiB), 0);
+  EXPECT_EQ(GpuBudgetBytes(0, 80 * kGiB), 80 * kGiB - kGpuMemoryMargin);
+  EXPECT_EQ(GpuBudgetBytes(0, 2 * kGpuMemoryMargin), kGpuMemoryMargin);
+  // A small GPU keeps half.
+  EXPECT_EQ(GpuBudgetBytes(0, kGpuMemoryMargin), kGpuMemoryMargin / 2);
+  // Never 0, which would mean no limit.
+  EXPECT_EQ(GpuBudgetBytes(0, 0), 1);
 }
 
 TEST(WeightStoreBudgetTest, ZeroBudgetMeansNoLimit) {

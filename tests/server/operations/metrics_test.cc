@@ -365,6 +365,8 @@ MetricsSnapshot RandomSnapshot(std::mt19937_64& rng) {
       .reserved_weight_bytes = static_cast<int64_t>(rng() >> 24),
       .max_weight_bytes = static_cast<int64_t>(rng() >> 8),
       .gpu_resident_bytes = static_cast<int64_t>(rng() >> 16),
+      .max_gpu_bytes = static_cast<int64_t>(rng() >> 12),
+      .gpu_free_bytes = static_cast<int64_t>(rng() >> 14),
       .serving = rng() % 2 == 0};
   for (const std::string& weight : weights) {
     snapshot.weights.push_back(
@@ -418,6 +420,11 @@ TEST(RenderPrometheusTextTest, RandomStatsRenderValidExpositionText) {
     EXPECT_EQ(Value(*families, "nibble_gpu_resident_bytes",
                     "nibble_gpu_resident_bytes"),
               snapshot.gpu_resident_bytes);
+    EXPECT_EQ(Value(*families, "nibble_max_gpu_bytes", "nibble_max_gpu_bytes"),
+              snapshot.max_gpu_bytes);
+    EXPECT_EQ(
+        Value(*families, "nibble_gpu_free_bytes", "nibble_gpu_free_bytes"),
+        snapshot.gpu_free_bytes);
 
     const BatcherStats& batcher = snapshot.batcher;
     for (const auto& [weight, counts] : batcher.run_by_weight) {
@@ -498,7 +505,8 @@ TEST(RenderPrometheusTextTest, EmptySnapshotRendersEveryFamily) {
        {"nibble_build_info", "nibble_serving", "nibble_rpc_requests_total",
         "nibble_rpc_duration_seconds", "nibble_weights",
         "nibble_resident_weight_bytes", "nibble_weight_bytes",
-        "nibble_gpu_resident_bytes", "nibble_matmul_requests_total",
+        "nibble_gpu_resident_bytes", "nibble_max_gpu_bytes",
+        "nibble_gpu_free_bytes", "nibble_matmul_requests_total",
         "nibble_matmul_rows_total", "nibble_matmul_dropped_total",
         "nibble_queued_rows", "nibble_weight_queued_rows", "nibble_batch_rows",
         "nibble_matmul_queue_seconds", "nibble_batch_compute_seconds"}) {
