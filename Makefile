@@ -76,6 +76,27 @@ latency-bench: configure
 	  nibble-bench
 	bench/server/latency_bench.sh $(BUILD_DIR)/bin
 
+# The GPU serving benchmark (issue 26), on the GPU machine: Check and Matmul
+# on tiny, 4096x4096 and 8192x28672 u4b8 weights at concurrency 1, 64 and
+# 256, batching on and off, unary and MatmulStream, beside nibble-gpu-bench's
+# kernel times; JSON and a markdown table in $(BUILD_DIR)-gpu/gpu-serve-bench.
+# nibbled, nibble and nibble-load come from the portable bundle in
+# PORTABLE_DIR (unpacked from PORTABLE_DIR.tar.xz when only that is there),
+# which `make portable-bundle` makes on a machine with gRPC and nvcc;
+# nibble-gpu-bench is built there, as by gpu-check. GPU_SERVE_STEPS=build,
+# test or bench runs one step (bench/server/gpu_serve_check.sh).
+PORTABLE_DIR ?= $(BUILD_DIR)/portable
+.PHONY: gpu-serve-bench portable-bundle
+gpu-serve-bench:
+	JOBS=$(JOBS) bench/server/gpu_serve_check.sh $(PORTABLE_DIR) $(BUILD_DIR)-gpu
+
+# The portable bundle, and the same as one .tar.xz to carry (about 10 MB).
+portable-bundle: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load \
+	  nibble-make-checkpoint
+	deploy/portable-bundle.sh $(BUILD_DIR)/bin $(PORTABLE_DIR)
+	tar -C $(dir $(PORTABLE_DIR)) -cJf $(PORTABLE_DIR).tar.xz $(notdir $(PORTABLE_DIR))
+
 # The import target: `nibble import` of a 1 GiB safetensors checkpoint (GPTQ,
 # AWQ, and BF16 quantized as u4b8:128; synthetic, nibble-make-checkpoint)
 # into a nibbled on loopback within twice the time to read the file, both

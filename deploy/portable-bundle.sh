@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Copies nibbled, nibble and nibble-make-checkpoint with every shared library
-# they load, the dynamic loader included, into one folder that runs on any
-# x86-64 Linux machine, one without gRPC or abseil too (a GPU machine
-# reached through the device tool, say): bin/ holds a wrapper per program
-# that starts it through the bundled loader. bench/checkpoint/import_bench.sh takes
-# OUT_DIR/bin as its BIN_DIR.
+# Copies nibbled, nibble, nibble-load and nibble-make-checkpoint with every
+# shared library they load, the dynamic loader included, into one folder that
+# runs on any x86-64 Linux machine, one without gRPC or abseil too (a GPU
+# machine reached through the device tool, say): bin/ holds a wrapper per
+# program that starts it through the bundled loader. bench/checkpoint/import_bench.sh and
+# bench/server/gpu_serve_bench.sh take OUT_DIR/bin as their BIN_DIR.
 #
 #   deploy/portable-bundle.sh [BIN_DIR] [OUT_DIR]   (build/bin, build/portable)
 set -euo pipefail
 
 bin=${1:-build/bin}
 out=${2:-build/portable}
-programs=(nibbled nibble nibble-make-checkpoint)
+programs=(nibbled nibble nibble-load nibble-make-checkpoint)
 loader=$(ldd "$bin/nibbled" | awk '/ld-linux/ { print $1 }')
 [[ -f $loader ]] || { echo "$0: no dynamic loader found for $bin/nibbled" >&2; exit 1; }
 

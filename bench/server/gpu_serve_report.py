@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The report of bench/server/gpu_serve_bench.sh: reads the nibble-load JSON
+of every run (listed in runs.tsv) and nibble-gpu-bench's JSON lines, writes
+all of it as one JSON document and a markdown table with issue 26's targets,
+each PASS or FAIL (or MISSING when a run has no result).
+
+  gpu_serve_report.py --runs=runs.tsv --kernels=kernels.jsonl \
+      --json=results.json --markdown=report.md
+"""
+
+import argparse
+import json
+import os
+import sys
+
+# The weights of gpu_serve_bench.sh, by name: (K, N).
+SHAPES = {"tiny": (128, 256), "mid": (4096, 4096), "big": (8192, 28672)}
+
+
+def read_runs(path):
+    runs = []
+    with open(path) as tsv:
+        for line in tsv:
+            batching, name, api, concurrency, json_path = line.rstrip("\n").split("\t")
+            with open(json_path) as f:
+                load = json.load(f)
+            runs.append({"batching": batching, "weight": name, "api": api,
+                         "concurrency": int(concurrency),
+                         "requests_per_second": load["throughput_rps"],
+                         "p50_us": load["latency_us"]["p50"],
+                         "p99_us": load["latency_us"]["p99"],
+                         "errors": load["errors"],
+                         "verified": load.get("verified", 0),
+                         "kernels": load.get("kernels"),
+                         "nibble_load": load})
+    return runs
+
+
+def read_kernels(path):
+    """The scheduler's pick's median per (k, n, m), in microseconds."""
+    kernels = {}
+    if not os.path.exists(path):
+        return kernels
+    with open(path) as jsonl:
+        for line in jsonl:
+            row = json.loads(line)
+            if row.get("pick") and "median_us" in row:
+                kernels[(row["k"], row["n"], row["m"])] = {
+                    "kernel": row["kernel"], "median_us": row["median_us"]}
+    return kernels
+
+
+def find(runs, batching, weight, api, concurrency):
+    for run in runs:
+        if (run["batching"], run["weight"], run["api"],
+                run["concurrency"]) == (batching, weight, api, concurrency):
+            return run
+    return None
+
+
+def targets(runs, kernels):
+    """(target, measured, verdict) for each of issue 26's targets."""
+    rows = []
+
+    def add(what, measured, passed):
+        verdict = "MISSING" if passed is None else ("PASS" if passed else "FAIL")
+        rows.append((what, measured, verdict))
+
+    big_k, big_n = SHAPES["big"]
+    kernel = kernels.get((big_k, big_n, 1))
+    check = find(runs, "on", "check", "Check", 1)
+    unary = find(runs, "on", "big", "Matmul", 1)
+    if kernel and check and unary:
+        bound = kernel["median_us"] + 1.3 * check["p50_us"]
+        add("c=1 big p50 <= kernel + 1.3 x Check p50",
+            f"{unary['p50_us']:.0f} us vs {bound:.0f} us", unary["p50_us"] <= bound)
+    else:
+        add("c=1 big p50 <= kernel + 1.3 x Check p50", "-", None)
+    big64 = find(runs, "on", "big", "Matmul", 64)
+    tiny64 = find(runs, "on", "tiny", "Matmul", 64)
+    if big64 and tiny64:
+        ratio = big64["requests_per_second"] / tiny64["requests_per_second"]
+        add("c=64 big req/s >= 80 % of tiny's", f"{100 * ratio:.0f} %", ratio >= 0.8)
+    else:
+        add("c=64 big req/s >= 80 % of tiny's", "-", None)
+    big256 = find(runs, "on", "big", "Matmul", 256)
+    if big64 and big256:
+        add("c=256 big req/s >= c=64's",
+            f"{big256['requests_per_second']:.0f} vs {big64['requests_per_second']:.0f}",
+            big256["requests_per_second"] >= big64["requests_per_second"])
+    else:
+        add("c=256 big req/s >= c=64's", "-", None)
+    off64 = find(runs, "off", "big", "Matmul", 64)
+    if big64 and off64:
+        gain = big64["requests_per_second"] / off64["requests_per_second"]
+        add("c=64 big: batching >= 4 x --max_batch_rows=1", f"{gain:.1f} x", gain >= 4)
+    else:
+        add("c=64 big: batching >= 4 x --max_batch_rows=1", "-", None)
+    errors = sum(run["errors"] for run in runs)
+    add("no errors, no wrong replies (--verify)", f"{errors} errors", errors == 0 and bool(runs))
+    return rows
+
+
+def markdown(runs, kernels, target_rows):
+    lines = ["# gpu-serve-bench", "",
+             "M = 1 f16 closed loop; kernel times are nibble-gpu-bench's "
+             "medians for the scheduler's pick.", "",
+             "| weight | api | batching | concurrency | requests/s | p50 us "
+             "| p99 us | errors | verified | kernel M=1 us | kernel M=64 us |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        shape = SHAPES.get(run["weight"])
+        k1 = kernels.get((*shape, 1)) if shape else None
+        k64 = kernels.get((*shape, 64)) if shape else None
+        label = (f"{run['weight']} {shape[0]}x{shape[1]}" if shape
+                 else "health Check")
+        lines.append(
+            f"| {label} | {run['api']} | {run['batching']} | {run['concurrency']} "
+            f"| {run['requests_per_second']:.0f} | {run['p50_us']} | {run['p99_us']} "
+            f"| {run['errors']} | {run['verified']} "
+            f"| {k1['median_us'] if k1 else '-'} | {k64['median_us'] if k64 else '-'} |")
+    lines += ["", "## Targets (issue 26)", "", "| target | measured | verdict |",
+              "|---|---|---|"]
+    lines += [f"| {what} | {measured} | {verdict} |"
+              for what, measured, verdict in target_rows]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", required=True)
+    parser.add_argument("--kernels", required=True)
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--markdown", required=True)
+    args = parser.parse_args()
+    runs = read_runs(args.runs) if os.path.exists(args.runs) else []
+    kernels = read_kernels(args.kernels)
+    target_rows = targets(runs, kernels)
+    with open(args.json, "w") as f:
+        json.dump({"runs": runs,
+                   "kernels": [{"k": k, "n": n, "m": m, **v}
+                               for (k, n, m), v in sorted(kernels.items())],
+                   "targets": [{"target": t, "measured": m, "verdict": v}
+                                for t, m, v in target_rows]}, f, indent=1)
+    with open(args.markdown, "w") as f:
+        f.write(markdown(runs, kernels, target_rows))
+    return 0 if runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
