@@ -15,6 +15,8 @@
 // threads stay free. `dispatchers` threads each take the next ready batch and
 // run it; a weight has at most max_running_batches batches running (one by
 // default), so that requests arriving meanwhile gather into its next one.
+// With more, a batch starts beside a running one of its weight only once it
+// is full (max_batch_rows).
 // Queueing: one FIFO per weight, bounded by max_queue_rows rows of A. A queue
 // is ready once it holds max_batch_rows rows or its oldest request has waited
 // max_batch_delay. A batch takes the oldest request and then, in order, every
@@ -72,8 +74,9 @@ struct BatcherOptions {
   int64_t max_request_rows = 4096;
   // Threads running batches.
   int dispatchers = 1;
-  // Batches of one weight that may run at once. One lets the most requests
-  // gather; on a GPU two let one batch's copies overlap another's kernel.
+  // Batches of one weight that may run at once, all but one of them full.
+  // One lets the most requests gather; on a GPU two let one batch's copies
+  // overlap another's kernel.
   int max_running_batches = 1;
   // A request of at most kMaxInlineRows on an idle weight runs at once on
   // the submitting thread; off, every request goes through a dispatcher.

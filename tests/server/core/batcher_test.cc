@@ -282,7 +282,7 @@ TEST_F(BatcherTest, MergesQueuedRequestsIntoFullBatches) {
   EXPECT_TRUE(stats.queued_rows_by_weight.empty());
 }
 
-TEST_F(BatcherTest, SecondBatchOfAWeightRunsWhileTheFirstIsHeld) {
+TEST_F(BatcherTest, FullSecondBatchOfAWeightRunsWhileTheFirstIsHeld) {
   SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
   std::unique_ptr<MatmulBatcher> batcher =
       Start({.max_batch_rows = 8, .dispatchers = 2, .max_running_batches = 2});
@@ -291,13 +291,17 @@ TEST_F(BatcherTest, SecondBatchOfAWeightRunsWhileTheFirstIsHeld) {
   for (int i = 0; i < 3; ++i) {
     submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
   }
-  // Answered before the held batch is released: the second dispatcher ran
-  // them beside it.
+  // Six rows of eight: they wait for the held batch rather than run beside
+  // it as a part of a batch.
+  EXPECT_FALSE(submitted[0]->answered.WaitForNotificationWithTimeout(
+      absl::Milliseconds(200)));
+  submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
+  // Full now: the second dispatcher runs it beside the held batch.
   for (const auto& request : submitted) request->ExpectCorrect();
   EXPECT_FALSE(held->answered.HasBeenNotified());
   Release();
   held->ExpectCorrect();
-  EXPECT_EQ(batcher->Stats().requests_run, 4);
+  EXPECT_THAT(CallRows(), ElementsAre(1, 8));
 }
 
 TEST_F(BatcherTest, OneRunningBatchPerWeightByDefault) {
