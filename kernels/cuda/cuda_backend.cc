@@ -136,57 +136,91 @@ class HeldLane {
   Lane* lane_;
 };
 
-// Rows of A from `blocks` into `to`, one after another, f32 rounded to bf16
-// on the way; a large block is split over the pool's threads.
-void GatherRows(absl::Span<const RowBlock> blocks, DType dtype, int64_t k,
-                uint8_t* to, ThreadPool& pool) {
-  constexpr int64_t kElementsPerTask = int64_t{1} << 18;
-  const bool round = dtype == DType::kF32;
-  const int64_t to_row_bytes = k * (round ? 2 : DTypeSize(dtype));
-  for (const RowBlock& block : blocks) {
-    const int64_t elements = block.rows * k;
-    const int tasks = static_cast<int>(
-        std::min<int64_t>(pool.threads(), elements / kElementsPerTask + 1));
-    pool.ParallelFor(
-        block.rows,
-        [&](int64_t begin, int64_t end) {
-          uint8_t* out = to + begin * to_row_bytes;
-          if (!round) {
-            std::memcpy(
-                out,
-                static_cast<const uint8_t*>(block.a) + begin * to_row_bytes,
-                (end - begin) * to_row_bytes);
-            return;
-          }
-          const float* in = static_cast<const float*>(block.a) + begin * k;
-          auto* rounded = reinterpret_cast<uint16_t*>(out);
-          for (int64_t i = 0; i < (end - begin) * k; ++i) {
-            rounded[i] = FloatToBf16(in[i]);
-          }
-        },
-        tasks);
-    to += block.rows * to_row_bytes;
+// The rows of a batch of blocks, as one range of rows that threads split.
+class BatchRows {
+ public:
+  explicit BatchRows(absl::Span<const RowBlock> blocks) : blocks_(blocks) {
+    starts_.reserve(blocks.size());
+    for (const RowBlock& block : blocks) {
+      starts_.push_back(rows_);
+      rows_ += block.rows;
+    }
   }
+  int64_t rows() const { return rows_; }
+
+  // Calls fn(block, first, count, row) for the rows [begin, end) of the
+  // batch: `count` rows of `block` from its row `first`, which are the
+  // batch's rows from `row`.
+  template <typename Fn>
+  void ForEach(int64_t begin, int64_t end, Fn fn) const {
+    size_t b = std::upper_bound(starts_.begin(), starts_.end(), begin) -
+               starts_.begin() - 1;
+    for (int64_t row = begin; row < end; ++b) {
+      const int64_t first = row - starts_[b];
+      const int64_t count = std::min(end, starts_[b] + blocks_[b].rows) - row;
+      fn(blocks_[b], first, count, row);
+      row += count;
+    }
+  }
+
+  // Splits the batch over up to all of `pool`'s threads, one for every
+  // kBytesPerTask of `bytes` moved: fn(begin, end) on rows of the batch.
+  void ParallelFor(ThreadPool& pool, int64_t bytes,
+                   absl::FunctionRef<void(int64_t, int64_t)> fn) const {
+    constexpr int64_t kBytesPerTask = int64_t{512} << 10;
+    const int tasks = static_cast<int>(
+        std::clamp<int64_t>(bytes / kBytesPerTask, 1, pool.threads()));
+    pool.ParallelFor(rows_, fn, tasks);
+  }
+
+ private:
+  absl::Span<const RowBlock> blocks_;
+  std::vector<int64_t> starts_;
+  int64_t rows_ = 0;
+};
+
+// A of the batch into `to`, f32 rounded to bf16 on the way.
+void GatherRows(const BatchRows& batch, DType dtype, int64_t k, uint8_t* to,
+                ThreadPool& pool) {
+  const bool round = dtype == DType::kF32;
+  const int64_t from_row_bytes = k * DTypeSize(dtype);
+  const int64_t to_row_bytes =
+      round ? k * int64_t{sizeof(uint16_t)} : from_row_bytes;
+  batch.ParallelFor(
+      pool, batch.rows() * from_row_bytes, [&](int64_t begin, int64_t end) {
+        batch.ForEach(begin, end,
+                      [&](const RowBlock& block, int64_t first, int64_t count,
+                          int64_t row) {
+                        const auto* from =
+                            static_cast<const uint8_t*>(block.a) +
+                            first * from_row_bytes;
+                        uint8_t* out = to + row * to_row_bytes;
+                        if (!round) {
+                          std::memcpy(out, from, count * to_row_bytes);
+                          return;
+                        }
+                        const auto* in = reinterpret_cast<const float*>(from);
+                        auto* rounded = reinterpret_cast<uint16_t*>(out);
+                        for (int64_t i = 0; i < count * k; ++i) {
+                          rounded[i] = FloatToBf16(in[i]);
+                        }
+                      });
+      });
 }
 
-// Rows of C from `from` into `blocks`, one after another; a large block is
-// split over the pool's threads.
-void ScatterRows(const uint8_t* from, int64_t row_bytes,
-                 absl::Span<const RowBlock> blocks, ThreadPool& pool) {
-  constexpr int64_t kBytesPerTask = int64_t{1} << 20;
-  for (const RowBlock& block : blocks) {
-    const int64_t bytes = block.rows * row_bytes;
-    const int tasks = static_cast<int>(
-        std::min<int64_t>(pool.threads(), bytes / kBytesPerTask + 1));
-    pool.ParallelFor(
-        block.rows,
-        [&](int64_t begin, int64_t end) {
-          std::memcpy(static_cast<uint8_t*>(block.c) + begin * row_bytes,
-                      from + begin * row_bytes, (end - begin) * row_bytes);
-        },
-        tasks);
-    from += bytes;
-  }
+// C of the batch from `from` into the blocks.
+void ScatterRows(const BatchRows& batch, const uint8_t* from, int64_t row_bytes,
+                 ThreadPool& pool) {
+  batch.ParallelFor(
+      pool, batch.rows() * row_bytes, [&](int64_t begin, int64_t end) {
+        batch.ForEach(begin, end,
+                      [&](const RowBlock& block, int64_t first, int64_t count,
+                          int64_t row) {
+                        std::memcpy(
+                            static_cast<uint8_t*>(block.c) + first * row_bytes,
+                            from + row * row_bytes, count * row_bytes);
+                      });
+      });
 }
 
 class CudaGemmKernel final : public GemmKernel {
@@ -226,6 +260,12 @@ class CudaGemmKernel final : public GemmKernel {
           name_, " needs the weight in GPU memory (UploadWeight) and got ",
           device == nullptr ? "none" : "another backend's copy"));
     }
+    const BatchRows batch(blocks);
+    if (batch.rows() != problem.m) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": the blocks hold ", batch.rows(),
+                       " rows of A but the problem has m=", problem.m));
+    }
     absl::StatusOr<Lane*> acquired = Lanes().Acquire();
     if (!acquired.ok()) return acquired.status();
     const HeldLane held(*acquired);
@@ -241,7 +281,7 @@ class CudaGemmKernel final : public GemmKernel {
           lane.a.Reserve(a_bytes, "A"), lane.c.Reserve(c_bytes, "C")}) {
       if (!status.ok()) return status;
     }
-    GatherRows(blocks, problem.dtype, problem.k, lane.host_a.data(), pool);
+    GatherRows(batch, problem.dtype, problem.k, lane.host_a.data(), pool);
     if (absl::Status status = CudaStatus(
             cudaMemcpyAsync(lane.a.data(), lane.host_a.data(), a_bytes,
                             cudaMemcpyHostToDevice, lane.stream),
@@ -273,7 +313,7 @@ class CudaGemmKernel final : public GemmKernel {
         !status.ok()) {
       return status;
     }
-    ScatterRows(lane.host_c.data(), c_row_bytes, blocks, pool);
+    ScatterRows(batch, lane.host_c.data(), c_row_bytes, pool);
     return absl::OkStatus();
   }
 
