@@ -98,10 +98,12 @@ class LanePool {
     free_.push_back(lane);
   }
 
+  // Counts the buffers of idle lanes only: a running one may be growing its
+  // own.
   StagingStats Stats() {
     absl::MutexLock lock(&mutex_);
     StagingStats stats{.lanes = static_cast<int>(lanes_.size())};
-    for (const std::unique_ptr<Lane>& lane : lanes_) {
+    for (const Lane* lane : free_) {
       stats.pinned_bytes += lane->host_a.capacity() + lane->host_c.capacity();
       stats.device_bytes += lane->a.capacity() + lane->c.capacity();
     }
@@ -282,6 +284,25 @@ class CudaGemmKernel final : public GemmKernel {
       if (!status.ok()) return status;
     }
     GatherRows(batch, problem.dtype, problem.k, lane.host_a.data(), pool);
+    const absl::Status enqueued =
+        Enqueue(lane, *weight, problem, a_dtype, a_bytes, c_bytes);
+    // Waits for this lane's stream alone, other runs going on meanwhile;
+    // after a failed enqueue too, so that nothing still in flight uses the
+    // lane's buffers once another run has it.
+    const absl::Status ran = CudaStatus(cudaStreamSynchronize(lane.stream),
+                                        absl::StrCat("running ", name_));
+    if (!enqueued.ok()) return enqueued;
+    if (!ran.ok()) return ran;
+    ScatterRows(batch, lane.host_c.data(), c_row_bytes, pool);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Copies the lane's staged A to the GPU, runs, and copies C back into the
+  // lane's staging, on the lane's stream.
+  absl::Status Enqueue(Lane& lane, const CudaWeight& weight,
+                       const GemmProblem& problem, DType a_dtype,
+                       int64_t a_bytes, int64_t c_bytes) const {
     if (absl::Status status = CudaStatus(
             cudaMemcpyAsync(lane.a.data(), lane.host_a.data(), a_bytes,
                             cudaMemcpyHostToDevice, lane.stream),
@@ -290,7 +311,7 @@ class CudaGemmKernel final : public GemmKernel {
       return status;
     }
     const DeviceGemm gemm{.variant = variant_,
-                          .b = weight,
+                          .b = &weight,
                           .a = lane.a.data(),
                           .a_dtype = a_dtype,
                           .c = lane.c.data(),
@@ -300,24 +321,12 @@ class CudaGemmKernel final : public GemmKernel {
         !status.ok()) {
       return status;
     }
-    if (absl::Status status = CudaStatus(
-            cudaMemcpyAsync(lane.host_c.data(), lane.c.data(), c_bytes,
-                            cudaMemcpyDeviceToHost, lane.stream),
-            "copying C from the GPU");
-        !status.ok()) {
-      return status;
-    }
-    // Waits for this lane's stream alone; other runs go on meanwhile.
-    if (absl::Status status = CudaStatus(cudaStreamSynchronize(lane.stream),
-                                         absl::StrCat("running ", name_));
-        !status.ok()) {
-      return status;
-    }
-    ScatterRows(batch, lane.host_c.data(), c_row_bytes, pool);
-    return absl::OkStatus();
+    return CudaStatus(
+        cudaMemcpyAsync(lane.host_c.data(), lane.c.data(), c_bytes,
+                        cudaMemcpyDeviceToHost, lane.stream),
+        "copying C from the GPU");
   }
 
- private:
   KernelVariant variant_;
   WeightFormat format_;
   std::string name_;

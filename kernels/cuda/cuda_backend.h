@@ -64,7 +64,8 @@ inline constexpr int kMaxLanes = 8;
 // pinned host buffers for A and C and device buffers for them. A lane is made
 // for a run that finds every other one busy, up to kMaxLanes; its buffers
 // grow to the largest run it has had and are reused after, so repeated runs
-// allocate nothing.
+// allocate nothing. The bytes are those of the lanes idle now: all of them
+// while no run is in flight.
 struct StagingStats {
   int lanes = 0;
   int64_t pinned_bytes = 0;  // page-locked host memory
