@@ -115,6 +115,10 @@ absl::StatusOr<PackedWeight> PackForBackend(Backend backend,
              : PackedWeight::Pack(canonical);
 }
 
+int64_t DeviceResidentBytes(Backend backend, const WeightSpec& spec) {
+  return AcceleratorServesWhole(backend, spec) ? cuda::DeviceBytes(spec) : 0;
+}
+
 int64_t GpuBudgetBytes(int64_t requested, int64_t free_bytes) {
   if (requested > 0) return requested;
   if (requested < 0) return 0;
@@ -153,7 +157,8 @@ absl::Status NoSuchName(absl::string_view what, absl::string_view name,
 
 WeightStore::Reservation::Reservation(Reservation&& other) noexcept
     : store_(std::exchange(other.store_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      bytes_(std::exchange(other.bytes_, 0)),
+      device_bytes_(std::exchange(other.device_bytes_, 0)) {}
 
 WeightStore::Reservation& WeightStore::Reservation::operator=(
     Reservation&& other) noexcept {
@@ -161,6 +166,7 @@ WeightStore::Reservation& WeightStore::Reservation::operator=(
     Release();
     store_ = std::exchange(other.store_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    device_bytes_ = std::exchange(other.device_bytes_, 0);
   }
   return *this;
 }
@@ -171,21 +177,29 @@ void WeightStore::Reservation::Release() {
   if (store_ == nullptr) return;
   absl::MutexLock lock(&store_->mutex_);
   store_->reserved_bytes_ -= bytes_;
+  store_->reserved_device_bytes_ -= device_bytes_;
   --store_->reservations_;
   store_ = nullptr;
   bytes_ = 0;
+  device_bytes_ = 0;
 }
 
 absl::StatusOr<WeightStore::Reservation> WeightStore::Reserve(
-    absl::string_view name, int64_t bytes) {
+    absl::string_view name, int64_t bytes, int64_t device_bytes) {
   absl::MutexLock lock(&mutex_);
   if (absl::Status status = CheckFitsLocked(name, bytes, Reservation());
       !status.ok()) {
     return status;
   }
+  if (absl::Status status =
+          CheckDeviceFitsLocked(name, device_bytes, Reservation());
+      !status.ok()) {
+    return status;
+  }
   reserved_bytes_ += bytes;
+  reserved_device_bytes_ += device_bytes;
   ++reservations_;
-  return Reservation(this, bytes);
+  return Reservation(this, bytes, device_bytes);
 }
 
 absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
@@ -208,25 +222,22 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
   }
   // The device copy is freed with `weight` when this returns: nothing of a
   // refused weight stays on the GPU.
-  const int64_t max_device_bytes = limits_.max_device_bytes;
-  if (max_device_bytes != 0 &&
-      device_bytes > max_device_bytes - device_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "weight \"", name, "\" needs ", device_bytes,
-        " bytes of GPU memory but ", device_bytes_, " of the ",
-        max_device_bytes,
-        " bytes allowed by --max_gpu_bytes are in use: delete a weight or "
-        "raise --max_gpu_bytes"));
+  if (absl::Status status =
+          CheckDeviceFitsLocked(name, device_bytes, reservation);
+      !status.ok()) {
+    return status;
   }
   weights_.emplace(std::move(name), std::move(weight));
   // The reservation turns into the weight's under the same lock, so the
   // weight is never counted twice nor not at all.
   if (reservation.store_ == this) {
     reserved_bytes_ -= reservation.bytes_;
+    reserved_device_bytes_ -= reservation.device_bytes_;
     --reservations_;
   }
   reservation.store_ = nullptr;
   reservation.bytes_ = 0;
+  reservation.device_bytes_ = 0;
   resident_bytes_ += bytes;
   device_bytes_ += device_bytes;
   return absl::OkStatus();
@@ -252,6 +263,25 @@ absl::Status WeightStore::CheckFits(absl::string_view name,
                                     int64_t bytes) const {
   absl::MutexLock lock(&mutex_);
   return CheckFitsLocked(name, bytes, Reservation());
+}
+
+absl::Status WeightStore::CheckDeviceFitsLocked(absl::string_view name,
+                                                int64_t device_bytes,
+                                                const Reservation& own) const {
+  const int64_t max_bytes = limits_.max_device_bytes;
+  const int64_t others_reserved =
+      reserved_device_bytes_ - (own.store_ == this ? own.device_bytes_ : 0);
+  const int64_t in_use = device_bytes_ + others_reserved;
+  if (max_bytes == 0 || device_bytes <= max_bytes - in_use) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "weight \"", name, "\" needs ", device_bytes, " bytes of GPU memory but ",
+      in_use, " of the ", max_bytes,
+      " bytes allowed by --max_gpu_bytes are in use (", device_bytes_,
+      " by resident weights, ", others_reserved,
+      " reserved by uploads in progress): delete a weight, retry once "
+      "uploads finish, or raise --max_gpu_bytes"));
 }
 
 absl::Status WeightStore::CheckFitsLocked(absl::string_view name, int64_t bytes,

@@ -99,6 +99,11 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
 absl::StatusOr<PackedWeight> PackForBackend(Backend backend,
                                             const QuantizedWeight& canonical);
 
+// The bytes of accelerator memory UploadToBackend's copy of a weight of
+// `spec` takes on `backend` (resolved), known before its data; 0 where
+// !AcceleratorServesWhole.
+int64_t DeviceResidentBytes(Backend backend, const WeightSpec& spec);
+
 // The bytes PackedWeight::Pack would hold resident for a weight of `spec`
 // (its resident_bytes()), with or without an activation order (4 bytes per
 // row of K), known before the weight's data so that an upload can be refused
@@ -166,11 +171,12 @@ class WeightStore {
     int64_t max_device_bytes = 0;
   };
 
-  // Budget bytes, and a place among the weights, held for a weight that is
-  // still arriving, so that concurrent uploads cannot together buffer more
-  // than the budget: counted against the limits like a resident weight until
-  // Insert turns them into the weight's, or until destroyed. Movable; the
-  // store must outlive it.
+  // Budget bytes, GPU budget bytes, and a place among the weights, held for
+  // a weight that is still arriving, so that concurrent uploads cannot
+  // together buffer more than the budget nor copy more than the GPU's to the
+  // GPU: counted against the limits like a resident weight until Insert
+  // turns them into the weight's, or until destroyed. Movable; the store
+  // must outlive it.
   class Reservation {
    public:
     // Holds nothing.
@@ -180,29 +186,34 @@ class WeightStore {
     ~Reservation();
 
     int64_t bytes() const { return bytes_; }
+    int64_t device_bytes() const { return device_bytes_; }
 
    private:
     friend class WeightStore;
-    Reservation(WeightStore* store, int64_t bytes)
-        : store_(store), bytes_(bytes) {}
+    Reservation(WeightStore* store, int64_t bytes, int64_t device_bytes)
+        : store_(store), bytes_(bytes), device_bytes_(device_bytes) {}
     // Gives the bytes back to the store, if any.
     void Release();
 
     WeightStore* store_ = nullptr;
     int64_t bytes_ = 0;
+    int64_t device_bytes_ = 0;
   };
 
   WeightStore() : WeightStore(Limits()) {}
   explicit WeightStore(Limits limits) : limits_(limits) {}
 
-  // Reserves `bytes` and a place for weight `name`; RESOURCE_EXHAUSTED, as
-  // CheckFits answers, when they do not fit now.
-  absl::StatusOr<Reservation> Reserve(absl::string_view name, int64_t bytes);
+  // Reserves `bytes`, `device_bytes` of the GPU budget (DeviceResidentBytes)
+  // and a place for weight `name`; RESOURCE_EXHAUSTED, as CheckFits answers
+  // or naming --max_gpu_bytes, when they do not fit now.
+  absl::StatusOr<Reservation> Reserve(absl::string_view name, int64_t bytes,
+                                      int64_t device_bytes = 0);
 
   // ALREADY_EXISTS when the name is taken; INVALID_ARGUMENT for a bad name;
   // RESOURCE_EXHAUSTED, as CheckFits answers, past a limit, where what
   // `reservation` (made by this store) holds counts as free for this
-  // weight, or when `device` would pass max_device_bytes. On success the
+  // weight, or when `device` would pass max_device_bytes, where what the
+  // reservation holds of it counts as free likewise. On success the
   // reservation becomes the weight's resident bytes; on failure it is released
   // and the store is otherwise unchanged. Allowed while loading. `device` is
   // the weight's copy from UploadToBackend, null for none; the store keeps it
@@ -257,6 +268,12 @@ class WeightStore {
  private:
   // As CheckFits, with what `own` holds (when made by this store) set aside
   // for this weight.
+  // max_device_bytes for `device_bytes` more, with what `own` holds of it
+  // set aside likewise.
+  absl::Status CheckDeviceFitsLocked(absl::string_view name,
+                                     int64_t device_bytes,
+                                     const Reservation& own) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status CheckFitsLocked(absl::string_view name, int64_t bytes,
                                const Reservation& own) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -268,6 +285,7 @@ class WeightStore {
   int64_t resident_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t device_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t reserved_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t reserved_device_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t reservations_ ABSL_GUARDED_BY(mutex_) = 0;
   bool loading_ ABSL_GUARDED_BY(mutex_) = false;
 };

@@ -57,14 +57,14 @@ int64_t UploadReservationBytes(const WeightSpec& spec,
                   PackedResidentBytes(spec, has_activation_order));
 }
 
-// The store's reservation for weight `name` of `spec`; refusals are logged
-// for the operator.
+// The store's reservation for weight `name` of `spec` on `backend`, GPU
+// memory included; refusals are logged for the operator.
 absl::StatusOr<WeightStore::Reservation> ReserveBudget(
-    WeightStore& store, absl::string_view name, const WeightSpec& spec,
-    bool has_activation_order) {
+    WeightStore& store, Backend backend, absl::string_view name,
+    const WeightSpec& spec, bool has_activation_order) {
   const int64_t bytes = UploadReservationBytes(spec, has_activation_order);
   absl::StatusOr<WeightStore::Reservation> reservation =
-      store.Reserve(name, bytes);
+      store.Reserve(name, bytes, DeviceResidentBytes(backend, spec));
   if (!reservation.ok()) {
     LogWarning("upload refused: over a limit",
                {{"name", name},
@@ -76,6 +76,7 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(
                 {"reserved_bytes", store.reserved_bytes()},
                 {"max_weight_bytes", store.max_resident_bytes()},
                 {"max_weights", store.max_weights()},
+                {"max_gpu_bytes", store.max_device_bytes()},
                 {"error", reservation.status().message()}});
   }
   return reservation;
@@ -151,8 +152,8 @@ absl::Status NibbleServiceImpl::Upload(
           !status.ok()) {
         return status;
       }
-      absl::StatusOr<WeightStore::Reservation> reserved =
-          ReserveBudget(*store_, upload.name(), *spec, has_activation_order);
+      absl::StatusOr<WeightStore::Reservation> reserved = ReserveBudget(
+          *store_, backend_, upload.name(), *spec, has_activation_order);
       if (!reserved.ok()) return reserved.status();
       reservation = *std::move(reserved);
     } else if (request.has_chunk()) {
@@ -217,7 +218,7 @@ absl::Status NibbleServiceImpl::Upload(
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Store(
     const QuantizedWeight& weight, absl::string_view name) {
   absl::StatusOr<WeightStore::Reservation> reservation = ReserveBudget(
-      *store_, name, weight.spec, !weight.activation_order.empty());
+      *store_, backend_, name, weight.spec, !weight.activation_order.empty());
   if (!reservation.ok()) return reservation.status();
   return Commit(std::string(name), weight, *std::move(reservation));
 }
@@ -230,8 +231,9 @@ NibbleServiceImpl::StorePacked(PackedWeight packed, absl::string_view name) {
         "\" was not stored: a weight packed without its canonical layout "
         "cannot be copied to the GPU or written to data_dir"));
   }
-  absl::StatusOr<WeightStore::Reservation> reservation = ReserveBudget(
-      *store_, name, packed.spec(), !packed.activation_order().empty());
+  absl::StatusOr<WeightStore::Reservation> reservation =
+      ReserveBudget(*store_, backend_, name, packed.spec(),
+                    !packed.activation_order().empty());
   if (!reservation.ok()) return reservation.status();
   return Insert(std::string(name), std::move(packed), nullptr, nullptr,
                 *std::move(reservation));
@@ -244,7 +246,7 @@ NibbleServiceImpl::StoreColumns(const Fp4Columns& columns,
     return Store(CanonicalFromColumns(columns), name);
   }
   absl::StatusOr<WeightStore::Reservation> reservation = ReserveBudget(
-      *store_, name, columns.spec, /*has_activation_order=*/false);
+      *store_, backend_, name, columns.spec, /*has_activation_order=*/false);
   if (!reservation.ok()) return reservation.status();
   return CommitColumns(std::string(name), columns, {}, *std::move(reservation));
 }

@@ -228,6 +228,41 @@ TEST(WeightStoreGpuBudgetTest, DeviceCopyPastTheBudgetIsRefusedAndFreed) {
   EXPECT_EQ(store.device_bytes(), 400);
 }
 
+TEST(WeightStoreGpuBudgetTest, UploadsReserveGpuBytesBeforeTheirData) {
+  int freed = 0;
+  WeightStore store({.max_device_bytes = 1000});
+  ASSERT_TRUE(store
+                  .Insert("a", SmallWeight(1),
+                          std::make_unique<FakeDeviceWeight>(300, &freed))
+                  .ok());
+  absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", 1, 500);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->device_bytes(), 500);
+  // 300 resident and 500 reserved leave 200.
+  const absl::Status refused = store.Reserve("c", 1, 201).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("\"c\" needs 201 bytes of GPU"));
+  EXPECT_THAT(refused.message(), HasSubstr("800 of the 1000"));
+  EXPECT_THAT(refused.message(), HasSubstr("500 reserved by uploads"));
+  EXPECT_THAT(refused.message(), HasSubstr("--max_gpu_bytes"));
+  EXPECT_TRUE(store.Reserve("c", 1, 200).ok());
+  // b's own reservation counts as free for b; its copy turns it into
+  // resident GPU bytes.
+  ASSERT_TRUE(store
+                  .Insert("b", SmallWeight(2), *std::move(b),
+                          std::make_unique<FakeDeviceWeight>(500, &freed))
+                  .ok());
+  EXPECT_EQ(store.device_bytes(), 800);
+  // Released when destroyed unused: 200 left, then none.
+  {
+    absl::StatusOr<WeightStore::Reservation> d = store.Reserve("d", 1, 200);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_FALSE(store.Reserve("e", 1, 1).ok());
+  }
+  EXPECT_TRUE(store.Reserve("e", 1, 200).ok());
+  EXPECT_EQ(freed, 0);
+}
+
 TEST(WeightStoreGpuBudgetTest, NoBudgetTakesAnyDeviceCopy) {
   int freed = 0;
   WeightStore store;
