@@ -53,11 +53,12 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
 fi
 
 build_gpu() {
-  cmake -S . -B "$build" "${cmake_args[@]}" >"$build.configure.log" 2>&1 ||
-    { tail -n 30 "$build.configure.log"; return 1; }
+  mkdir -p "$build" || return 1
+  cmake -S . -B "$build" "${cmake_args[@]}" >"$build/configure.log" 2>&1 ||
+    { tail -n 30 "$build/configure.log"; return 1; }
   cmake --build "$build" -j "$jobs" --target nibble_cuda_backend_test \
-    nibble-gpu-bench >"$build.build.log" 2>&1 ||
-    { tail -n 30 "$build.build.log"; return 1; }
+    nibble-gpu-bench >"$build/build.log" 2>&1 ||
+    { tail -n 30 "$build/build.log"; return 1; }
 }
 
 test_gpu() {
