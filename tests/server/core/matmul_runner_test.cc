@@ -2,9 +2,11 @@
 // mocked kernel so that only the runner's own logic is under test.
 #include "server/core/matmul_runner.h"
 
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -100,6 +102,68 @@ TEST_F(MatmulRunnerTest, KernelReadsAGatheredByTheActivationOrder) {
       }
     }
   }
+}
+
+TEST_F(MatmulRunnerTest, BlocksRunAsOneCallGatheredByTheActivationOrder) {
+  constexpr uint64_t kSeed = 9;
+  constexpr int64_t kK = 64;
+  constexpr int64_t kN = 24;
+  QuantizedWeight canonical =
+      RandomQuantizedWeight({WeightFormat::kFp4, kK, kN, 32}, kSeed);
+  canonical.activation_order = RandomActivationOrder(kK, kSeed);
+  const PackedWeight ordered = *PackedWeight::Pack(canonical);
+  const std::vector<int64_t> rows = {2, 1, 3};
+  std::mt19937 rng(kSeed);
+  std::vector<std::string> a;
+  std::vector<std::string> c;
+  std::vector<RowBlock> blocks;
+  for (int64_t m : rows) {
+    a.emplace_back(m * kK * sizeof(float), '\0');
+    for (char& byte : a.back()) byte = static_cast<char>(rng());
+    c.emplace_back(m * kN * sizeof(float), '\0');
+  }
+  for (size_t b = 0; b < rows.size(); ++b) {
+    blocks.push_back({.a = a[b].data(), .c = c[b].data(), .rows = rows[b]});
+  }
+  std::string seen;
+  // The kernel writes row i of C full of the byte i + 1.
+  EXPECT_CALL(kernel_, Run)
+      .WillOnce([&](const GemmProblem& problem, const GemmOperands& operands,
+                    ThreadPool&) {
+        EXPECT_EQ(problem.m, 6);
+        seen.assign(static_cast<const char*>(operands.a),
+                    problem.m * kK * sizeof(float));
+        for (int64_t i = 0; i < problem.m; ++i) {
+          std::memset(static_cast<char*>(operands.c) + i * kN * sizeof(float),
+                      static_cast<int>(i + 1), kN * sizeof(float));
+        }
+        return absl::OkStatus();
+      });
+  absl::StatusOr<MatmulRun> run =
+      runner_.RunBlocks(ordered, DType::kF32, blocks);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->kernel, "fused_fp4_mock");
+  int64_t row = 0;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    for (int64_t i = 0; i < rows[b]; ++i, ++row) {
+      EXPECT_EQ(c[b].substr(i * kN * sizeof(float), kN * sizeof(float)),
+                std::string(kN * sizeof(float), static_cast<char>(row + 1)))
+          << "block " << b << " row " << i;
+      for (int64_t r = 0; r < kK; ++r) {
+        const int64_t column = canonical.activation_order[r];
+        ASSERT_EQ(seen.substr((row * kK + r) * sizeof(float), sizeof(float)),
+                  a[b].substr((i * kK + column) * sizeof(float), sizeof(float)))
+            << "block " << b << " row " << i << " column " << r << " seed "
+            << kSeed;
+      }
+    }
+  }
+}
+
+TEST_F(MatmulRunnerTest, BlocksWithoutRowsAreRefused) {
+  EXPECT_CALL(kernel_, Run).Times(0);
+  EXPECT_EQ(runner_.RunBlocks(weight_, DType::kF32, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(MatmulRunnerTest, ZeroKMeansTheWeightsK) {
