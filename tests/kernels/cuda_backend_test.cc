@@ -36,6 +36,7 @@ using ::nibble::testing::Encoded;
   }
 
 constexpr uint64_t kSeed = 20261125;
+constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
 // A weight on the GPU with the canonical copy its reference reads.
 struct GpuWeight {
@@ -131,8 +132,7 @@ TEST(CudaBackendTest, ConcurrentBatchesFromManyThreadsMatchTheReference) {
         // 1 to 4 requests of 1 to 40 rows, on any weight, in any dtype.
         std::vector<int64_t> rows(1 + rng() % 4);
         for (int64_t& r : rows) r = 1 + static_cast<int64_t>(rng() % 40);
-        const DType dtype = std::vector<DType>{DType::kF32, DType::kF16,
-                                               DType::kBF16}[rng() % 3];
+        const DType dtype = kDTypes[rng() % 3];
         ExpectBatchMatchesReference(weights[rng() % 3], rows, dtype, rng(),
                                     pool);
       }
