@@ -118,7 +118,8 @@ step configure configure.log cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}" ||
 tests_built=0
 bench_built=0
 step "build tests" build-tests.log \
-  cmake --build "$BUILD_DIR" -j "$JOBS" --target nibble_cuda_test &&
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target nibble_cuda_test \
+    nibble_cuda_backend_test &&
   tests_built=1
 step "build bench" build-bench.log \
   cmake --build "$BUILD_DIR" -j "$JOBS" --target nibble-gpu-bench &&
