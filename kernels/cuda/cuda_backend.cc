@@ -424,14 +424,18 @@ KernelVariant PreferredVariant(const GemmProblem& problem) {
   // On an H100 (make gpu-check, docs/performance.md): on Hopper from 32 rows
   // double_buffered runs wgmma, each tile's K split evenly to fill one wave
   // (striped, whose blocks all end on a tile they share, reduces ~130 tiles
-  // through L2 at once at the end); below that the weight read dominates and
-  // stream-K keeps every multiprocessor streaming to the end; before Hopper,
-  // above 64 rows, fused keeps the codes out of shared memory, which the
-  // larger A tile needs.
+  // through L2 at once at the end); up to 8 rows fused, its codes never
+  // through shared memory, streams the weight fastest; in between the weight
+  // read dominates and stream-K keeps every multiprocessor streaming to the
+  // end; before Hopper, above 64 rows, fused keeps the codes out of shared
+  // memory, which the larger A tile needs.
   absl::StatusOr<DeviceInfo> device = CurrentDevice();
-  if (device.ok() && UsesWgmma(KernelVariant::kDoubleBuffered, problem.m,
-                               device->compute_capability)) {
-    return KernelVariant::kDoubleBuffered;
+  if (device.ok() && device->compute_capability == 90) {
+    if (UsesWgmma(KernelVariant::kDoubleBuffered, problem.m,
+                  device->compute_capability)) {
+      return KernelVariant::kDoubleBuffered;
+    }
+    if (problem.m <= 8) return KernelVariant::kFused;
   }
   return problem.m <= 64 ? KernelVariant::kStriped : KernelVariant::kFused;
 }

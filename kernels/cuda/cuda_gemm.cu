@@ -30,16 +30,15 @@ using internal::ScaleRowK;
 using internal::WgmmaParams;
 
 // Fewer rows than this leave wgmma's tensor cores mostly idle on rows of
-// zeros: the mma.sync kernel's 16- and 32-row tiles run them.
+// zeros: the mma.sync kernel's 8- and 16-row tiles run them.
 constexpr int64_t kWgmmaMinRows = 32;
 
-// Rows of C per mma.sync tile: 16, 32, 64 or 128 (as m16 tiles), the fewest
-// that cover M (up to 128).
-int MTilesFor(int64_t m) {
-  if (m <= 16) return 1;
-  if (m <= 32) return 2;
-  if (m <= 64) return 4;
-  return 8;
+// Rows of C per mma.sync tile: 8, 16, 32, 64 or 128 (as 8-row tiles), the
+// fewest that cover M (up to 128).
+int RowTilesFor(int64_t m) {
+  int row_tiles = 1;
+  while (row_tiles < 16 && 8 * row_tiles < m) row_tiles *= 2;
+  return row_tiles;
 }
 
 template <WeightFormat kFormat>
@@ -49,7 +48,7 @@ KernelChoice ChooseFor(KernelVariant variant, bool wgmma, DType a_dtype,
     return ChooseWgmmaKernel<kFormat>(
         a_dtype, static_cast<int>(std::min<int64_t>(m, 256)));
   }
-  return ChooseFormatKernel<kFormat>(a_dtype, MTilesFor(m),
+  return ChooseFormatKernel<kFormat>(a_dtype, RowTilesFor(m),
                                      variant == KernelVariant::kFused);
 }
 

@@ -1,8 +1,10 @@
 // Dequantization of the CUDA kernels: one 32-bit word of codes in the
 // device layout (device_layout.h) into four fp16 or bf16 pair registers, by
 // bit tricks instead of conversions. The registers are the B fragments of two
-// mma.sync n8 tiles, or, reordered, the A fragment of a 16 x 16 block for
-// wgmma with A in registers (wgmma_kernel.cuh).
+// mma.sync n8 tiles; reordered, they are the A fragment of a 16 x 16 block
+// (mma.sync in gemm_kernel.cuh, wgmma with A in registers in
+// wgmma_kernel.cuh). DequantizeCodes stops before the scales, for kernels
+// that apply them to fp32 sums.
 //
 // Example:
 //   uint32_t b[4];
@@ -101,14 +103,25 @@ struct Pair<__nv_bfloat16> {
   }
 };
 
-// One word of codes into the four B fragment registers of two n8 tiles. The
-// two halves of a register are two rows of one column, so each n8 tile takes
-// its column's scale and zero point (in both halves of `scale` and `zero`).
+// (x & kMask) | kBits in one LOP3: C++'s & and | with two constants compile
+// to two, since an instruction holds only one immediate.
+template <uint32_t kMask, uint32_t kBits>
+__device__ __forceinline__ uint32_t AndOr(uint32_t x) {
+  uint32_t result;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n"
+      : "=r"(result)
+      : "r"(x), "n"(kMask), "n"(kBits));
+  return result;
+}
+
+// One word of codes into the four B fragment registers of two n8 tiles,
+// before the scales: q - zero, or the fp4 value, both exact. The two halves
+// of a register are two rows of one column, so each n8 tile takes its
+// column's zero point (in both halves of `zero`).
 template <WeightFormat kFormat, typename T>
-__device__ __forceinline__ void Dequantize(uint32_t word,
-                                           const uint32_t (&scale)[2],
-                                           const uint32_t (&zero)[2],
-                                           uint32_t (&b)[4]) {
+__device__ __forceinline__ void DequantizeCodes(uint32_t word,
+                                                const uint32_t (&zero)[2],
+                                                uint32_t (&b)[4]) {
   using P = Pair<T>;
   if constexpr (kFp4Codes<kFormat>) {
 #pragma unroll
@@ -118,7 +131,7 @@ __device__ __forceinline__ void Dequantize(uint32_t word,
       const uint32_t codes = word >> (4 * i);
       const uint32_t value = ((codes << 12) & 0x80008000u) |
                              ((codes << P::kFp4Shift) & P::kFp4Mask);
-      b[i] = P::Mul(P::Mul(value, P::kFp4Rebias), scale[i / 2]);
+      b[i] = P::Mul(value, P::kFp4Rebias);
     }
   } else if constexpr (std::is_same_v<T, half>) {
     // Codes i and i + 1 from one shift: (magic | q) - (magic + zero) is
@@ -128,25 +141,32 @@ __device__ __forceinline__ void Dequantize(uint32_t word,
     for (int i = 0; i < 4; i += 2) {
       const uint32_t codes = word >> (4 * i);
       const int tile = i / 2;
-      const uint32_t low =
-          P::Sub((codes & 0x000f000fu) | P::kMagic, P::kMagic | zero[tile]);
-      const uint32_t high =
-          P::Fma((codes & 0x00f000f0u) | P::kMagic, P::kSixteenth,
-                 P::kMinusMagicOver16 | (zero[tile] << 4));
-      b[i] = P::Mul(low, scale[tile]);
-      b[i + 1] = P::Mul(high, scale[tile]);
+      b[i] =
+          P::Sub(AndOr<0x000f000fu, P::kMagic>(codes), P::kMagic | zero[tile]);
+      b[i + 1] = P::Fma(AndOr<0x00f000f0u, P::kMagic>(codes), P::kSixteenth,
+                        P::kMinusMagicOver16 | (zero[tile] << 4));
     }
   } else {
     // bf16's 7-bit mantissa has no room above the code: one shift each.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t codes = word >> (4 * i);
-      const int tile = i / 2;
-      b[i] = P::Mul(
-          P::Sub((codes & 0x000f000fu) | P::kMagic, P::kMagic | zero[tile]),
-          scale[tile]);
+      b[i] =
+          P::Sub(AndOr<0x000f000fu, P::kMagic>(codes), P::kMagic | zero[i / 2]);
     }
   }
+}
+
+// DequantizeCodes times each n8 tile's column scale (in both halves of
+// `scale`).
+template <WeightFormat kFormat, typename T>
+__device__ __forceinline__ void Dequantize(uint32_t word,
+                                           const uint32_t (&scale)[2],
+                                           const uint32_t (&zero)[2],
+                                           uint32_t (&b)[4]) {
+  DequantizeCodes<kFormat, T>(word, zero, b);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[i] = Pair<T>::Mul(b[i], scale[i / 2]);
 }
 
 // Both halves of a pair set to its low (0) or high (1) half.

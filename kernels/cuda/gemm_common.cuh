@@ -92,24 +92,36 @@ __device__ __forceinline__ void Store(const Params& p, int row, int col,
   }
 }
 
+// An element of C: where a kernel's accumulator goes.
+struct Element {
+  int row;
+  int col;
+};
+
 // Finishes tile `tile` of C, of which this block ran iterations [begin,
-// end), by calling store(i, value) with the tile's sum for each accumulator
-// i, or not at all. A block that ran all the tile's iterations stores its
-// own `acc`; otherwise each block adds `acc` into the tile's fp32 partial
-// sums, and the last of them stores those. `thread` of `threads`
-// places each accumulator in the partial sums; those threads call it
-// together, `sync` is a barrier over them, `last` a shared int.
-template <int kAcc, typename Sync, typename StoreSum>
+// end): writes the tile's sum for each accumulator i at element(i) of C. A
+// block that ran all the tile's iterations stores its own `acc`; otherwise
+// each block adds `acc` into the tile's fp32 partial sums, and the last of
+// them stores those. With kSkipRowsPastM, accumulators of rows past M (most
+// of a tile of 8 or 16 rows at M = 1) are not added: their partial sums stay
+// zero; the wgmma kernel, at its register limit, adds them all. `thread` of
+// `threads` places
+// each accumulator in the partial sums; those threads call it together,
+// `sync` is a barrier over them, `last` a shared int.
+template <bool kSkipRowsPastM, int kAcc, typename Sync, typename ElementOf>
 __device__ __forceinline__ void FinishTile(const Params& p, int tile,
                                            Iterations iterations,
                                            const float (&acc)[kAcc], int thread,
                                            int threads, Sync sync, int& last,
-                                           StoreSum store) {
+                                           ElementOf element) {
   const int tile_begin = tile * p.k_steps;
   const int tile_end = tile_begin + p.k_steps;
   if (iterations.begin <= tile_begin && iterations.end >= tile_end) {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) store(i, acc[i]);
+    for (int i = 0; i < kAcc; ++i) {
+      const Element e = element(i);
+      Store(p, e.row, e.col, acc[i]);
+    }
     return;
   }
   // Warp by warp, so that a warp's accesses are 128 contiguous bytes.
@@ -118,7 +130,9 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
     return partials + ((thread / 32) * kAcc + i) * 32 + thread % 32;
   };
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) atomicAdd(slot(i), acc[i]);
+  for (int i = 0; i < kAcc; ++i) {
+    if (!kSkipRowsPastM || element(i).row < p.m) atomicAdd(slot(i), acc[i]);
+  }
   __threadfence();
   sync();
   if (thread == 0) {
@@ -138,7 +152,10 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
     *slot(i) = 0.0f;
   }
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) store(i, sums[i]);
+  for (int i = 0; i < kAcc; ++i) {
+    const Element e = element(i);
+    Store(p, e.row, e.col, sums[i]);
+  }
   if (thread == 0) p.counters[tile] = 0;
 }
 

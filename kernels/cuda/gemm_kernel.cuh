@@ -5,14 +5,18 @@
 // its scales into fp16 (device_layout.h), after which it is fp4 with groups
 // of 32 and a factor on C (KernelFormat).
 //
-// The mma.sync kernel: what runs on GPUs before Hopper, and the fused
-// variant on Hopper (wgmma_kernel.cuh has the others there). A thread block
-// owns a tile of 16 * MT rows and 128 or 256 columns of C and walks K in stages
-// of kStepK = 128 rows. Each of its 8 warps owns one or two 16-column blocks:
-// per 16-row block of K and column block it dequantizes one 32-bit word of
-// codes (its two n8 B fragments, see device_layout.h) in registers and issues 2
-// * MT mma.sync.m16n8k16 with fp32 accumulators. A, scales and zero points go
-// through a ring of kStages shared-memory stages filled by cp.async.
+// The mma.sync kernel: what runs on GPUs before Hopper, and below 32 rows on
+// Hopper (wgmma_kernel.cuh has the rest there). A thread block owns a tile of
+// 8 * RT rows and 128 or 256 columns of C and walks K in stages of kStepK =
+// 128 rows. Each of its 8 warps owns one or two 16-column blocks: per 16-row
+// block of K and column block it dequantizes one 32-bit word of codes (see
+// device_layout.h) in registers into the A fragment of mma.sync.m16n8k16, so
+// that the weight's columns are the mma's 16 rows and A's rows its 8 columns:
+// a tile of 8 rows issues one mma per word, not two on 8 rows of zeros. The
+// accumulators are fp32. Up to 16 rows, the scales multiply each group's fp32
+// sums instead of every weight value, a few multiply-adds per group instead
+// of one multiply per pair of values. A, scales and zero points go through a
+// ring of kStages shared-memory stages filled by cp.async.
 //   fused:           codes go from global memory straight into a ring of
 //                    registers, never through shared memory;
 //   double_buffered: codes go through the cp.async stages too;
@@ -76,52 +80,63 @@ __device__ __forceinline__ void LoadMatrix(uint32_t (&a)[4],
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                : "r"(SharedAddress(shared)));
 }
+// Two 8x8 matrices, from the addresses of lanes 0-15, into a[0] and a[2].
+__device__ __forceinline__ void LoadMatrixPair(uint32_t (&a)[4],
+                                               const void* shared) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(a[0]), "=r"(a[2])
+               : "r"(SharedAddress(shared)));
+}
 
 // Writes tile `tile` of C from a block's accumulators for its iterations
-// (FinishTile). Every thread of the block calls it.
-template <int kMTiles, int kNBlocks>
+// (FinishTile). Every thread of the block calls it. acc[rt][nb][r] is row
+// 8 rt + 2 (lane % 4) (+ 1 for odd r) of the tile and column lane / 4 (+ 8
+// for r >= 2) of the warp's 16-column block nb.
+template <int kRowTiles, int kNBlocks>
 __device__ __forceinline__ void StoreTile(
     const Params& p, int tile, Iterations iterations,
-    const float (&acc)[kMTiles][2 * kNBlocks][4], int& last_block) {
-  constexpr int kRows = 16 * kMTiles;
-  constexpr int kTiles8 = 2 * kNBlocks;  // n8 tiles of a warp
+    const float (&acc)[kRowTiles][kNBlocks][4], int& last_block) {
+  constexpr int kRows = 8 * kRowTiles;
   constexpr int kColumns = kWarps * 16 * kNBlocks;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int row0 = (tile % p.tiles_m) * kRows + lane / 4;
+  const int row0 = (tile % p.tiles_m) * kRows + (lane % 4) * 2;
   const int col0 =
-      (tile / p.tiles_m) * kColumns + warp * 16 * kNBlocks + (lane % 4) * 2;
-  // Accumulator i is acc[mt][j][r] for i = (mt * kTiles8 + j) * 4 + r.
-  FinishTile(
+      (tile / p.tiles_m) * kColumns + warp * 16 * kNBlocks + lane / 4;
+  // Accumulator i is acc[rt][nb][r] for i = (rt * kNBlocks + nb) * 4 + r.
+  FinishTile<true>(
       p, tile, iterations,
-      *reinterpret_cast<const float(*)[kMTiles * kTiles8 * 4]>(&acc[0][0][0]),
+      *reinterpret_cast<const float(*)[kRowTiles * kNBlocks * 4]>(
+          &acc[0][0][0]),
       tid, kThreads, [] { __syncthreads(); }, last_block,
-      [&](int i, float value) {
-        const int mt = i / (kTiles8 * 4);
-        const int j = i / 4 % kTiles8;
+      [&](int i) {
+        const int rt = i / (kNBlocks * 4);
+        const int nb = i / 4 % kNBlocks;
         const int r = i % 4;
-        Store(p, row0 + mt * 16 + (r / 2) * 8, col0 + j * 8 + r % 2, value);
+        return Element{row0 + rt * 8 + r % 2, col0 + nb * 16 + (r / 2) * 8};
       });
 }
 
-template <int kMTiles, int kNBlocks, int kScaleRows>
+template <int kRowTiles, int kNBlocks, int kScaleRows>
 constexpr int StageBytes(bool register_codes) {
-  return kMTiles * 16 * kStepK * 2 +
+  return kRowTiles * 8 * kStepK * 2 +
          kNBlocks * ((register_codes ? 0 : kCodeBytesPerBlock) +
                      ScaleBytesPerBlock<kScaleRows>() + kZeroBytesPerBlock);
 }
 
-template <WeightFormat kFormat, typename T, int kMTiles, int kNBlocks,
+template <WeightFormat kFormat, typename T, int kRowTiles, int kNBlocks,
           bool kRegisterCodes, int kStages>
 __global__ void __launch_bounds__(kThreads)
     GemmKernel(const __grid_constant__ Params p) {
   using P = Pair<T>;
-  constexpr int kRows = 16 * kMTiles;
+  constexpr int kRows = 8 * kRowTiles;
+  // Where the accumulators are few, scales multiply group sums (see above).
+  constexpr bool kScaleSums = kRowTiles <= 2;
   constexpr int kABytes = kRows * kStepK * 2;
   constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   constexpr int kStageBytes =
-      StageBytes<kMTiles, kNBlocks, kScaleRows>(kRegisterCodes);
+      StageBytes<kRowTiles, kNBlocks, kScaleRows>(kRegisterCodes);
   constexpr int kCodeBytes = kNBlocks * kCodeBytesPerBlock;
   constexpr int kScaleBytes = kNBlocks * ScaleBytesPerBlock<kScaleRows>();
   // Scale pieces (16 bytes) per row of a stage, and zero-point pieces.
@@ -150,6 +165,8 @@ __global__ void __launch_bounds__(kThreads)
   const int begin = iterations.begin;
   const int end = iterations.end;
   const int64_t group_stride = static_cast<int64_t>(p.blocks16_n) * 8;
+  // Scale row j + 1 of a stage starts a group when (j + 1) & this is 0.
+  const unsigned group_rows_mask = (1u << p.group_step_shift) - 1u;
 
   // The copies each thread makes per stage, spread so that every warp has
   // the same share and none waits longer at the barrier: chunk c of A goes
@@ -269,15 +286,18 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  float acc[kMTiles][2 * kNBlocks][4];
-  auto clear = [&] {
+  float acc[kRowTiles][kNBlocks][4];
+  // With kScaleSums, the sums of the current group, before its scales.
+  [[maybe_unused]] float group_acc[kRowTiles][kNBlocks][4];
+  auto clear = [](float(&sums)[kRowTiles][kNBlocks][4]) {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+    for (int rt = 0; rt < kRowTiles; ++rt)
 #pragma unroll
-      for (int j = 0; j < 2 * kNBlocks; ++j)
+      for (int nb = 0; nb < kNBlocks; ++nb)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[mt][j][r] = 0.0f;
+        for (int r = 0; r < 4; ++r) sums[rt][nb][r] = 0.0f;
   };
+  auto& sums = kScaleSums ? group_acc : acc;
 
   auto compute = [&](int s) {
     uint32_t word[kNBlocks][8];
@@ -302,17 +322,20 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kScaleRows; ++j) {
       // The scales and zero points of columns g and g + 8 of each block, for
       // scale row j.
-      uint32_t scale[kNBlocks][2];
+      auto pair_of = [&](int nb) {
+        return ((j * kWarps + warp) * kNBlocks + nb) * 8 + lane / 4;
+      };
+      [[maybe_unused]] uint32_t scale[kNBlocks][2];
       uint32_t zero[kNBlocks][2];
 #pragma unroll
       for (int nb = 0; nb < kNBlocks; ++nb) {
-        const int pair = ((j * kWarps + warp) * kNBlocks + nb) * 8 + lane / 4;
-        const uint32_t scales = P::FromHalfPair(stage_scales(s)[pair]);
         uint32_t zeros = 0x0808u;
-        if constexpr (kZeros) zeros = stage_zeros(s)[pair];
+        if constexpr (kZeros) zeros = stage_zeros(s)[pair_of(nb)];
+        const uint32_t scales =
+            kScaleSums ? 0 : P::FromHalfPair(stage_scales(s)[pair_of(nb)]);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          scale[nb][half] = Broadcast(scales, half);
+          if constexpr (!kScaleSums) scale[nb][half] = Broadcast(scales, half);
           const uint32_t z = (zeros >> (8 * half)) & 0xffu;
           zero[nb][half] = z | (z << 16);
         }
@@ -320,30 +343,73 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kk = j * kBlocksPerScaleRow; kk < (j + 1) * kBlocksPerScaleRow;
            ++kk) {
-        uint32_t b[kNBlocks][4];
+        // The weight's 16 x 16 block as the mma's A: its n8 B fragment
+        // registers {b0, b1} of columns g and {b2, b3} of g + 8 are
+        // rows g and g + 8 of A, in the order {a0, a1, a2, a3} = {b0, b2,
+        // b1, b3}.
+        uint32_t w[kNBlocks][4];
 #pragma unroll
         for (int nb = 0; nb < kNBlocks; ++nb) {
-          Dequantize<kFormat, T>(word[nb][kk], scale[nb], zero[nb], b[nb]);
+          uint32_t b[4];
+          if constexpr (kScaleSums) {
+            DequantizeCodes<kFormat, T>(word[nb][kk], zero[nb], b);
+          } else {
+            Dequantize<kFormat, T>(word[nb][kk], scale[nb], zero[nb], b);
+          }
+          w[nb][0] = b[0];
+          w[nb][1] = b[2];
+          w[nb][2] = b[1];
+          w[nb][3] = b[3];
         }
+        // Rows of A as the mma's B: x[0] and x[2] hold rows 16 mt .. + 7,
+        // x[1] and x[3] the next 8 (for two row tiles or more).
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          const int row = mt * 16 + lane % 16;
-          const int column = kk * 2 + lane / 16;
-          uint32_t a[4];
-          LoadMatrix(a,
-                     a_stage + row * kStepK * 2 + ((column ^ (row & 7)) * 16));
+        for (int mt = 0; mt < (kRowTiles + 1) / 2; ++mt) {
+          uint32_t x[4];
+          if constexpr (kRowTiles == 1) {
+            const int row = lane % 8;
+            const int column = kk * 2 + lane / 8 % 2;
+            LoadMatrixPair(
+                x, a_stage + row * kStepK * 2 + ((column ^ (row & 7)) * 16));
+          } else {
+            const int row = mt * 16 + lane % 16;
+            const int column = kk * 2 + lane / 16;
+            LoadMatrix(
+                x, a_stage + row * kStepK * 2 + ((column ^ (row & 7)) * 16));
+          }
 #pragma unroll
           for (int nb = 0; nb < kNBlocks; ++nb) {
-            P::Mma(acc[mt][2 * nb], a, b[nb][0], b[nb][1]);
-            P::Mma(acc[mt][2 * nb + 1], a, b[nb][2], b[nb][3]);
+            P::Mma(sums[2 * mt][nb], w[nb], x[0], x[2]);
+            if constexpr (kRowTiles > 1) {
+              P::Mma(sums[2 * mt + 1][nb], w[nb], x[1], x[3]);
+            }
           }
+        }
+      }
+      if constexpr (kScaleSums) {
+        // The group ends here, or its rest is in the next stage.
+        if (((j + 1) & group_rows_mask) == 0 || j == kScaleRows - 1) {
+#pragma unroll
+          for (int nb = 0; nb < kNBlocks; ++nb) {
+            const float2 column_scale = __half22float2(
+                *reinterpret_cast<const half2*>(&stage_scales(s)[pair_of(nb)]));
+#pragma unroll
+            for (int rt = 0; rt < kRowTiles; ++rt) {
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                acc[rt][nb][r] += (r < 2 ? column_scale.x : column_scale.y) *
+                                  group_acc[rt][nb][r];
+              }
+            }
+          }
+          clear(group_acc);
         }
       }
     }
   };
 
   auto finish_tile = [&](int tile) {
-    StoreTile<kMTiles, kNBlocks>(p, tile, iterations, acc, last_block);
+    StoreTile<kRowTiles, kNBlocks>(p, tile, iterations, acc, last_block);
   };
 
 #pragma unroll
@@ -351,7 +417,8 @@ __global__ void __launch_bounds__(kThreads)
     if (begin + s < end) issue(s);
     CommitAsync();
   }
-  clear();
+  clear(acc);
+  if constexpr (kScaleSums) clear(group_acc);
   int tile = first_tile;
   int step = begin - first_tile * p.k_steps;
   int iter = begin;
@@ -366,7 +433,7 @@ __global__ void __launch_bounds__(kThreads)
     ++iter;
     if (++step == p.k_steps || iter == end) {
       finish_tile(tile);
-      clear();
+      clear(acc);
       step = 0;
       ++tile;
     }
@@ -395,56 +462,59 @@ constexpr int kPipelinedStages = 4;
 // Up to 32 rows, where the weight read dominates, each warp takes two
 // 16-column blocks, so that the per-stage work is spread over twice the
 // bytes; above, one, to keep the accumulators in registers.
-template <int kMTiles>
+template <int kRowTiles>
 constexpr int NBlocksFor() {
-  return kMTiles <= 2 ? 2 : 1;
+  return kRowTiles <= 4 ? 2 : 1;
 }
 
-template <WeightFormat kFormat, typename T, int kMTiles>
+template <WeightFormat kFormat, typename T, int kRowTiles>
 KernelChoice ChooseStaged(bool register_codes) {
-  constexpr int kNBlocks = NBlocksFor<kMTiles>();
+  constexpr int kNBlocks = NBlocksFor<kRowTiles>();
   constexpr int kColumns = kWarps * 16 * kNBlocks;
   constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   if (register_codes) {
     return {.function =
-                GemmKernel<kFormat, T, kMTiles, kNBlocks, true, kFusedStages>,
-            .shared_bytes =
-                kFusedStages * StageBytes<kMTiles, kNBlocks, kScaleRows>(true),
+                GemmKernel<kFormat, T, kRowTiles, kNBlocks, true, kFusedStages>,
+            .shared_bytes = kFusedStages *
+                            StageBytes<kRowTiles, kNBlocks, kScaleRows>(true),
             .threads = kThreads,
-            .rows = 16 * kMTiles,
+            .rows = 8 * kRowTiles,
             .columns = kColumns};
   }
   return {
       .function =
-          GemmKernel<kFormat, T, kMTiles, kNBlocks, false, kPipelinedStages>,
+          GemmKernel<kFormat, T, kRowTiles, kNBlocks, false, kPipelinedStages>,
       .shared_bytes =
-          kPipelinedStages * StageBytes<kMTiles, kNBlocks, kScaleRows>(false),
+          kPipelinedStages * StageBytes<kRowTiles, kNBlocks, kScaleRows>(false),
       .threads = kThreads,
-      .rows = 16 * kMTiles,
+      .rows = 8 * kRowTiles,
       .columns = kColumns};
 }
 
+// `row_tiles` 8-row tiles: 1, 2, 4, 8 or 16.
 template <WeightFormat kFormat, typename T>
-KernelChoice ChooseTiles(int m_tiles, bool register_codes) {
-  switch (m_tiles) {
+KernelChoice ChooseTiles(int row_tiles, bool register_codes) {
+  switch (row_tiles) {
     case 1:
       return ChooseStaged<kFormat, T, 1>(register_codes);
     case 2:
       return ChooseStaged<kFormat, T, 2>(register_codes);
     case 4:
       return ChooseStaged<kFormat, T, 4>(register_codes);
-    default:
+    case 8:
       return ChooseStaged<kFormat, T, 8>(register_codes);
+    default:
+      return ChooseStaged<kFormat, T, 16>(register_codes);
   }
 }
 
 // The kernel for one format; instantiated in that format's .cu file.
 template <WeightFormat kFormat>
-KernelChoice ChooseFormatKernel(DType a_dtype, int m_tiles,
+KernelChoice ChooseFormatKernel(DType a_dtype, int row_tiles,
                                 bool register_codes) {
   return a_dtype == DType::kBF16
-             ? ChooseTiles<kFormat, __nv_bfloat16>(m_tiles, register_codes)
-             : ChooseTiles<kFormat, half>(m_tiles, register_codes);
+             ? ChooseTiles<kFormat, __nv_bfloat16>(row_tiles, register_codes)
+             : ChooseTiles<kFormat, half>(row_tiles, register_codes);
 }
 
 extern template KernelChoice ChooseFormatKernel<WeightFormat::kFp4>(DType, int,

@@ -152,17 +152,17 @@ __device__ __forceinline__ void StoreTile(
   const int col0 = tile / p.tiles_m * Tile::kColumns +
                    consumer * Tile::kWeightTiles * 64 + warp * 16 + lane / 4;
   // Accumulator i is acc[t][sub][e] for i = (t * kSubs + sub) * 32 + e.
-  FinishTile(
+  FinishTile<false>(
       p, tile, iterations,
       *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0][0]), thread,
       128 * kWgmmaConsumers, [] { SyncThreads(1, 128 * kWgmmaConsumers); },
       last_block,
-      [&](int i, float value) {
+      [&](int i) {
         const int t = i / (Tile::kSubs * 32);
         const int sub = i / 32 % Tile::kSubs;
         const int e = i % 32;
-        Store(p, row0 + sub * 64 + (e / 4) * 8 + e % 2,
-              col0 + t * 64 + (e % 4 / 2) * 8, value);
+        return Element{row0 + sub * 64 + (e / 4) * 8 + e % 2,
+                       col0 + t * 64 + (e % 4 / 2) * 8};
       });
 }
 
