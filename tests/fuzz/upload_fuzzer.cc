@@ -67,7 +67,7 @@ bool SamePanels(const nibble::PackedWeight& a, const nibble::PackedWeight& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   UploadAssembler upload;
-  UploadAssembler packing(/*pack_codes=*/true);
+  UploadAssembler packing(nibble::server::CodePacking::kAll);
   WeightSpec header_spec;
   std::vector<int32_t> header_order;
   CodeLayout header_layout = CodeLayout::kCanonical;
