@@ -41,20 +41,6 @@ absl::string_view FileKind(mode_t mode) {
   return "not a file";
 }
 
-// The file's bytes, at most `max_bytes` of them (-1: all).
-absl::StatusOr<std::string> ReadAtMost(const std::string& path,
-                                       int64_t max_bytes) {
-  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
-  if (!file.ok()) return file.status();
-  std::string bytes(
-      max_bytes < 0 ? file->size() : std::min(file->size(), max_bytes), '\0');
-  if (absl::Status status = file->ReadAt(0, absl::MakeSpan(bytes));
-      !status.ok()) {
-    return status;
-  }
-  return bytes;
-}
-
 }  // namespace
 
 absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {
@@ -111,12 +97,14 @@ absl::Status ReadOnlyFile::ReadAt(int64_t offset, absl::Span<char> out) const {
 }
 
 absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
-  return ReadAtMost(path, /*max_bytes=*/-1);
-}
-
-absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
-                                           int64_t max_bytes) {
-  return ReadAtMost(path, max_bytes);
+  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+  if (!file.ok()) return file.status();
+  std::string bytes(file->size(), '\0');
+  if (absl::Status status = file->ReadAt(0, absl::MakeSpan(bytes));
+      !status.ok()) {
+    return status;
+  }
+  return bytes;
 }
 
 }  // namespace nibble

@@ -1,11 +1,14 @@
 // Reads a whole file into memory, for the small files nibble's tools and
-// server take by path (tuning tables, token and certificate files), or only
-// its first bytes, or opens it to be read in pieces (a weight file).
+// server take by path (tuning tables, token and certificate files), or opens
+// one to be read in pieces (a weight file).
 // Errors name the path and the operating system's reason.
 //
 // Example:
 //   absl::StatusOr<std::string> text = nibble::ReadFileContents("tokens");
 //   if (!text.ok()) return text.status();  // "cannot open tokens: ..."
+//   absl::StatusOr<nibble::ReadOnlyFile> file =
+//       nibble::ReadOnlyFile::Open("proj.nibble");
+//   RETURN_IF_ERROR(file->ReadAt(/*offset=*/72, absl::MakeSpan(name)));
 #ifndef NIBBLE_BASE_FILE_CONTENTS_H_
 #define NIBBLE_BASE_FILE_CONTENTS_H_
 
@@ -26,12 +29,6 @@ namespace nibble {
 // on), DATA_LOSS when it shrinks while being read, UNAVAILABLE
 // for other I/O errors.
 absl::StatusOr<std::string> ReadFileContents(const std::string& path);
-
-// The first `max_bytes` bytes of the regular file at `path` (all of a
-// shorter one), with ReadFileContents' errors: a header, read without
-// reading what follows it.
-absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
-                                           int64_t max_bytes);
 
 // A regular file opened for reading, for a reader that takes it in pieces
 // (a weight file at start) instead of whole. Closed when destroyed; movable.
