@@ -1,7 +1,7 @@
 // Fuzzes the upload stream state machine: the input is a sequence of
 // nibble.v1.UploadWeightRequest messages (see fuzz_messages.h) fed to an
-// UploadAssembler the way NibbleServiceImpl::Upload feeds it, and to one that
-// packs its codes as they arrive, which must answer every message alike. A
+// UploadAssembler the way NibbleServiceImpl::UploadReactor feeds it, and to one
+// that packs its codes as they arrive, which must answer every message alike. A
 // weight they complete must match its header, hold exactly the bytes the
 // chunks carried (transposed, for MXFP4 and NVFP4 columns), and pack into the
 // same panels both ways.
