@@ -17,6 +17,10 @@ Without --full each attack is a short form for ctest; --full (make hostile)
 runs each longer and larger. Scenarios of gRPC's own weaknesses run through
 HAProxy (deploy/haproxy/nibble-front.cfg); --bare runs them without it, to
 show what nibbled alone does not survive. --list prints the scenarios.
+--target=ADDRESS attacks a nibbled already serving there instead, the
+container image behind its front (make container-test), with the scenarios
+that need no nibbled of their own (--list --target names them); its memory
+is neither limited nor measured there.
 
 Uses Debian's python3 (its python3-h2 and python3-protobuf).
 """
@@ -39,8 +43,8 @@ FRONT_CONFIG = os.path.join(HERE, "..", "..", "deploy", "haproxy",
 sys.path.insert(0, HERE)
 from harness import (CANCEL, CONTINUATION, END_HEADERS, HEADERS, MIB,
                      RST_STREAM, Bystander, Nibbled, ProcessLimits,
-                     RawGrpcConnection, frame, in_background, require,
-                     run_for)
+                     RawGrpcConnection, RunningServer, frame, in_background,
+                     require, run_for)
 
 # nibbled's limits in every scenario: the weight budget the RSS bound is
 # stated against (a scenario may set its own), a message size that keeps
@@ -613,6 +617,52 @@ def require_peak_rss(server, chosen, report, key):
             f"{RSS_MARGIN_BYTES // MIB} MiB")
 
 
+def attack_beside_bystander(chosen, attack, options):
+    """The scenario's attack while the bystander calls Matmul, and the
+    bystander alone after it: alive and SERVING, the bystander's p99 under
+    the bound both times, no error and no wrong reply."""
+    server = attack.server
+    bystander = Bystander(server, BYSTANDER_WEIGHT, BYSTANDER_SEED)
+    during = bystander.start(options.seconds)
+    chosen.attack(attack)
+    results = {"during": during.join()}
+    server.require_running()
+    results["after"] = bystander.run(options.after_seconds)
+    require(server.alive(), "nibbled is not SERVING after the attack")
+    for when, result in results.items():
+        require(not result.errors and result.verified > 0,
+                f"bystander {when} the attack: errors {result.errors}, "
+                f"{result.verified} replies verified")
+        require(result.p99_ms < options.p99_ms,
+                f"bystander p99 {when} the attack {result.p99_ms:.1f} ms,"
+                f" over {options.p99_ms} ms")
+        attack.report[f"p99_{when}_ms"] = round(result.p99_ms, 1)
+
+
+def runs_against_target(chosen):
+    """Whether `chosen` can attack a nibbled it did not start (--target):
+    one of gRPC's rows, which the front is for, needing no flags, token,
+    data directory or file limit of its own."""
+    return chosen.front and not (chosen.flags or chosen.token or
+                                 chosen.data_dir or chosen.max_open_files)
+
+
+def run_against_target(chosen, options):
+    """`chosen` against the nibbled at --target (RunningServer), whose
+    memory this cannot limit or measure, and which it never restarts."""
+    scratch = os.path.join(options.scratch, chosen.name)
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    server = RunningServer(options.bin_dir, scratch, target=options.target)
+    attack = Attack(server=server, seconds=options.seconds, full=options.full,
+                    acknowledged=[BYSTANDER_WEIGHT])
+    if not server.holds(BYSTANDER_WEIGHT):
+        server.upload(BYSTANDER_WEIGHT, k=512, n=512, seed=BYSTANDER_SEED)
+    attack_beside_bystander(chosen, attack, options)
+    require_none_lost(server, attack.acknowledged)
+    return attack.report
+
+
 def run_scenario(chosen, options):
     scratch = os.path.join(options.scratch, chosen.name)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -650,21 +700,7 @@ def run_scenario(chosen, options):
             chosen.prepare(attack)
             require(server.stop() == 0, "nibbled did not exit 0 on SIGTERM")
             server.start()
-        bystander = Bystander(server, BYSTANDER_WEIGHT, BYSTANDER_SEED)
-        during = bystander.start(options.seconds)
-        chosen.attack(attack)
-        results = {"during": during.join()}
-        server.require_running()
-        results["after"] = bystander.run(options.after_seconds)
-        require(server.alive(), "nibbled is not SERVING after the attack")
-        for when, result in results.items():
-            require(not result.errors and result.verified > 0,
-                    f"bystander {when} the attack: errors {result.errors}, "
-                    f"{result.verified} replies verified")
-            require(result.p99_ms < options.p99_ms,
-                    f"bystander p99 {when} the attack {result.p99_ms:.1f} ms,"
-                    f" over {options.p99_ms} ms")
-            attack.report[f"p99_{when}_ms"] = round(result.p99_ms, 1)
+        attack_beside_bystander(chosen, attack, options)
         if server.front is not None:
             attack.report["front_peak_rss_mib"] = round(
                 server.peak_rss_bytes(server.front) / MIB, 1)
@@ -702,29 +738,42 @@ def main():
     parser.add_argument("--bare", action="store_true",
                         help="run every scenario without the front, to see "
                         "what nibbled alone does not survive")
+    parser.add_argument("--target",
+                        help="attack the nibbled serving at this address "
+                        "(the container image's front) instead of starting "
+                        "one; only the scenarios --list --target names")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("scenarios", nargs="*")
     options = parser.parse_args()
+    available = {name: chosen for name, chosen in SCENARIOS.items()
+                 if not options.target or runs_against_target(chosen)}
     if options.list:
-        print("\n".join(SCENARIOS))
+        print("\n".join(available))
         return 0
-    unknown = set(options.scenarios) - set(SCENARIOS)
+    unknown = set(options.scenarios) - set(available)
     if unknown:
-        parser.error(f"no scenario {sorted(unknown)}; --list names them")
+        parser.error(f"no scenario {sorted(unknown)}"
+                     f"{' for --target' if options.target else ''}; --list "
+                     "names them")
+    if not options.target and not options.proto_py:
+        parser.error("--proto_py is needed without --target")
     # Attacks hold thousands of sockets.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    sys.path.insert(0, options.proto_py)
-    global v1
-    from nibble.v1 import nibble_pb2 as v1
+    # The scenarios --target runs build no message of nibble.v1.
+    if options.proto_py:
+        sys.path.insert(0, options.proto_py)
+        global v1
+        from nibble.v1 import nibble_pb2 as v1
     options.seconds = 15 if options.full else 3
     options.after_seconds = 5 if options.full else 2
     failed = []
-    for name in options.scenarios or SCENARIOS:
-        chosen = SCENARIOS[name]
+    for name in options.scenarios or available:
+        chosen = available[name]
         started = time.monotonic()
         try:
-            report = run_scenario(chosen, options)
+            report = (run_against_target(chosen, options) if options.target
+                      else run_scenario(chosen, options))
             outcome = "survived"
         except Exception as error:  # any failure fails this scenario alone
             report = {"failure": str(error)}
