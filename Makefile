@@ -136,10 +136,11 @@ gpu-deps:
 	  "carry to the GPU machine"; exit 1; }
 
 # The container image built with podman and run for real: health, upload,
-# nibble-load with --verify, and a restart on the same volume.
+# nibble-load with --verify, the short forms of the hostile-client scenarios
+# its front is for, and a restart on the same volume.
 .PHONY: container-test
 container-test:
-	@deploy/install-deps.sh container
+	@deploy/install-deps.sh container test
 	deploy/container-test.sh
 
 # The scale tests at full size (tests/integration/scale_test.cc; make test

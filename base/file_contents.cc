@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <system_error>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -40,54 +41,70 @@ absl::string_view FileKind(mode_t mode) {
   return "not a file";
 }
 
-// The file's bytes, at most `max_bytes` of them (-1: all).
-absl::StatusOr<std::string> ReadAtMost(const std::string& path,
-                                       int64_t max_bytes) {
+}  // namespace
+
+absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever;
   // regular files, the only ones read, ignore it.
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return FileError("open", path, errno);
+  // Closes `fd` on the refusals below.
+  ReadOnlyFile file(path, fd, 0);
   struct stat info;
-  absl::Status status = absl::OkStatus();
-  std::string bytes;
-  if (fstat(fd, &info) != 0) {
-    status = FileError("stat", path, errno);
-  } else if (!S_ISREG(info.st_mode)) {
-    status = absl::FailedPreconditionError(
+  if (fstat(fd, &info) != 0) return FileError("stat", path, errno);
+  if (!S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(
         absl::StrCat("cannot read ", path, ": not a regular file but ",
                      FileKind(info.st_mode)));
-  } else {
-    bytes.resize(max_bytes < 0 ? info.st_size
-                               : std::min<int64_t>(info.st_size, max_bytes));
-    size_t done = 0;
-    while (status.ok() && done < bytes.size()) {
-      const ssize_t got =
-          pread(fd, bytes.data() + done, bytes.size() - done, done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) {
-        status = FileError("read", path, errno);
-      } else if (got == 0) {
-        status = absl::DataLossError(
-            absl::StrCat("cannot read ", path, ": it shrank while being read"));
-      } else {
-        done += got;
-      }
-    }
   }
-  close(fd);
-  if (!status.ok()) return status;
-  return bytes;
+  file.size_ = info.st_size;
+  return file;
 }
 
-}  // namespace
+ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_) {}
+
+ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+  }
+  return *this;
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status ReadOnlyFile::ReadAt(int64_t offset, absl::Span<char> out) const {
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t got =
+        pread(fd_, out.data() + done, out.size() - done, offset + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return FileError("read", path_, errno);
+    if (got == 0) {
+      return absl::DataLossError(
+          absl::StrCat("cannot read ", path_, ": it shrank while being read"));
+    }
+    done += got;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> ReadFileContents(const std::string& path) {
-  return ReadAtMost(path, /*max_bytes=*/-1);
-}
-
-absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
-                                           int64_t max_bytes) {
-  return ReadAtMost(path, max_bytes);
+  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+  if (!file.ok()) return file.status();
+  std::string bytes(file->size(), '\0');
+  if (absl::Status status = file->ReadAt(0, absl::MakeSpan(bytes));
+      !status.ok()) {
+    return status;
+  }
+  return bytes;
 }
 
 }  // namespace nibble

@@ -1,20 +1,25 @@
 // Reads a whole file into memory, for the small files nibble's tools and
-// server take by path (tuning tables, token and certificate files) and for
-// persisted weights, or only its first bytes (a weight file's header).
+// server take by path (tuning tables, token and certificate files), or opens
+// one to be read in pieces (a weight file).
 // Errors name the path and the operating system's reason.
 //
 // Example:
 //   absl::StatusOr<std::string> text = nibble::ReadFileContents("tokens");
 //   if (!text.ok()) return text.status();  // "cannot open tokens: ..."
+//   absl::StatusOr<nibble::ReadOnlyFile> file =
+//       nibble::ReadOnlyFile::Open("proj.nibble");
+//   RETURN_IF_ERROR(file->ReadAt(/*offset=*/72, absl::MakeSpan(name)));
 #ifndef NIBBLE_BASE_FILE_CONTENTS_H_
 #define NIBBLE_BASE_FILE_CONTENTS_H_
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace nibble {
 
@@ -25,11 +30,34 @@ namespace nibble {
 // for other I/O errors.
 absl::StatusOr<std::string> ReadFileContents(const std::string& path);
 
-// The first `max_bytes` bytes of the regular file at `path` (all of a
-// shorter one), with ReadFileContents' errors: a header, read without
-// reading what follows it.
-absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
-                                           int64_t max_bytes);
+// A regular file opened for reading, for a reader that takes it in pieces
+// (a weight file at start) instead of whole. Closed when destroyed; movable.
+class ReadOnlyFile {
+ public:
+  // ReadFileContents' errors for a file that cannot be opened or that is
+  // not a regular file (a FIFO is refused at once, not waited on).
+  static absl::StatusOr<ReadOnlyFile> Open(const std::string& path);
+
+  ReadOnlyFile(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;
+  ~ReadOnlyFile();
+
+  const std::string& path() const { return path_; }
+  // The size when opened.
+  int64_t size() const { return size_; }
+
+  // Fills `out` with the bytes from `offset` on; ReadFileContents' errors,
+  // DATA_LOSS when the file ends first.
+  absl::Status ReadAt(int64_t offset, absl::Span<char> out) const;
+
+ private:
+  ReadOnlyFile(std::string path, int fd, int64_t size)
+      : path_(std::move(path)), fd_(fd), size_(size) {}
+
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;
+};
 
 // "cannot ACTION PATH: REASON" for the errno `error`: NOT_FOUND,
 // PERMISSION_DENIED or UNAVAILABLE, as ReadFileContents answers. For other

@@ -2,13 +2,17 @@
 # Builds nibble's container image with podman and proves it serves: starts it
 # with a read-only root filesystem and a data volume, waits for its
 # HEALTHCHECK, uploads a weight and runs nibble-load (with --verify) through
-# the published port and the HAProxy front, replaces the container with a
+# the published port and the HAProxy front, runs the short forms of the
+# hostile-client scenarios the front is for (tests/hostile/, --target: rapid
+# reset, CONTINUATION flood, a bad -bin header) against it with the image's
+# own client tools, replaces the container with a
 # bare one (NIBBLE_FRONT=none) on the same volume and checks the weight is
 # still served, runs deploy/compose.yaml with podman-compose, then removes
 # what it started.
 # The image stays, as localhost/nibble:latest.
 #
-# Needs root, podman, podman-compose and debootstrap (deploy/install-deps.sh container). The
+# Needs root, podman, podman-compose, debootstrap and python3-h2
+# (deploy/install-deps.sh container test). The
 # Debian base image is made locally with debootstrap when missing, so nothing
 # is pulled from a registry. Settings: DEBIAN_MIRROR, CONTAINER_TEST_IMAGE.
 set -euo pipefail
@@ -40,7 +44,8 @@ done
 work=$(mktemp -d)
 compose=(true)
 cleanup() {
-  podman rm -f -t 0 "$run_id-1" "$run_id-2" >/dev/null 2>&1 || true
+  podman rm -f -t 0 "$run_id-1" "$run_id-2" "$run_id-tools" >/dev/null 2>&1 ||
+    true
   podman volume rm -f "$volume" >/dev/null 2>&1 || true
   # The load job's container gets an anonymous volume (the image's VOLUME),
   # which podman-compose's down leaves behind.
@@ -189,6 +194,24 @@ tool nibble upload --name="$weight" --format=u4b8 --k=2048 --n=2048 \
 load_and_verify
 curl -fsS "http://$metrics/metrics" | grep '^nibble_weights 1$' >/dev/null ||
   fail "/metrics does not report the one resident weight"
+
+step "hostile clients through the front: $(tests/hostile/hostile_test.py \
+  --list --target="$target" | paste -sd ' ')"
+# The image's own client tools, run on the host, are the scenarios' CLI and
+# bystander.
+podman create --name "$run_id-tools" "$image" >/dev/null
+mkdir -p "$work/bin"
+for program in nibble nibble-load; do
+  podman cp "$run_id-tools:/usr/local/bin/$program" "$work/bin/"
+done
+podman rm "$run_id-tools" >/dev/null
+tests/hostile/hostile_test.py --target="$target" --bin_dir="$work/bin" \
+  --scratch="$work/hostile" --p99_ms=1000 >"$work/hostile.log" 2>&1 || {
+  cat "$work/hostile.log" >&2
+  fail "a hostile-client scenario through the front failed (log above)"
+}
+step "$(grep -c ' survived ' "$work/hostile.log") hostile-client scenarios" \
+  "survived through the front"
 
 step "replacing the container with a bare one on the same volume"
 podman stop -t 30 "$run_id-1" >/dev/null 2>>"$work/podman.err"

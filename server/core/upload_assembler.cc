@@ -85,6 +85,9 @@ absl::Status UploadAssembler::OnHeader(absl::string_view name,
   has_header_ = true;
   name_ = std::string(name);
   layout_ = layout;
+  pack_codes_ = packing_ == CodePacking::kAll ||
+                (packing_ == CodePacking::kCanonicalLayout &&
+                 layout == CodeLayout::kCanonical);
   weight_.spec = spec;
   weight_.activation_order = std::move(activation_order);
   return absl::OkStatus();
@@ -152,6 +155,27 @@ absl::Status UploadAssembler::OnChunk(WeightTensorKind tensor, uint64_t offset,
   }
   received_[index] += data.size();
   return absl::OkStatus();
+}
+
+absl::Status UploadAssembler::OnTensorBytes(absl::string_view bytes) {
+  // Refused as a chunk before the header is.
+  if (!has_header_) return OnChunk(WeightTensorKind::kQweight, 0, bytes);
+  for (WeightTensorKind tensor : kTensorOrder) {
+    const int index = static_cast<int>(tensor);
+    const int64_t room = ExpectedBytes(tensor) - received_[index];
+    if (room == 0) continue;
+    const absl::string_view part = bytes.substr(0, room);
+    if (absl::Status status = OnChunk(tensor, received_[index], part);
+        !status.ok()) {
+      return status;
+    }
+    bytes.remove_prefix(part.size());
+    if (bytes.empty()) return absl::OkStatus();
+  }
+  if (bytes.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(bytes.size(), " bytes past the end of the tensors of ",
+                   weight_.spec.DebugString()));
 }
 
 absl::Status UploadAssembler::CheckComplete() const {

@@ -2,12 +2,11 @@
 // weight's tensors in order (qweight, scales, zeros), each chunk at the offset
 // where the previous one ended, in the canonical layout or, for formats with
 // HasColumnLayout, the column layout their checkpoints store (fp4_columns.h).
-// It builds
-// the weight in the canonical layout, or for a server that keeps no canonical
-// weights packs its codes straight into the CPU kernels' panels as they
-// arrive, and hands it over only when
-// every byte has arrived; until then nothing is visible anywhere, so an
-// abandoned upload leaves no trace.
+// It builds the weight in the canonical layout, or packs its codes straight
+// into the CPU kernels' panels as they arrive (CodePacking), and hands it
+// over only when every byte has arrived; until then nothing is visible
+// anywhere, so an abandoned upload leaves no trace. A weight read back from
+// its file goes through it too (OnTensorBytes).
 //
 // Example:
 //   nibble::server::UploadAssembler upload;
@@ -38,12 +37,21 @@ enum class WeightTensorKind { kQweight, kScales, kZeros };
 
 absl::string_view WeightTensorName(WeightTensorKind tensor);
 
+// Which uploads' qweight goes into the CPU kernels' panels as it arrives
+// (PanelCodeWriter), for FinishPacked to hand over; the others keep theirs
+// as it arrived, for Finish or FinishColumns.
+enum class CodePacking {
+  kNone,
+  kAll,
+  // Uploads in CodeLayout::kCanonical: a server that writes their bytes to a
+  // weight file as they arrive, which holds that layout.
+  kCanonicalLayout,
+};
+
 class UploadAssembler {
  public:
-  // With `pack_codes`, qweight goes into panels as it arrives
-  // (PanelCodeWriter) and FinishPacked hands the weight over; Finish
-  // otherwise.
-  explicit UploadAssembler(bool pack_codes = false) : pack_codes_(pack_codes) {}
+  explicit UploadAssembler(CodePacking packing = CodePacking::kNone)
+      : packing_(packing) {}
 
   // INVALID_ARGUMENT for a second header, a bad name, an invalid spec, an
   // activation order that is not a permutation of 0..K-1 (empty for none) or
@@ -58,17 +66,27 @@ class UploadAssembler {
   absl::Status OnChunk(WeightTensorKind tensor, uint64_t offset,
                        absl::string_view data);
 
+  // The next bytes of the tensors in a weight file's order (qweight,
+  // scales, zeros, in the canonical layout), in pieces that may span
+  // tensors: OnChunk for each tensor's part, with its errors, and
+  // INVALID_ARGUMENT for bytes past the last tensor. For a weight read from
+  // its file (WeightFileReader::ReadTensors).
+  absl::Status OnTensorBytes(absl::string_view bytes);
+
   // The complete weight; INVALID_ARGUMENT, saying how far the upload got,
   // when the header or any byte is missing. Call once.
   absl::StatusOr<QuantizedWeight> Finish();
-  // The same, packed (PackedWeight::PackWithCodes), with `pack_codes`.
+  // The same, packed (PackedWeight::PackWithCodes), where packs_codes().
   absl::StatusOr<PackedWeight> FinishPacked();
   // The complete weight as it arrived in CodeLayout::kColumns, in memory the
   // assembler owns; fails as Finish does. For a server that copies it to the
-  // GPU as it is. Call once, instead of Finish, without `pack_codes`.
+  // GPU as it is. Call once, instead of Finish, unless packs_codes().
   absl::StatusOr<Fp4Columns> FinishColumns();
 
   bool has_header() const { return has_header_; }
+  // Whether this upload's codes go into panels (CodePacking); known from
+  // the header on.
+  bool packs_codes() const { return pack_codes_; }
   const std::string& name() const { return name_; }
   const WeightSpec& spec() const { return weight_.spec; }
   CodeLayout layout() const { return layout_; }
@@ -83,7 +101,9 @@ class UploadAssembler {
   // OK when the header and every byte have arrived.
   absl::Status CheckComplete() const;
 
-  const bool pack_codes_;
+  const CodePacking packing_;
+  // Set at the header, from packing_ and the layout.
+  bool pack_codes_ = false;
   bool has_header_ = false;
   std::string name_;
   CodeLayout layout_ = CodeLayout::kCanonical;
@@ -95,7 +115,7 @@ class UploadAssembler {
   // they arrive.
   std::vector<uint8_t, BulkAllocator<uint8_t>> column_codes_;
   std::vector<uint8_t, BulkAllocator<uint8_t>> column_scale_codes_;
-  // With pack_codes_: qweight's panels, from its first chunk on (not at the
+  // Where pack_codes_: qweight's panels, from its first chunk on (not at the
   // header, which the server checks against the budget first).
   std::optional<PanelCodeWriter> codes_;
   std::array<int64_t, 3> received_ = {};  // bytes, by WeightTensorKind

@@ -15,6 +15,7 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "server/core/upload_assembler.h"
 #include "server/operations/log.h"
 #include "server/operations/metrics.h"
 
@@ -85,37 +86,51 @@ NibbleServer::~NibbleServer() {
 absl::Status NibbleServer::LoadWeights() {
   if (!data_dir_.has_value()) return absl::OkStatus();
   int initial_weight_files = 0;
-  absl::StatusOr<LoadReport> report = data_dir_->LoadAll(
-      [&](WeightFile file) -> absl::Status {
-        if (initial_weights_names_.contains(file.name)) {
+  absl::StatusOr<LoadReport> report =
+      data_dir_->LoadAll([&](WeightFileReader& file) -> absl::Status {
+        if (initial_weights_names_.contains(file.name())) {
           ++initial_weight_files;
           return absl::OkStatus();
         }
-        // Before packing, so that a weight past the budget costs no memory;
-        // LoadAll reports it and leaves its file alone.
+        // From the header alone: a weight past the budget is skipped before
+        // its data is read, and LoadAll reports it and leaves its file alone.
+        const WeightSpec& spec = file.header().spec;
         if (absl::Status status = store_.CheckFits(
-                file.name,
-                PackedResidentBytes(file.weight.spec,
-                                    !file.weight.activation_order.empty()));
+                file.name(),
+                PackedResidentBytes(spec, file.header().has_activation_order));
             !status.ok()) {
           return status;
         }
+        if (!AcceleratorServesWhole(backend_, spec)) {
+          // Packed as it is read, as an upload is packed as it arrives, so
+          // that the canonical weight is never held whole.
+          UploadAssembler weight(CodePacking::kAll);
+          if (absl::Status status =
+                  weight.OnHeader(file.name(), spec, file.activation_order());
+              !status.ok()) {
+            return status;
+          }
+          if (absl::Status status =
+                  file.ReadTensors([&weight](absl::string_view bytes) {
+                    return weight.OnTensorBytes(bytes);
+                  });
+              !status.ok()) {
+            return status;
+          }
+          absl::StatusOr<PackedWeight> packed = weight.FinishPacked();
+          if (!packed.ok()) return packed.status();
+          return store_.Insert(file.name(), *std::move(packed));
+        }
+        absl::StatusOr<QuantizedWeight> canonical = file.ReadWhole();
+        if (!canonical.ok()) return canonical.status();
         absl::StatusOr<PackedWeight> packed =
-            PackForBackend(backend_, file.weight);
+            PackForBackend(backend_, *canonical);
         if (!packed.ok()) return packed.status();
         absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-            UploadToBackend(backend_, file.name, file.weight);
+            UploadToBackend(backend_, file.name(), *canonical);
         if (!device.ok()) return device.status();
-        return store_.Insert(std::move(file.name), *std::move(packed),
+        return store_.Insert(file.name(), *std::move(packed),
                              *std::move(device));
-      },
-      // The check above, from the file's header alone: a weight past the
-      // budget is skipped before its data is read.
-      [&](absl::string_view name, const WeightFileHeader& header) {
-        if (initial_weights_names_.contains(name)) return absl::OkStatus();
-        return store_.CheckFits(
-            name,
-            PackedResidentBytes(header.spec, header.has_activation_order));
       });
   if (!report.ok()) return report.status();
   data_dir_report_ = *std::move(report);

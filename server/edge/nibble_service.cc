@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -45,10 +46,14 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> Logged(
 // What an upload of `spec` is reserved in --max_weight_bytes: the larger of
 // what it buffers (the canonical tensors and activation order, which
 // UploadAssembler holds without slack; columns take no more)
-// and what it will hold resident once packed. Two layouts coexist only at the
-// end, while columns are transposed or the weight is packed and written, so
-// memory stays below twice the budget however many uploads run; reserving
-// their sum instead would refuse a weight that fits the budget once packed.
+// and what it will hold resident once packed. On the CPU backend an upload
+// in the canonical layout packs its codes as they arrive (and with data_dir
+// writes them to its file as they arrive), so it never holds more than its
+// reservation. Elsewhere (the CUDA backend, columns with data_dir) two
+// layouts coexist at the end, while columns are transposed or the weight is
+// packed and written, so memory stays below twice the budget however many
+// uploads run; reserving their sum instead would refuse a weight that fits
+// the budget once packed.
 int64_t UploadReservationBytes(const WeightSpec& spec,
                                bool has_activation_order) {
   const int64_t order_bytes =
@@ -82,6 +87,13 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(
   return reservation;
 }
 
+// `status`, data_dir's failure to write weight `name`, saying so.
+absl::Status NotStored(absl::string_view name, const absl::Status& status) {
+  return absl::Status(
+      status.code(),
+      absl::StrCat("weight \"", name, "\" was not stored: ", status.message()));
+}
+
 }  // namespace
 
 NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
@@ -100,119 +112,210 @@ NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
       upload_watchdog_(upload_limits.idle),
       uploads_per_connection_(upload_limits.max_per_connection) {}
 
-absl::Status NibbleServiceImpl::Upload(
-    grpc::ServerContext* context,
-    grpc::ServerReader<v1::UploadWeightRequest>* reader,
-    v1::WeightInfo* response) {
-  // Before anything is read or reserved, so that one connection cannot take
-  // every thread with uploads it never finishes.
-  std::optional<PerKeyLimit::Slot> slot =
-      uploads_per_connection_.TryAcquire(context->peer());
-  if (!slot.has_value()) {
-    LogWarning("upload refused: too many on one connection",
-               {{"peer", context->peer()},
-                {"max_uploads_per_connection",
-                 uploads_per_connection_.max_per_key()}});
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this connection already has ", uploads_per_connection_.max_per_key(),
-        " uploads in progress, the most nibbled takes "
-        "(--max_uploads_per_connection); finish one first, or upload over "
-        "another connection"));
+// Reads an upload's messages one at a time, each handled as it arrives, so
+// that a client that stalls holds no thread, only this object. Everything it
+// holds (the assembler's bytes, the reservation, data_dir's temporary file,
+// its place in the per-connection count) is given back before the call's
+// status goes out.
+class NibbleServiceImpl::UploadReactor final
+    : public grpc::ServerReadReactor<v1::UploadWeightRequest> {
+ public:
+  UploadReactor(NibbleServiceImpl* service,
+                grpc::CallbackServerContext* context, v1::WeightInfo* response)
+      : service_(service), context_(context), response_(response) {
+    if (absl::Status status =
+            Authorize(service_->auth_, *context, RpcAccess::kChangesWeights);
+        !status.ok()) {
+      End(status);
+      return;
+    }
+    // Before anything is read or reserved, so that one connection cannot
+    // fill the budget with uploads it never finishes.
+    std::optional<PerKeyLimit::Slot> slot =
+        service_->uploads_per_connection_.TryAcquire(context->peer());
+    if (!slot.has_value()) {
+      const int max_per_key = service_->uploads_per_connection_.max_per_key();
+      LogWarning("upload refused: too many on one connection",
+                 {{"peer", context->peer()},
+                  {"max_uploads_per_connection", max_per_key}});
+      End(absl::ResourceExhaustedError(absl::StrCat(
+          "this connection already has ", max_per_key,
+          " uploads in progress, the most nibbled takes "
+          "(--max_uploads_per_connection); finish one first, or upload over "
+          "another connection")));
+      return;
+    }
+    // A stalled client would otherwise hold the reservation for as long as
+    // its connection lives.
+    state_ = std::make_unique<State>(
+        State{.slot = *std::move(slot),
+              .upload = UploadAssembler(service_->UploadPacking()),
+              .watch = service_->upload_watchdog_.Start(
+                  [context] { context->TryCancel(); })});
+    StartRead(&request_);
   }
-  UploadAssembler upload(/*pack_codes=*/!KeepsCanonicalWeights());
-  // Held from the header on and released on every early return, so that
-  // uploads in progress never buffer more than the budget together.
-  WeightStore::Reservation reservation;
-  // A stalled client would otherwise hold this thread and the reservation
-  // for as long as its connection lives.
-  IdleWatchdog::Watch watch =
-      upload_watchdog_.Start([context] { context->TryCancel(); });
-  v1::UploadWeightRequest request;
-  while (reader->Read(&request)) {
-    watch.Touch();
-    if (request.has_header()) {
-      absl::StatusOr<WeightSpec> spec = FromProto(request.header());
-      if (!spec.ok()) return spec.status();
-      absl::StatusOr<std::vector<int32_t>> activation_order =
-          ActivationOrderFromProto(request.header());
-      if (!activation_order.ok()) return activation_order.status();
-      absl::StatusOr<CodeLayout> layout =
-          FromProto(request.header().code_layout());
-      if (!layout.ok()) return layout.status();
-      const bool has_activation_order = !activation_order->empty();
-      if (absl::Status status =
-              upload.OnHeader(request.header().name(), *spec,
-                              *std::move(activation_order), *layout);
-          !status.ok()) {
-        return status;
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      state_->watch.Touch();
+      if (absl::Status status = OnMessage(); !status.ok()) {
+        End(status);
+        return;
       }
-      // Refused before any data is sent, so that a weight past the budget
-      // never occupies memory here; the name is checked again at the commit.
-      if (absl::Status status = store_->CheckNameFree(upload.name());
-          !status.ok()) {
-        return status;
-      }
-      absl::StatusOr<WeightStore::Reservation> reserved = ReserveBudget(
-          *store_, backend_, upload.name(), *spec, has_activation_order);
-      if (!reserved.ok()) return reserved.status();
-      reservation = *std::move(reserved);
-    } else if (request.has_chunk()) {
-      absl::StatusOr<WeightTensorKind> tensor =
-          TensorFromProto(request.chunk().tensor());
-      if (!tensor.ok()) return tensor.status();
-      if (absl::Status status = upload.OnChunk(
-              *tensor, request.chunk().offset(), request.chunk().data());
-          !status.ok()) {
-        return status;
-      }
-    } else {
+      StartRead(&request_);
+      return;
+    }
+    // The client is done sending, or the call was cancelled.
+    if (state_->watch.expired()) {
+      const absl::Duration idle = service_->upload_watchdog_.idle_limit();
+      LogWarning("upload cancelled: idle",
+                 {{"name", state_->upload.name()},
+                  {"upload_idle_seconds", absl::ToDoubleSeconds(idle)},
+                  {"peer", context_->peer()}});
+      End(absl::DeadlineExceededError(absl::StrCat(
+          "upload cancelled: no message arrived for ",
+          absl::FormatDuration(idle),
+          " (nibbled --upload_idle_seconds); nothing was stored")));
+      return;
+    }
+    if (context_->IsCancelled()) {
+      End(absl::CancelledError(
+          "upload cancelled by the client; nothing was stored"));
+      return;
+    }
+    // Packing, copying to the GPU and syncing the file can take seconds: a
+    // thread of its own, so that no gRPC thread waits for them.
+    std::thread([this] { End(Commit()); }).detach();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct State {
+    PerKeyLimit::Slot slot;
+    UploadAssembler upload;
+    IdleWatchdog::Watch watch;
+    // Held from the header on, so that uploads in progress never buffer
+    // more than the budget together.
+    WeightStore::Reservation reservation = {};
+    // data_dir's file of an upload that packs its codes, written as they
+    // arrive.
+    std::optional<WeightDirectory::PendingSave> file = std::nullopt;
+  };
+
+  // Gives back what the upload holds and ends the call with `status`.
+  void End(const absl::Status& status) {
+    state_.reset();
+    Finish(ToGrpcStatus(status));
+  }
+
+  absl::Status OnMessage() {
+    if (request_.has_header()) return OnHeader(request_.header());
+    if (!request_.has_chunk()) {
       return absl::InvalidArgumentError(
           "upload message has neither a header nor a chunk");
     }
+    const v1::WeightChunk& chunk = request_.chunk();
+    absl::StatusOr<WeightTensorKind> tensor = TensorFromProto(chunk.tensor());
+    if (!tensor.ok()) return tensor.status();
+    if (absl::Status status =
+            state_->upload.OnChunk(*tensor, chunk.offset(), chunk.data());
+        !status.ok()) {
+      return status;
+    }
+    if (!state_->file.has_value()) return absl::OkStatus();
+    if (absl::Status status = state_->file->Append(chunk.data());
+        !status.ok()) {
+      return NotStored(state_->upload.name(), status);
+    }
+    return absl::OkStatus();
   }
-  if (watch.expired()) {
-    const absl::Duration idle = upload_watchdog_.idle_limit();
-    LogWarning("upload cancelled: idle",
-               {{"name", upload.name()},
-                {"upload_idle_seconds", absl::ToDoubleSeconds(idle)},
-                {"peer", context->peer()}});
-    return absl::DeadlineExceededError(absl::StrCat(
-        "upload cancelled: no message arrived for ", absl::FormatDuration(idle),
-        " (nibbled --upload_idle_seconds); nothing was stored"));
+
+  absl::Status OnHeader(const v1::WeightHeader& header) {
+    absl::StatusOr<WeightSpec> spec = FromProto(header);
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<std::vector<int32_t>> activation_order =
+        ActivationOrderFromProto(header);
+    if (!activation_order.ok()) return activation_order.status();
+    absl::StatusOr<CodeLayout> layout = FromProto(header.code_layout());
+    if (!layout.ok()) return layout.status();
+    UploadAssembler& upload = state_->upload;
+    if (absl::Status status = upload.OnHeader(
+            header.name(), *spec, *std::move(activation_order), *layout);
+        !status.ok()) {
+      return status;
+    }
+    // Refused before any data is sent, so that a weight past the budget
+    // never occupies memory here; the name is checked again at the commit.
+    WeightStore& store = *service_->store_;
+    if (absl::Status status = store.CheckNameFree(upload.name());
+        !status.ok()) {
+      return status;
+    }
+    absl::StatusOr<WeightStore::Reservation> reserved =
+        ReserveBudget(store, service_->backend_, upload.name(), *spec,
+                      !upload.activation_order().empty());
+    if (!reserved.ok()) return reserved.status();
+    state_->reservation = *std::move(reserved);
+    const WeightDirectory* data_dir = service_->data_dir_;
+    if (data_dir == nullptr || !upload.packs_codes()) return absl::OkStatus();
+    absl::StatusOr<WeightDirectory::PendingSave> file =
+        data_dir->StartSave(upload.name(), *spec, upload.activation_order());
+    if (!file.ok()) return NotStored(upload.name(), file.status());
+    state_->file = *std::move(file);
+    return absl::OkStatus();
   }
-  if (context->IsCancelled()) {
-    return absl::CancelledError(
-        "upload cancelled by the client; nothing was stored");
+
+  // The upload, every message read, stored; fills the response.
+  absl::Status Commit() {
+    UploadAssembler& upload = state_->upload;
+    absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored;
+    if (upload.packs_codes()) {
+      absl::StatusOr<PackedWeight> packed = upload.FinishPacked();
+      if (!packed.ok()) return packed.status();
+      stored = service_->Insert(upload.name(), *std::move(packed), nullptr,
+                                std::move(state_->file),
+                                std::move(state_->reservation));
+    } else if (upload.layout() == CodeLayout::kColumns &&
+               service_->TakesColumnsWhole(upload.spec())) {
+      absl::StatusOr<Fp4Columns> columns = upload.FinishColumns();
+      if (!columns.ok()) return columns.status();
+      stored = service_->CommitColumns(upload.name(), *columns,
+                                       upload.activation_order(),
+                                       std::move(state_->reservation));
+    } else {
+      absl::StatusOr<QuantizedWeight> weight = upload.Finish();
+      if (!weight.ok()) return weight.status();
+      stored = service_->Commit(upload.name(), *weight,
+                                std::move(state_->reservation));
+    }
+    if (!stored.ok()) return stored.status();
+    FillWeightInfo(**stored, response_);
+    const WeightSpec& spec = (*stored)->packed.spec();
+    const WeightStore& store = *service_->store_;
+    LogInfo("weight uploaded", {{"name", upload.name()},
+                                {"format", WeightFormatName(spec.format)},
+                                {"k", spec.k},
+                                {"n", spec.n},
+                                {"group", spec.group_size},
+                                {"bytes", response_->resident_bytes()},
+                                {"resident_bytes", store.resident_bytes()},
+                                {"device_bytes", store.device_bytes()}});
+    return absl::OkStatus();
   }
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> stored;
-  if (!KeepsCanonicalWeights()) {
-    absl::StatusOr<PackedWeight> packed = upload.FinishPacked();
-    if (!packed.ok()) return packed.status();
-    stored = Insert(upload.name(), *std::move(packed), nullptr, nullptr,
-                    std::move(reservation));
-  } else if (upload.layout() == CodeLayout::kColumns &&
-             TakesColumnsWhole(upload.spec())) {
-    absl::StatusOr<Fp4Columns> columns = upload.FinishColumns();
-    if (!columns.ok()) return columns.status();
-    stored = CommitColumns(upload.name(), *columns, upload.activation_order(),
-                           std::move(reservation));
-  } else {
-    absl::StatusOr<QuantizedWeight> weight = upload.Finish();
-    if (!weight.ok()) return weight.status();
-    stored = Commit(upload.name(), *weight, std::move(reservation));
-  }
-  if (!stored.ok()) return stored.status();
-  FillWeightInfo(**stored, response);
-  const WeightSpec& spec = (*stored)->packed.spec();
-  LogInfo("weight uploaded", {{"name", upload.name()},
-                              {"format", WeightFormatName(spec.format)},
-                              {"k", spec.k},
-                              {"n", spec.n},
-                              {"group", spec.group_size},
-                              {"bytes", response->resident_bytes()},
-                              {"resident_bytes", store_->resident_bytes()},
-                              {"device_bytes", store_->device_bytes()}});
-  return absl::OkStatus();
+
+  NibbleServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::WeightInfo* const response_;
+  v1::UploadWeightRequest request_;
+  // Null once the call has ended.
+  std::unique_ptr<State> state_;
+};
+
+CodePacking NibbleServiceImpl::UploadPacking() const {
+  if (backend_ != Backend::kCpu) return CodePacking::kNone;
+  return data_dir_ != nullptr ? CodePacking::kCanonicalLayout
+                              : CodePacking::kAll;
 }
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Store(
@@ -235,7 +338,7 @@ NibbleServiceImpl::StorePacked(PackedWeight packed, absl::string_view name) {
       ReserveBudget(*store_, backend_, name, packed.spec(),
                     !packed.activation_order().empty());
   if (!reservation.ok()) return reservation.status();
-  return Insert(std::string(name), std::move(packed), nullptr, nullptr,
+  return Insert(std::string(name), std::move(packed), nullptr, std::nullopt,
                 *std::move(reservation));
 }
 
@@ -261,7 +364,16 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
       Logged(name, backend_, UploadToBackend(backend_, name, weight));
   if (!device.ok()) return device.status();
-  return Insert(name, *std::move(packed), *std::move(device), &weight,
+  // Written before the commit's lock, so that a slow disk delays no other
+  // upload; only the rename waits for it.
+  std::optional<WeightDirectory::PendingSave> file;
+  if (data_dir_ != nullptr) {
+    absl::StatusOr<WeightDirectory::PendingSave> started =
+        data_dir_->StartSave(name, weight);
+    if (!started.ok()) return NotStored(name, started.status());
+    file = *std::move(started);
+  }
+  return Insert(name, *std::move(packed), *std::move(device), std::move(file),
                 std::move(reservation));
 }
 
@@ -276,49 +388,41 @@ NibbleServiceImpl::CommitColumns(const std::string& name,
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
       Logged(name, backend_, UploadToBackend(backend_, name, columns));
   if (!device.ok()) return device.status();
-  return Insert(name, *std::move(packed), *std::move(device), nullptr,
+  return Insert(name, *std::move(packed), *std::move(device), std::nullopt,
                 std::move(reservation));
 }
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Insert(
     const std::string& name, PackedWeight packed,
     std::unique_ptr<nibble::DeviceWeight> device,
-    const QuantizedWeight* canonical, WeightStore::Reservation reservation) {
+    std::optional<WeightDirectory::PendingSave> file,
+    WeightStore::Reservation reservation) {
   absl::MutexLock lock(&commit_mutex_);
   // The budget needs no second check: the reservation covers the packed
   // weight, and Insert turns it into resident bytes.
   if (absl::Status status = store_->CheckNameFree(name); !status.ok()) {
     return status;
   }
-  // A weight without its canonical layout (StorePacked, an upload that
-  // packed its codes or one copied to the GPU as it arrived) only comes
-  // where there is no data_dir.
-  if (data_dir_ != nullptr && canonical != nullptr) {
-    if (absl::Status status = data_dir_->Save(name, *canonical); !status.ok()) {
-      return absl::Status(
-          status.code(), absl::StrCat("weight \"", name,
-                                      "\" was not stored: ", status.message()));
+  // Without a file only where there is no data_dir (StorePacked, an upload
+  // copied to the GPU as it arrived).
+  if (file.has_value()) {
+    if (absl::Status status = file->Commit(); !status.ok()) {
+      return NotStored(name, status);
     }
   }
   if (absl::Status status = store_->Insert(
           name, std::move(packed), std::move(reservation), std::move(device));
       !status.ok()) {
-    if (data_dir_ != nullptr) data_dir_->Remove(name).IgnoreError();
+    if (file.has_value()) data_dir_->Remove(name).IgnoreError();
     return status;
   }
   return store_->Get(name);
 }
 
-grpc::Status NibbleServiceImpl::UploadWeight(
-    grpc::ServerContext* context,
-    grpc::ServerReader<v1::UploadWeightRequest>* reader,
-    v1::WeightInfo* response) {
-  if (absl::Status status =
-          Authorize(auth_, *context, RpcAccess::kChangesWeights);
-      !status.ok()) {
-    return ToGrpcStatus(status);
-  }
-  return ToGrpcStatus(Upload(context, reader, response));
+grpc::ServerReadReactor<v1::UploadWeightRequest>*
+NibbleServiceImpl::UploadWeight(grpc::CallbackServerContext* context,
+                                v1::WeightInfo* response) {
+  return new UploadReactor(this, context, response);
 }
 
 grpc::Status NibbleServiceImpl::GetWeight(grpc::ServerContext* context,

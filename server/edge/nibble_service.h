@@ -2,9 +2,10 @@
 // the weight store and the matmul batcher, and turns their absl::Status into
 // gRPC status at the edge. Its only state is a lock that keeps the weight
 // store and the data directory (nibbled --data_dir) in step: an upload is on
-// disk before it is acknowledged. Matmul and MatmulStream use the callback
-// API: a request is queued on the batcher and answered from its thread, so
-// gRPC's threads never wait for a kernel.
+// disk before it is acknowledged. UploadWeight, Matmul and MatmulStream use
+// the callback API: an upload's messages are handled as they arrive, so a
+// stalled upload holds no thread, and a matmul is queued on the batcher and
+// answered from its thread, so gRPC's threads never wait for a kernel.
 //
 // Example:
 //   nibble::server::NibbleServiceImpl service(&store, &batcher);
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,6 +30,7 @@
 #include "server/core/idle_watchdog.h"
 #include "server/core/per_key_limit.h"
 #include "server/core/reply_budget.h"
+#include "server/core/upload_assembler.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
 #include "server/storage/weight_directory.h"
@@ -45,9 +48,10 @@ struct UploadLimits {
 };
 
 class NibbleServiceImpl final
-    : public v1::NibbleService::WithCallbackMethod_Matmul<
-          v1::NibbleService::WithCallbackMethod_MatmulStream<
-              v1::NibbleService::Service>> {
+    : public v1::NibbleService::WithCallbackMethod_UploadWeight<
+          v1::NibbleService::WithCallbackMethod_Matmul<
+              v1::NibbleService::WithCallbackMethod_MatmulStream<
+                  v1::NibbleService::Service>>> {
  public:
   // All must outlive the service. Without `data_dir` weights live only in
   // memory.
@@ -81,15 +85,13 @@ class NibbleServiceImpl final
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> StoreColumns(
       const Fp4Columns& columns, absl::string_view name);
   // Whether stored weights need their canonical layout: to copy to the GPU
-  // or to write to data_dir. When not, uploads pack their codes as they
-  // arrive.
+  // or to write to data_dir.
   bool KeepsCanonicalWeights() const {
     return backend_ != Backend::kCpu || data_dir_ != nullptr;
   }
 
-  grpc::Status UploadWeight(grpc::ServerContext* context,
-                            grpc::ServerReader<v1::UploadWeightRequest>* reader,
-                            v1::WeightInfo* response) override;
+  grpc::ServerReadReactor<v1::UploadWeightRequest>* UploadWeight(
+      grpc::CallbackServerContext* context, v1::WeightInfo* response) override;
   grpc::Status GetWeight(grpc::ServerContext* context,
                          const v1::GetWeightRequest* request,
                          v1::WeightInfo* response) override;
@@ -106,9 +108,13 @@ class NibbleServiceImpl final
   MatmulStream(grpc::CallbackServerContext* context) override;
 
  private:
-  absl::Status Upload(grpc::ServerContext* context,
-                      grpc::ServerReader<v1::UploadWeightRequest>* reader,
-                      v1::WeightInfo* response);
+  // One UploadWeight call (nibble_service.cc).
+  class UploadReactor;
+
+  // Which uploads pack their codes as they arrive: all on the CPU backend,
+  // those in the canonical layout with data_dir (written to their file as
+  // they arrive too), none where stored weights go to the GPU.
+  CodePacking UploadPacking() const;
   // Whether a weight of `spec` in the column layout goes to the accelerator
   // as it is: it serves the weight whole, and no data_dir needs the
   // canonical layout.
@@ -126,12 +132,13 @@ class NibbleServiceImpl final
       const std::string& name, const Fp4Columns& columns,
       std::vector<int32_t> activation_order,
       WeightStore::Reservation reservation);
-  // Writes `canonical`'s file (when not null) and inserts `packed` and
-  // `device` within `reservation`.
+  // Commits `file`, the weight's in data_dir (where there is one), and
+  // inserts `packed` and `device` within `reservation`.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> Insert(
       const std::string& name, PackedWeight packed,
       std::unique_ptr<nibble::DeviceWeight> device,
-      const QuantizedWeight* canonical, WeightStore::Reservation reservation);
+      std::optional<WeightDirectory::PendingSave> file,
+      WeightStore::Reservation reservation);
 
   WeightStore* store_;
   MatmulBatcher* batcher_;

@@ -18,7 +18,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "base/file_contents.h"
 #include "format/weight_name.h"
 
 namespace nibble::server {
@@ -89,22 +88,22 @@ absl::Status WriteAll(int fd, absl::string_view bytes, absl::string_view path) {
   return absl::OkStatus();
 }
 
-// Writes `pieces` to a new file at `path` and syncs it; on failure the file
-// is removed again.
-absl::Status WriteNewFile(
-    const std::string& path,
-    const std::function<absl::Status(
-        const std::function<absl::Status(absl::string_view)>&)>& pieces) {
+// A new file at `path`, opened for writing.
+absl::StatusOr<int> CreateNewFile(const std::string& path) {
   const int fd =
       open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("create", path, errno);
-  absl::Status status = pieces([fd, &path](absl::string_view bytes) {
-    return WriteAll(fd, bytes, path);
-  });
-  if (status.ok() && fsync(fd) != 0) status = IoError("sync", path, errno);
-  if (close(fd) != 0 && status.ok()) status = IoError("close", path, errno);
-  if (!status.ok()) unlink(path.c_str());
-  return status;
+  return fd;
+}
+
+// Syncs and closes `fd`, the file at `path`, after `written` (the writes'
+// status); on any failure removes the file.
+absl::Status SyncAndClose(int fd, const std::string& path,
+                          absl::Status written) {
+  if (written.ok() && fsync(fd) != 0) written = IoError("sync", path, errno);
+  if (close(fd) != 0 && written.ok()) written = IoError("close", path, errno);
+  if (!written.ok()) unlink(path.c_str());
+  return written;
 }
 
 // OK unless `path` is a symbolic link that leads outside `inside`, a
@@ -142,22 +141,6 @@ absl::Status SyncDirectory(const std::string& path) {
   return status;
 }
 
-// The header of the weight file at `path`, having read only that.
-absl::StatusOr<WeightFileHeader> ReadWeightFileHeader(const std::string& path) {
-  absl::StatusOr<std::string> header =
-      ReadFilePrefix(path, kWeightFileHeaderBytes);
-  if (!header.ok()) return header.status();
-  return ParseWeightFileHeader(*header);
-}
-
-// The weight in the file at `path`; its bytes are freed on return, so that
-// they are not held while the weight is packed.
-absl::StatusOr<WeightFile> ReadWeightFile(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFileContents(path);
-  if (!bytes.ok()) return bytes.status();
-  return ParseWeightFile(*bytes);
-}
-
 }  // namespace
 
 std::string WeightDirectory::FilePath(absl::string_view name) const {
@@ -177,10 +160,10 @@ absl::Status WeightDirectory::Prepare() const {
   }
   const std::string probe = absl::StrCat(path_, "/", kProbeName,
                                          kWeightFileSuffix, UniqueTempSuffix());
-  absl::Status written = WriteNewFile(
-      probe, [](const std::function<absl::Status(absl::string_view)>& sink) {
-        return sink("probe");
-      });
+  absl::StatusOr<int> fd = CreateNewFile(probe);
+  absl::Status written = fd.status();
+  if (fd.ok())
+    written = SyncAndClose(*fd, probe, WriteAll(*fd, "probe", probe));
   if (written.ok() && unlink(probe.c_str()) != 0) {
     written = IoError("delete", probe, errno);
   }
@@ -191,34 +174,100 @@ absl::Status WeightDirectory::Prepare() const {
   return absl::OkStatus();
 }
 
-absl::Status WeightDirectory::Save(absl::string_view name,
-                                   const QuantizedWeight& weight) const {
-  if (absl::Status status = ValidateWeightName(name); !status.ok()) {
-    return status;
+WeightDirectory::PendingSave::PendingSave(PendingSave&& other) noexcept
+    : directory_(std::exchange(other.directory_, nullptr)),
+      final_path_(std::move(other.final_path_)),
+      temp_path_(std::move(other.temp_path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      writer_(std::exchange(other.writer_, std::nullopt)) {}
+
+WeightDirectory::PendingSave& WeightDirectory::PendingSave::operator=(
+    PendingSave&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    directory_ = std::exchange(other.directory_, nullptr);
+    final_path_ = std::move(other.final_path_);
+    temp_path_ = std::move(other.temp_path_);
+    fd_ = std::exchange(other.fd_, -1);
+    writer_ = std::exchange(other.writer_, std::nullopt);
   }
-  const std::string final_path = FilePath(name);
-  const std::string temp_path = absl::StrCat(final_path, UniqueTempSuffix());
-  if (absl::Status status = WriteNewFile(
-          temp_path,
-          [&](const std::function<absl::Status(absl::string_view)>& sink) {
-            return WriteWeightFile(name, weight, sink);
-          });
+  return *this;
+}
+
+WeightDirectory::PendingSave::~PendingSave() { Abandon(); }
+
+void WeightDirectory::PendingSave::Abandon() {
+  if (fd_ < 0) return;
+  close(fd_);
+  unlink(temp_path_.c_str());
+  fd_ = -1;
+}
+
+absl::Status WeightDirectory::PendingSave::Append(
+    absl::string_view tensor_bytes) {
+  return writer_->Append(tensor_bytes);
+}
+
+absl::Status WeightDirectory::PendingSave::Commit() {
+  const int fd = std::exchange(fd_, -1);
+  if (absl::Status status = SyncAndClose(fd, temp_path_, writer_->Finish());
       !status.ok()) {
     return status;
   }
-  if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
+  if (rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
     const int error = errno;
-    unlink(temp_path.c_str());
-    return IoError(absl::StrCat("rename ", temp_path, " to"), final_path,
+    unlink(temp_path_.c_str());
+    return IoError(absl::StrCat("rename ", temp_path_, " to"), final_path_,
                    error);
   }
   // Until the directory is synced the rename may not survive a power cut,
   // so the save has not happened.
-  if (absl::Status status = SyncDirectory(path_); !status.ok()) {
-    unlink(final_path.c_str());
+  if (absl::Status status = SyncDirectory(directory_->path_); !status.ok()) {
+    unlink(final_path_.c_str());
     return status;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<WeightDirectory::PendingSave> WeightDirectory::StartSave(
+    absl::string_view name, const WeightSpec& spec,
+    std::vector<int32_t> activation_order) const {
+  if (absl::Status status = ValidateWeightName(name); !status.ok()) {
+    return status;
+  }
+  std::string final_path = FilePath(name);
+  std::string temp_path = absl::StrCat(final_path, UniqueTempSuffix());
+  absl::StatusOr<int> fd = CreateNewFile(temp_path);
+  if (!fd.ok()) return fd.status();
+  PendingSave save(this, std::move(final_path), temp_path, *fd);
+  // The writer's sink outlives moves of `save`, so it holds copies.
+  absl::StatusOr<WeightFileWriter> writer = WeightFileWriter::Start(
+      name, spec, std::move(activation_order),
+      [fd = *fd, path = std::move(temp_path)](absl::string_view bytes) {
+        return WriteAll(fd, bytes, path);
+      });
+  if (!writer.ok()) return writer.status();
+  save.writer_.emplace(*std::move(writer));
+  return save;
+}
+
+absl::StatusOr<WeightDirectory::PendingSave> WeightDirectory::StartSave(
+    absl::string_view name, const QuantizedWeight& weight) const {
+  absl::StatusOr<PendingSave> save =
+      StartSave(name, weight.spec, weight.activation_order);
+  if (!save.ok()) return save.status();
+  if (absl::Status status = save->writer_->AppendTensors(weight);
+      !status.ok()) {
+    return status;
+  }
+  return save;
+}
+
+absl::Status WeightDirectory::Save(absl::string_view name,
+                                   const QuantizedWeight& weight) const {
+  absl::StatusOr<PendingSave> save = StartSave(name, weight);
+  if (!save.ok()) return save.status();
+  return save->Commit();
 }
 
 absl::Status WeightDirectory::Remove(absl::string_view name) const {
@@ -233,9 +282,7 @@ absl::Status WeightDirectory::Remove(absl::string_view name) const {
 }
 
 absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
-    const std::function<absl::Status(WeightFile)>& accept,
-    const std::function<absl::Status(
-        absl::string_view name, const WeightFileHeader& header)>& admit) const {
+    const std::function<absl::Status(WeightFileReader&)>& accept) const {
   std::error_code error;
   std::vector<std::string> file_names;
   for (std::filesystem::directory_iterator it(path_, error), end;
@@ -278,29 +325,19 @@ absl::StatusOr<LoadReport> WeightDirectory::LoadAll(
       report.problems.push_back({path, std::string(status.message())});
       continue;
     }
-    // The header first: a file that is no weight file, or whose weight
-    // `admit` refuses, is skipped without reading the rest (a 10 GiB sparse
-    // file included). FIFOs and devices are refused without waiting on them.
-    absl::StatusOr<WeightFileHeader> header = ReadWeightFileHeader(path);
-    absl::Status admitted = header.status();
-    if (admitted.ok() && admit) admitted = admit(stem, *header);
-    if (!admitted.ok()) {
-      report.problems.push_back({path, std::string(admitted.message())});
-      continue;
+    // Only the header, name and activation order so far: `accept` may skip
+    // the weight unread (a 10 GiB sparse file included). FIFOs and devices
+    // are refused without waiting on them.
+    absl::StatusOr<WeightFileReader> file = WeightFileReader::Open(path);
+    absl::Status accepted = file.status();
+    if (accepted.ok() && file->name() != stem) {
+      accepted = absl::DataLossError(
+          absl::StrCat("holds weight \"", file->name(),
+                       "\", but its file name says \"", stem, "\""));
     }
-    absl::StatusOr<WeightFile> file = ReadWeightFile(path);
-    if (!file.ok()) {
-      report.problems.push_back({path, std::string(file.status().message())});
-      continue;
-    }
-    if (file->name != stem) {
-      report.problems.push_back(
-          {path, absl::StrCat("holds weight \"", file->name,
-                              "\", but its file name says \"", stem, "\"")});
-      continue;
-    }
-    if (absl::Status status = accept(*std::move(file)); !status.ok()) {
-      report.problems.push_back({path, std::string(status.message())});
+    if (accepted.ok()) accepted = accept(*file);
+    if (!accepted.ok()) {
+      report.problems.push_back({path, std::string(accepted.message())});
       continue;
     }
     ++report.weights_loaded;

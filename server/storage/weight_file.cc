@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "format/weight_name.h"
 
 namespace nibble::server {
@@ -85,6 +86,55 @@ absl::Status CheckTensorBytes(absl::string_view tensor, uint64_t header_bytes,
                    " bytes, but its shape needs ", spec_bytes));
 }
 
+// DATA_LOSS unless a file of `size` bytes has the size `header` gives.
+absl::Status CheckFileSize(const WeightFileHeader& header, uint64_t size) {
+  if (size < header.file_bytes) {
+    return absl::DataLossError(absl::StrCat("file is truncated: ", size,
+                                            " bytes, its header says ",
+                                            header.file_bytes));
+  }
+  if (size > header.file_bytes) {
+    return absl::DataLossError(
+        absl::StrCat("file has ", size - header.file_bytes,
+                     " bytes past the end its header gives (",
+                     header.file_bytes, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+// DATA_LOSS unless the checksum `stored` in a file is the one `computed`
+// over its bytes.
+absl::Status CheckChecksum(uint64_t stored, uint64_t computed) {
+  if (computed == stored) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("checksum mismatch: the file is corrupt (stored ",
+                   absl::Hex(stored), ", computed ", absl::Hex(computed), ")"));
+}
+
+// The name a file's bytes after its header give, checked.
+absl::StatusOr<std::string> NameFromFile(absl::string_view bytes) {
+  if (absl::Status status = ValidateWeightName(bytes); !status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("invalid name in the header: ", status.message()));
+  }
+  return std::string(bytes);
+}
+
+// DATA_LOSS unless `weight`, read from a file, passes Validate().
+absl::Status CheckWeightData(const QuantizedWeight& weight) {
+  if (absl::Status status = weight.Validate(); !status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("invalid weight data: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Bytes of the activation order a file of `header` holds.
+int64_t OrderBytes(const WeightFileHeader& header) {
+  return header.has_activation_order ? header.spec.k * int64_t{sizeof(int32_t)}
+                                     : 0;
+}
+
 }  // namespace
 
 void WeightFileChecksum::Mix(uint64_t word) {
@@ -127,15 +177,13 @@ uint64_t WeightFileChecksum::Finish() {
   return hash;
 }
 
-absl::Status WriteWeightFile(
-    absl::string_view name, const QuantizedWeight& weight,
-    const std::function<absl::Status(absl::string_view)>& sink) {
-  const WeightSpec& spec = weight.spec;
+absl::StatusOr<WeightFileWriter> WeightFileWriter::Start(
+    absl::string_view name, const WeightSpec& spec,
+    std::vector<int32_t> activation_order, WeightFileSink sink) {
   char header[kWeightFileHeaderBytes] = {};
   std::memcpy(header, kWeightFileMagic.data(), kWeightFileMagic.size());
-  PutU32(weight.activation_order.empty()
-             ? kWeightFileVersion
-             : kWeightFileVersionWithActivationOrder,
+  PutU32(activation_order.empty() ? kWeightFileVersion
+                                  : kWeightFileVersionWithActivationOrder,
          header + kVersionOffset);
   PutU32(Traits(spec.format).file_code, header + kFormatOffset);
   PutU64(spec.k, header + kKOffset);
@@ -147,17 +195,63 @@ absl::Status WriteWeightFile(
   PutU32(name.size(), header + kNameLengthOffset);
   PutU32(GlobalScaleField(spec), header + kGlobalScaleOffset);
 
-  WeightFileChecksum checksum;
+  WeightFileWriter writer(std::move(sink), spec.canonical_bytes(),
+                          std::move(activation_order));
   for (absl::string_view piece :
-       {absl::string_view(header, sizeof(header)), name,
-        AsBytes(weight.qweight), AsBytes(weight.scales), AsBytes(weight.zeros),
-        AsBytes(weight.activation_order)}) {
-    checksum.Update(piece);
-    if (absl::Status status = sink(piece); !status.ok()) return status;
+       {absl::string_view(header, sizeof(header)), name}) {
+    if (absl::Status status = writer.Put(piece); !status.ok()) return status;
+  }
+  return writer;
+}
+
+absl::Status WeightFileWriter::Put(absl::string_view bytes) {
+  checksum_.Update(bytes);
+  return sink_(bytes);
+}
+
+absl::Status WeightFileWriter::Append(absl::string_view tensor_bytes) {
+  if (static_cast<int64_t>(tensor_bytes.size()) > tensor_bytes_ - appended_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight file given ", appended_ + tensor_bytes.size(),
+        " bytes of tensors, but its header gives ", tensor_bytes_));
+  }
+  appended_ += tensor_bytes.size();
+  return Put(tensor_bytes);
+}
+
+absl::Status WeightFileWriter::AppendTensors(const QuantizedWeight& weight) {
+  const WeightBytes tensors = BytesOf(weight);
+  for (absl::string_view tensor :
+       {tensors.qweight, tensors.scales, tensors.zeros}) {
+    if (absl::Status status = Append(tensor); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightFileWriter::Finish() {
+  if (appended_ != tensor_bytes_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("weight file finished after ", appended_, " of the ",
+                     tensor_bytes_, " bytes of its tensors"));
+  }
+  if (absl::Status status = Put(AsBytes(activation_order_)); !status.ok()) {
+    return status;
   }
   char trailer[kWeightFileChecksumBytes];
-  PutU64(checksum.Finish(), trailer);
-  return sink(absl::string_view(trailer, sizeof(trailer)));
+  PutU64(checksum_.Finish(), trailer);
+  return sink_(absl::string_view(trailer, sizeof(trailer)));
+}
+
+absl::Status WriteWeightFile(absl::string_view name,
+                             const QuantizedWeight& weight,
+                             const WeightFileSink& sink) {
+  absl::StatusOr<WeightFileWriter> writer =
+      WeightFileWriter::Start(name, weight.spec, weight.activation_order, sink);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status status = writer->AppendTensors(weight); !status.ok()) {
+    return status;
+  }
+  return writer->Finish();
 }
 
 std::string SerializeWeightFile(absl::string_view name,
@@ -249,39 +343,28 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
   }
   absl::StatusOr<WeightFileHeader> header = ParseWeightFileHeader(bytes);
   if (!header.ok()) return header.status();
-  const WeightSpec& spec = header->spec;
-  const uint32_t name_bytes = header->name_bytes;
-  const int64_t order_bytes =
-      header->has_activation_order ? spec.k * int64_t{sizeof(int32_t)} : 0;
+  if (absl::Status status = CheckFileSize(*header, bytes.size());
+      !status.ok()) {
+    return status;
+  }
   const uint64_t file_bytes = header->file_bytes;
-  if (bytes.size() < file_bytes) {
-    return absl::DataLossError(absl::StrCat("file is truncated: ", bytes.size(),
-                                            " bytes, its header says ",
-                                            file_bytes));
-  }
-  if (bytes.size() > file_bytes) {
-    return absl::DataLossError(absl::StrCat(
-        "file has ", bytes.size() - file_bytes,
-        " bytes past the end its header gives (", file_bytes, " bytes)"));
-  }
   WeightFileChecksum checksum;
   checksum.Update(bytes.substr(0, file_bytes - kWeightFileChecksumBytes));
-  const uint64_t computed = checksum.Finish();
-  const uint64_t stored = GetU64(bytes, file_bytes - kWeightFileChecksumBytes);
-  if (computed != stored) {
-    return absl::DataLossError(absl::StrCat(
-        "checksum mismatch: the file is corrupt (stored ", absl::Hex(stored),
-        ", computed ", absl::Hex(computed), ")"));
+  if (absl::Status status =
+          CheckChecksum(GetU64(bytes, file_bytes - kWeightFileChecksumBytes),
+                        checksum.Finish());
+      !status.ok()) {
+    return status;
   }
 
+  const WeightSpec& spec = header->spec;
   absl::string_view rest = bytes.substr(kWeightFileHeaderBytes);
+  absl::StatusOr<std::string> name =
+      NameFromFile(rest.substr(0, header->name_bytes));
+  if (!name.ok()) return name.status();
   WeightFile file;
-  file.name = std::string(rest.substr(0, name_bytes));
-  if (absl::Status status = ValidateWeightName(file.name); !status.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("invalid name in the header: ", status.message()));
-  }
-  rest.remove_prefix(name_bytes);
+  file.name = *std::move(name);
+  rest.remove_prefix(header->name_bytes);
   file.weight.spec = spec;
   file.weight.qweight =
       CopyArray<uint32_t>(rest.substr(0, spec.qweight_bytes()));
@@ -291,12 +374,132 @@ absl::StatusOr<WeightFile> ParseWeightFile(absl::string_view bytes) {
   file.weight.zeros = CopyArray<uint8_t>(rest.substr(0, spec.zeros_bytes()));
   rest.remove_prefix(spec.zeros_bytes());
   file.weight.activation_order =
-      CopyArray<int32_t>(rest.substr(0, order_bytes));
-  if (absl::Status status = file.weight.Validate(); !status.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("invalid weight data: ", status.message()));
+      CopyArray<int32_t>(rest.substr(0, OrderBytes(*header)));
+  if (absl::Status status = CheckWeightData(file.weight); !status.ok()) {
+    return status;
   }
   return file;
+}
+
+absl::StatusOr<WeightFileReader> WeightFileReader::Open(
+    const std::string& path) {
+  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+  if (!file.ok()) return file.status();
+  WeightFileReader reader(*std::move(file));
+  const ReadOnlyFile& opened = reader.file_;
+  std::string header_bytes(
+      std::min<int64_t>(opened.size(), kWeightFileHeaderBytes), '\0');
+  if (absl::Status status = opened.ReadAt(0, absl::MakeSpan(header_bytes));
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<WeightFileHeader> header = ParseWeightFileHeader(header_bytes);
+  if (!header.ok()) return header.status();
+  reader.header_ = *header;
+  if (absl::Status status = CheckFileSize(*header, opened.size());
+      !status.ok()) {
+    return status;
+  }
+  std::string name_bytes(header->name_bytes, '\0');
+  if (absl::Status status =
+          opened.ReadAt(kWeightFileHeaderBytes, absl::MakeSpan(name_bytes));
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::string> name = NameFromFile(name_bytes);
+  if (!name.ok()) return name.status();
+  reader.name_ = *std::move(name);
+  // From before the checksum; ReadTensors checks it with the rest.
+  const int64_t order_bytes = OrderBytes(*header);
+  reader.activation_order_.resize(order_bytes / sizeof(int32_t));
+  if (absl::Status status = opened.ReadAt(
+          header->file_bytes - kWeightFileChecksumBytes - order_bytes,
+          absl::MakeSpan(
+              reinterpret_cast<char*>(reader.activation_order_.data()),
+              order_bytes));
+      !status.ok()) {
+    return status;
+  }
+  return reader;
+}
+
+absl::Status WeightFileReader::ReadTensors(const WeightFileSink& sink) {
+  WeightFileChecksum checksum;
+  std::string piece(
+      std::min<int64_t>(kWeightFileHeaderBytes + name_.size(), kPieceBytes),
+      '\0');
+  // The header and name again, so that the checksum covers what was read.
+  if (absl::Status status = file_.ReadAt(0, absl::MakeSpan(piece));
+      !status.ok()) {
+    return status;
+  }
+  checksum.Update(piece);
+  int64_t offset = piece.size();
+  int64_t left = header_.spec.canonical_bytes();
+  piece.resize(std::min(left, kPieceBytes));
+  while (left > 0) {
+    const absl::Span<char> next =
+        absl::MakeSpan(piece).first(std::min(left, kPieceBytes));
+    if (absl::Status status = file_.ReadAt(offset, next); !status.ok()) {
+      return status;
+    }
+    const absl::string_view bytes(next.data(), next.size());
+    checksum.Update(bytes);
+    if (absl::Status status = sink(bytes); !status.ok()) return status;
+    offset += next.size();
+    left -= next.size();
+  }
+  checksum.Update(AsBytes(activation_order_));
+  char stored[kWeightFileChecksumBytes];
+  if (absl::Status status =
+          file_.ReadAt(header_.file_bytes - kWeightFileChecksumBytes,
+                       absl::MakeSpan(stored));
+      !status.ok()) {
+    return status;
+  }
+  return CheckChecksum(GetU64(absl::string_view(stored, sizeof(stored)), 0),
+                       checksum.Finish());
+}
+
+absl::StatusOr<QuantizedWeight> WeightFileReader::ReadWhole() {
+  const WeightSpec& spec = header_.spec;
+  QuantizedWeight weight;
+  weight.spec = spec;
+  weight.qweight.resize(spec.qweight_bytes() / sizeof(uint32_t));
+  weight.scales.resize(spec.scales_bytes() / sizeof(uint16_t));
+  weight.zeros.resize(spec.zeros_bytes());
+  // Where the pieces go, in file order.
+  const absl::Span<char> tensors[] = {
+      absl::MakeSpan(reinterpret_cast<char*>(weight.qweight.data()),
+                     spec.qweight_bytes()),
+      absl::MakeSpan(reinterpret_cast<char*>(weight.scales.data()),
+                     spec.scales_bytes()),
+      absl::MakeSpan(reinterpret_cast<char*>(weight.zeros.data()),
+                     spec.zeros_bytes())};
+  int tensor = 0;
+  int64_t filled = 0;
+  if (absl::Status status = ReadTensors([&](absl::string_view bytes) {
+        while (!bytes.empty()) {
+          const size_t take =
+              std::min<size_t>(bytes.size(), tensors[tensor].size() - filled);
+          std::memcpy(tensors[tensor].data() + filled, bytes.data(), take);
+          bytes.remove_prefix(take);
+          filled += take;
+          if (filled == static_cast<int64_t>(tensors[tensor].size())) {
+            ++tensor;
+            filled = 0;
+          }
+        }
+        return absl::OkStatus();
+      });
+      !status.ok()) {
+    return status;
+  }
+  weight.activation_order = activation_order_;
+  if (absl::Status status = CheckWeightData(weight); !status.ok()) {
+    return status;
+  }
+  return weight;
 }
 
 }  // namespace nibble::server

@@ -1,4 +1,4 @@
-// Tests reading whole files and their prefixes: their bytes, and an error per
+// Tests reading whole files and ranges of them: their bytes, and an error per
 // kind of failure.
 #include "base/file_contents.h"
 
@@ -38,27 +38,30 @@ TEST(ReadFileContentsTest, ReturnsEveryByte) {
   std::remove(path.c_str());
 }
 
-// A prefix is read without the rest: of a 1 GiB sparse file, its first
-// bytes; of a file shorter than asked, all of it.
-TEST(ReadFilePrefixTest, ReadsOnlyThePrefix) {
-  const std::string path = ::testing::TempDir() + "/file_contents_prefix";
+// A range is read without the rest: of a 1 GiB sparse file, its first
+// bytes; past the end, DATA_LOSS.
+TEST(ReadOnlyFileTest, ReadsARangeWithoutTheRest) {
+  const std::string path = ::testing::TempDir() + "/file_contents_range";
   std::ofstream(path, std::ios::binary) << "header";
   ASSERT_EQ(truncate(path.c_str(), int64_t{1} << 30), 0);
-  absl::StatusOr<std::string> read = ReadFilePrefix(path, 4);
-  ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(*read, "head");
-  ASSERT_EQ(truncate(path.c_str(), 6), 0);
-  read = ReadFilePrefix(path, 72);
-  ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(*read, "header");
+  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->size(), int64_t{1} << 30);
+  std::string read(4, '\0');
+  ASSERT_TRUE(file->ReadAt(2, absl::MakeSpan(read)).ok());
+  EXPECT_EQ(read, "ader");
+  const absl::Status past_end =
+      file->ReadAt((int64_t{1} << 30) - 2, absl::MakeSpan(read));
+  EXPECT_EQ(past_end.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(past_end.message(), HasSubstr(path));
   std::remove(path.c_str());
 }
 
-TEST(ReadFilePrefixTest, RefusesWhatReadFileContentsRefuses) {
-  const absl::StatusOr<std::string> read =
-      ReadFilePrefix(::testing::TempDir(), 72);
-  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(read.status().message(),
+TEST(ReadOnlyFileTest, RefusesWhatReadFileContentsRefuses) {
+  const absl::StatusOr<ReadOnlyFile> file =
+      ReadOnlyFile::Open(::testing::TempDir());
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(file.status().message(),
               HasSubstr("not a regular file but a directory"));
 }
 

@@ -1,7 +1,7 @@
 // Fuzzes the upload stream state machine: the input is a sequence of
 // nibble.v1.UploadWeightRequest messages (see fuzz_messages.h) fed to an
-// UploadAssembler the way NibbleServiceImpl::Upload feeds it, and to one that
-// packs its codes as they arrive, which must answer every message alike. A
+// UploadAssembler the way NibbleServiceImpl::UploadReactor feeds it, and to one
+// that packs its codes as they arrive, which must answer every message alike. A
 // weight they complete must match its header, hold exactly the bytes the
 // chunks carried (transposed, for MXFP4 and NVFP4 columns), and pack into the
 // same panels both ways.
@@ -67,7 +67,7 @@ bool SamePanels(const nibble::PackedWeight& a, const nibble::PackedWeight& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   UploadAssembler upload;
-  UploadAssembler packing(/*pack_codes=*/true);
+  UploadAssembler packing(nibble::server::CodePacking::kAll);
   WeightSpec header_spec;
   std::vector<int32_t> header_order;
   CodeLayout header_layout = CodeLayout::kCanonical;

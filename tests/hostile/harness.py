@@ -135,7 +135,53 @@ def free_port():
         return probe.getsockname()[1]
 
 
-class Nibbled:
+class Server:
+    """What a test needs of a nibbled to reach it: its address (`target`),
+    the `nibble` CLI and `nibble-load` in `bin_dir`, a scratch folder, and
+    the token file of its --auth_token_file, if any."""
+
+    def __init__(self, bin_dir, scratch, target=None, token_file=None):
+        self.bin_dir = bin_dir
+        self.scratch = scratch
+        self.target = target
+        self.token_file = token_file
+
+    def cli(self, *args, timeout=60):
+        """`nibble ARGS` against this server; (exit code, stdout + stderr)."""
+        token = ([f"--auth_token_file={self.token_file}"]
+                 if self.token_file else [])
+        done = subprocess.run(
+            [os.path.join(self.bin_dir, "nibble"), args[0],
+             f"--target={self.target}", *token, *args[1:]],
+            capture_output=True, text=True, timeout=timeout)
+        return done.returncode, done.stdout + done.stderr
+
+    def upload(self, name, k, n, seed):
+        code, output = self.cli("upload", f"--name={name}", "--format=u4b8",
+                                f"--k={k}", f"--n={n}", "--group=128",
+                                f"--random={seed}")
+        require(code == 0, f"upload of {name} failed: {output}")
+
+    def holds(self, name):
+        return self.cli("get", f"--name={name}")[0] == 0
+
+    def alive(self):
+        """Answering health checks with SERVING."""
+        return self.cli("health", timeout=30)[0] == 0
+
+
+class RunningServer(Server):
+    """A nibbled started elsewhere, at `target`: the container image behind
+    its front (make container-test). It is attacked and its bystander timed
+    as a Nibbled's, but its memory is neither limited nor measured, and it
+    is never restarted."""
+
+    def require_running(self):
+        require(self.alive(), f"nibbled at {self.target} does not answer "
+                "health checks")
+
+
+class Nibbled(Server):
     """A nibbled on loopback (port 0) in cgroups of its own, started and
     stopped by the test; its stderr goes to `<scratch>/nibbled.log`. With
     `front_config`, HAProxy runs in front of it with that configuration, in
@@ -145,16 +191,13 @@ class Nibbled:
 
     def __init__(self, bin_dir, scratch, flags, limits, token_file=None,
                  front_config=None, max_open_files=None):
-        self.bin_dir = bin_dir
-        self.scratch = scratch
+        super().__init__(bin_dir, scratch, token_file=token_file)
         self.flags = flags
         self.limits = limits
-        self.token_file = token_file
         self.front_config = front_config
         self.max_open_files = max_open_files
         self.process = None
         self.front = None
-        self.target = None
         self.direct_target = None
         self.metrics_address = None
         self.cgroups = None
@@ -205,25 +248,6 @@ class Nibbled:
                     f"{self.scratch}/haproxy.log")
             time.sleep(0.1)
 
-    def cli(self, *args, timeout=60):
-        """`nibble ARGS` against this server; (exit code, stdout + stderr)."""
-        token = ([f"--auth_token_file={self.token_file}"]
-                 if self.token_file else [])
-        done = subprocess.run(
-            [os.path.join(self.bin_dir, "nibble"), args[0],
-             f"--target={self.target}", *token, *args[1:]],
-            capture_output=True, text=True, timeout=timeout)
-        return done.returncode, done.stdout + done.stderr
-
-    def upload(self, name, k, n, seed):
-        code, output = self.cli("upload", f"--name={name}", "--format=u4b8",
-                                f"--k={k}", f"--n={n}", "--group=128",
-                                f"--random={seed}")
-        require(code == 0, f"upload of {name} failed: {output}")
-
-    def holds(self, name):
-        return self.cli("get", f"--name={name}")[0] == 0
-
     def require_running(self):
         """Fails, saying how nibbled or its front ended, unless both still
         run."""
@@ -237,8 +261,7 @@ class Nibbled:
 
     def alive(self):
         """Running and answering health checks with SERVING."""
-        return (self.process.poll() is None
-                and self.cli("health", timeout=30)[0] == 0)
+        return self.process.poll() is None and super().alive()
 
     def peak_rss_bytes(self, process=None):
         """The largest resident set nibbled (or `process`) has had (VmHWM)."""

@@ -108,12 +108,46 @@ TEST_P(UploadAssemblerRoundTripTest, PacksTheCodesAsTheyArrive) {
   const WeightSpec spec{GetParam(), 256, 40, 64};
   QuantizedWeight sent = RandomQuantizedWeight(spec, seed);
   sent.activation_order = RandomActivationOrder(spec.k, seed);
-  std::mt19937_64 rng(seed);
-  UploadAssembler upload(/*pack_codes=*/true);
-  ASSERT_TRUE(upload.OnHeader("w", spec, sent.activation_order).ok());
-  // Chunks up to three rows of qweight, ending inside words and rows.
-  ASSERT_TRUE(SendWeightInChunks(upload, sent, rng, 3 * 4 * spec.n).ok());
-  EXPECT_EQ(upload.Finish().status().code(), absl::StatusCode::kInternal);
+  // kCanonicalLayout packs an upload in the canonical layout as kAll does.
+  for (CodePacking packing :
+       {CodePacking::kAll, CodePacking::kCanonicalLayout}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "packing " << static_cast<int>(packing));
+    std::mt19937_64 rng(seed);
+    UploadAssembler upload(packing);
+    ASSERT_TRUE(upload.OnHeader("w", spec, sent.activation_order).ok());
+    EXPECT_TRUE(upload.packs_codes());
+    // Chunks up to three rows of qweight, ending inside words and rows.
+    ASSERT_TRUE(SendWeightInChunks(upload, sent, rng, 3 * 4 * spec.n).ok());
+    EXPECT_EQ(upload.Finish().status().code(), absl::StatusCode::kInternal);
+    ExpectPacksAsPackDoes(upload, sent);
+  }
+}
+
+TEST(UploadAssemblerTest, TakesTensorBytesInFileOrderAcrossTensors) {
+  constexpr uint64_t kSeed = 29;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  const WeightSpec spec{WeightFormat::kU4, 128, 24, 32};
+  const QuantizedWeight sent = RandomQuantizedWeight(spec, kSeed);
+  const std::string bytes =
+      Bytes(sent.qweight) + Bytes(sent.scales) + Bytes(sent.zeros);
+  UploadAssembler upload(CodePacking::kAll);
+  EXPECT_EQ(upload.OnTensorBytes("x").code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(upload.OnHeader("w", spec).ok());
+  // Pieces of 1..301 bytes, most of them spanning a tensor's end somewhere.
+  std::mt19937_64 rng(kSeed);
+  for (size_t offset = 0; offset < bytes.size();) {
+    const size_t size =
+        std::min<size_t>(bytes.size() - offset, 1 + rng() % 301);
+    ASSERT_TRUE(
+        upload.OnTensorBytes(absl::string_view(bytes).substr(offset, size))
+            .ok());
+    offset += size;
+  }
+  const absl::Status past = upload.OnTensorBytes("x");
+  EXPECT_EQ(past.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(past.message(), HasSubstr("past the end"));
   ExpectPacksAsPackDoes(upload, sent);
 }
 
@@ -197,10 +231,13 @@ TEST_P(UploadAssemblerColumnsTest, TakesTheCheckpointsColumns) {
   const nibble::testing::ColumnLayout columns =
       nibble::testing::ToColumns(sent);
   std::mt19937_64 rng(seed);
-  UploadAssembler upload(pack_codes);
+  // kCanonicalLayout keeps columns as they arrive, as kNone does.
+  UploadAssembler upload(pack_codes ? CodePacking::kAll
+                                    : CodePacking::kCanonicalLayout);
   ASSERT_TRUE(
       upload.OnHeader("w", spec, sent.activation_order, CodeLayout::kColumns)
           .ok());
+  EXPECT_EQ(upload.packs_codes(), pack_codes);
   // Chunks up to three panels of columns, ending inside columns and panels.
   ASSERT_TRUE(SendInChunks(upload, WeightTensorKind::kQweight,
                            Bytes(columns.codes), rng,

@@ -102,9 +102,11 @@ TEST(StoreColumnsTest, StoresTheCanonicalWeightWhereNoGpuTakesTheColumns) {
       if (directory != nullptr) {
         std::vector<QuantizedWeight> saved;
         ASSERT_TRUE(directory
-                        ->LoadAll([&](WeightFile file) {
-                          saved.push_back(std::move(file.weight));
-                          return absl::OkStatus();
+                        ->LoadAll([&](WeightFileReader& file) {
+                          absl::StatusOr<QuantizedWeight> weight =
+                              file.ReadWhole();
+                          if (weight.ok()) saved.push_back(*std::move(weight));
+                          return weight.status();
                         })
                         .ok());
         ASSERT_EQ(saved.size(), 1u);

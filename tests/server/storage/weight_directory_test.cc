@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -31,9 +33,10 @@ using ::testing::IsEmpty;
 // Loads `dir`, collecting the weights by name.
 absl::StatusOr<LoadReport> LoadInto(const WeightDirectory& dir,
                                     std::map<std::string, WeightFile>* out) {
-  return dir.LoadAll([out](WeightFile file) {
-    std::string name = file.name;
-    out->emplace(std::move(name), std::move(file));
+  return dir.LoadAll([out](WeightFileReader& file) -> absl::Status {
+    absl::StatusOr<QuantizedWeight> weight = file.ReadWhole();
+    if (!weight.ok()) return weight.status();
+    out->emplace(file.name(), WeightFile{file.name(), *std::move(weight)});
     return absl::OkStatus();
   });
 }
@@ -201,11 +204,11 @@ TEST(WeightDirectoryTest, LoadsOnlyRegularFilesInsideTheDirectory) {
               HasSubstr("is a symbolic link to /dev/zero, outside"));
 }
 
-// `admit` sees each file's header before its data is read: a file whose
+// `accept` sees each file's header before its data is read: a file whose
 // header claims a 2 GiB weight, sparse on disk, is skipped unread when
-// `admit` refuses it; a 10 GiB sparse file of zeros is refused for its
-// header alone; the weights `admit` takes load as before.
-TEST(WeightDirectoryTest, AdmitRefusesAWeightBeforeItsDataIsRead) {
+// `accept` refuses it; a 10 GiB sparse file of zeros is refused for its
+// header alone; the weights `accept` takes load as before.
+TEST(WeightDirectoryTest, AcceptRefusesAWeightBeforeItsDataIsRead) {
   WeightDirectory dir(FreshDirectory("admit"));
   ASSERT_TRUE(dir.Prepare().ok());
   SCOPED_TRACE("seed 5");
@@ -224,7 +227,7 @@ TEST(WeightDirectoryTest, AdmitRefusesAWeightBeforeItsDataIsRead) {
                                  0};
   std::memcpy(huge_header.data() + 16, dimensions, sizeof(dimensions));
   const std::string huge = dir.FilePath("huge");
-  WriteFile(huge, huge_header);
+  WriteFile(huge, huge_header + "huge");
   absl::StatusOr<WeightFileHeader> parsed = ParseWeightFileHeader(huge_header);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ASSERT_EQ(truncate(huge.c_str(), parsed->file_bytes), 0);
@@ -234,18 +237,17 @@ TEST(WeightDirectoryTest, AdmitRefusesAWeightBeforeItsDataIsRead) {
 
   std::map<std::string, WeightSpec> admitted;
   std::map<std::string, WeightFile> loaded;
-  absl::StatusOr<LoadReport> report = dir.LoadAll(
-      [&](WeightFile file) {
-        std::string name = file.name;
-        loaded.emplace(std::move(name), std::move(file));
-        return absl::OkStatus();
-      },
-      [&](absl::string_view name, const WeightFileHeader& header) {
-        admitted.emplace(std::string(name), header.spec);
-        return header.spec.canonical_bytes() > (1 << 20)
-                   ? absl::ResourceExhaustedError("too large to load")
-                   : absl::OkStatus();
-      });
+  absl::StatusOr<LoadReport> report = dir.LoadAll([&](WeightFileReader& file)
+                                                      -> absl::Status {
+    admitted.emplace(file.name(), file.header().spec);
+    if (file.header().spec.canonical_bytes() > (1 << 20)) {
+      return absl::ResourceExhaustedError("too large to load");
+    }
+    absl::StatusOr<QuantizedWeight> weight = file.ReadWhole();
+    if (!weight.ok()) return weight.status();
+    loaded.emplace(file.name(), WeightFile{file.name(), *std::move(weight)});
+    return absl::OkStatus();
+  });
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(admitted.at("huge").k, 65536);
   EXPECT_EQ(admitted.at("small").n, 16);
@@ -265,7 +267,7 @@ TEST(WeightDirectoryTest, RefusedWeightsAreReported) {
   ASSERT_TRUE(
       dir.Save("w", RandomQuantizedWeight({WeightFormat::kU4, 32, 8, 32}, 8))
           .ok());
-  absl::StatusOr<LoadReport> report = dir.LoadAll([](WeightFile) {
+  absl::StatusOr<LoadReport> report = dir.LoadAll([](WeightFileReader&) {
     return absl::AlreadyExistsError("a weight named \"w\" already exists");
   });
   ASSERT_TRUE(report.ok());
@@ -301,6 +303,61 @@ TEST(WeightDirectoryTest, FailedSaveSaysWhyAndLeavesNothingBehind) {
                                      ".tmp-", getpid(), "-")));
   EXPECT_THAT(status.message(), HasSubstr("No such file or directory"));
   EXPECT_FALSE(std::filesystem::exists(dir.path()));
+}
+
+TEST(WeightDirectoryTest, WritesAFileAsItsTensorsArrive) {
+  WeightDirectory dir(FreshDirectory("pending"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  constexpr uint64_t kSeed = 14;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4, 64, 16, 32}, kSeed);
+  weight.activation_order = RandomActivationOrder(64, kSeed);
+  const std::string tensors = absl::StrCat(
+      BytesOf(weight).qweight, BytesOf(weight).scales, BytesOf(weight).zeros);
+  absl::StatusOr<WeightDirectory::PendingSave> save =
+      dir.StartSave("w", weight.spec, weight.activation_order);
+  ASSERT_TRUE(save.ok()) << save.status();
+  // Pieces of 1..97 bytes, ending inside tensors and words.
+  std::mt19937_64 rng(kSeed);
+  for (size_t offset = 0; offset < tensors.size();) {
+    const size_t size =
+        std::min<size_t>(tensors.size() - offset, 1 + rng() % 97);
+    ASSERT_TRUE(
+        save->Append(absl::string_view(tensors).substr(offset, size)).ok());
+    offset += size;
+  }
+  EXPECT_EQ(save->Append("x").code(), absl::StatusCode::kInvalidArgument);
+  // Under the weight's name only once committed.
+  EXPECT_FALSE(std::filesystem::exists(dir.FilePath("w")));
+  ASSERT_EQ(FileNames(dir.path()).size(), 1u);
+  ASSERT_TRUE(save->Commit().ok());
+  EXPECT_THAT(FileNames(dir.path()), ElementsAre("w.nibble"));
+  EXPECT_EQ(ReadFile(dir.FilePath("w")), SerializeWeightFile("w", weight));
+}
+
+TEST(WeightDirectoryTest, AbandonedOrIncompleteSaveLeavesNothingBehind) {
+  WeightDirectory dir(FreshDirectory("abandoned"));
+  ASSERT_TRUE(dir.Prepare().ok());
+  SCOPED_TRACE("seed 15");
+  const QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 32, 8, 32}, 15);
+  {
+    absl::StatusOr<WeightDirectory::PendingSave> save =
+        dir.StartSave("w", weight.spec, {});
+    ASSERT_TRUE(save.ok()) << save.status();
+    ASSERT_TRUE(save->Append(BytesOf(weight).qweight).ok());
+    EXPECT_EQ(FileNames(dir.path()).size(), 1u);
+  }
+  EXPECT_THAT(FileNames(dir.path()), IsEmpty());
+  absl::StatusOr<WeightDirectory::PendingSave> save =
+      dir.StartSave("w", weight.spec, {});
+  ASSERT_TRUE(save.ok()) << save.status();
+  ASSERT_TRUE(save->Append(BytesOf(weight).qweight).ok());
+  const absl::Status status = save->Commit();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("finished after"));
+  EXPECT_THAT(FileNames(dir.path()), IsEmpty());
 }
 
 TEST(WeightDirectoryTest, FailedSaveInAReadOnlyDirectoryLeavesNothingBehind) {

@@ -3,12 +3,14 @@
 #include "server/storage/weight_file.h"
 
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_files.h"
 
 namespace nibble::server {
 namespace {
@@ -171,6 +173,88 @@ TEST(WeightFileTest, ChecksumIsTheSameInAnyPieces) {
   longer.Update(data);
   longer.Update(absl::string_view("\0", 1));
   EXPECT_NE(longer.Finish(), expected);
+}
+
+// A weight file of `bytes` on disk; its path.
+std::string FileOf(const std::string& name, const std::string& bytes) {
+  const std::string directory = nibble::testing::FreshDirectory(name);
+  std::filesystem::create_directories(directory);
+  const std::string path = absl::StrCat(directory, "/w.nibble");
+  nibble::testing::WriteFile(path, bytes);
+  return path;
+}
+
+TEST(WeightFileReaderTest, HandsOverTheTensorsInPiecesThenChecksThem) {
+  constexpr uint64_t kSeed = 17;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  // 2.1 MiB of tensors: three pieces.
+  const WeightSpec spec{WeightFormat::kU4, 1024, 4096, 128};
+  QuantizedWeight weight = RandomQuantizedWeight(spec, kSeed);
+  weight.activation_order = RandomActivationOrder(spec.k, kSeed);
+  const std::string bytes = SerializeWeightFile("w", weight);
+  absl::StatusOr<WeightFileReader> reader =
+      WeightFileReader::Open(FileOf("reader", bytes));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->name(), "w");
+  EXPECT_EQ(reader->header().spec, spec);
+  EXPECT_EQ(reader->activation_order(), weight.activation_order);
+  std::string tensors;
+  int pieces = 0;
+  ASSERT_TRUE(reader
+                  ->ReadTensors([&](absl::string_view piece) {
+                    EXPECT_LE(piece.size(), WeightFileReader::kPieceBytes);
+                    tensors.append(piece.data(), piece.size());
+                    ++pieces;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_EQ(pieces, 3);
+  const WeightBytes sent = BytesOf(weight);
+  EXPECT_EQ(tensors, absl::StrCat(sent.qweight, sent.scales, sent.zeros));
+
+  absl::StatusOr<WeightFileReader> whole =
+      WeightFileReader::Open(FileOf("reader-whole", bytes));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  absl::StatusOr<QuantizedWeight> read = whole->ReadWhole();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameWeight(*read, weight);
+}
+
+TEST(WeightFileReaderTest, RefusesWhatParseWeightFileRefuses) {
+  SCOPED_TRACE("seed 18");
+  QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4, 64, 8, 32}, 18);
+  const std::string bytes = SerializeWeightFile("w", weight);
+  // Sizes and names before any tensor is read.
+  for (const std::string& bad :
+       {bytes.substr(0, 100), bytes.substr(0, bytes.size() - 1), bytes + "x"}) {
+    absl::StatusOr<WeightFileReader> reader =
+        WeightFileReader::Open(FileOf("reader-size", bad));
+    EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(reader.status().message(),
+              ParseWeightFile(bad).status().message());
+  }
+  // A flipped tensor byte: every piece handed over, then the checksum.
+  std::string flipped = bytes;
+  flipped[kWeightFileHeaderBytes + 1 + 5] ^= 0x01;
+  absl::StatusOr<WeightFileReader> reader =
+      WeightFileReader::Open(FileOf("reader-flip", flipped));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  int64_t handed_over = 0;
+  const absl::Status status = reader->ReadTensors([&](absl::string_view piece) {
+    handed_over += piece.size();
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(handed_over, weight.spec.canonical_bytes());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(status.message(), ParseWeightFile(flipped).status().message());
+  // A zero point out of range, intact checksum: ReadWhole checks values.
+  weight.zeros[3] = 16;
+  absl::StatusOr<WeightFileReader> bad_zero = WeightFileReader::Open(
+      FileOf("reader-zero", SerializeWeightFile("w", weight)));
+  ASSERT_TRUE(bad_zero.ok()) << bad_zero.status();
+  EXPECT_THAT(bad_zero->ReadWhole().status().message(),
+              HasSubstr("invalid weight data"));
 }
 
 TEST(WeightFileTest, RejectsEveryTruncation) {
