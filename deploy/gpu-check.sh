@@ -79,27 +79,7 @@ finish() {
   exit $?
 }
 
-deps=$PWD/.gpu-deps/usr
-cmake_args=(-DCMAKE_BUILD_TYPE=Release -DNIBBLE_BUILD_SERVICE=OFF
-  -DNIBBLE_CUDA=ON)
-if [[ -d $deps ]]; then
-  cmake_args+=("-DCMAKE_PREFIX_PATH=$deps")
-  export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  export PATH=/usr/local/cuda/bin:$PATH
-fi
-# A configured build keeps its generator; a new one takes ninja where there
-# is one (the torch venv has it), else make.
-if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-  if command -v ninja >/dev/null; then
-    cmake_args+=(-G Ninja)
-  elif [[ -x /opt/torch/.venv/bin/ninja ]]; then
-    cmake_args+=(-G Ninja -DCMAKE_MAKE_PROGRAM=/opt/torch/.venv/bin/ninja)
-  else
-    cmake_args+=(-G "Unix Makefiles")
-  fi
-fi
+source deploy/gpu_build_env.sh "$BUILD_DIR"
 
 PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c 'import torch' 2>/dev/null &&
@@ -113,7 +93,8 @@ if [[ -n ${BENCH_REPEATS:-} ]]; then
   bench_flags+=("--repeats=$BENCH_REPEATS")
 fi
 
-step configure configure.log cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}" ||
+step configure configure.log \
+  cmake -S . -B "$BUILD_DIR" "${gpu_cmake_args[@]}" ||
   finish
 tests_built=0
 bench_built=0

@@ -34,27 +34,11 @@ run_step() {
   fi
 }
 
-deps=$PWD/.gpu-deps/usr
-cmake_args=(-DCMAKE_BUILD_TYPE=Release -DNIBBLE_BUILD_SERVICE=OFF
-  -DNIBBLE_CUDA=ON)
-if [[ -d $deps ]]; then
-  cmake_args+=("-DCMAKE_PREFIX_PATH=$deps")
-  export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  export PATH=/usr/local/cuda/bin:$PATH
-fi
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  if command -v ninja >/dev/null; then
-    cmake_args+=(-G Ninja)
-  elif [[ -x /opt/torch/.venv/bin/ninja ]]; then
-    cmake_args+=(-G Ninja -DCMAKE_MAKE_PROGRAM=/opt/torch/.venv/bin/ninja)
-  fi
-fi
+source deploy/gpu_build_env.sh "$build"
 
 build_gpu() {
   mkdir -p "$build" || return 1
-  cmake -S . -B "$build" "${cmake_args[@]}" >"$build/configure.log" 2>&1 ||
+  cmake -S . -B "$build" "${gpu_cmake_args[@]}" >"$build/configure.log" 2>&1 ||
     { tail -n 30 "$build/configure.log"; return 1; }
   cmake --build "$build" -j "$jobs" --target nibble_cuda_backend_test \
     nibble-gpu-bench >"$build/build.log" 2>&1 ||
