@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "kernels/gemm_kernel.h"
 #include "tests/kernels/encoded_values.h"
+#include "tests/kernels/skip_without_gpu.h"
 
 namespace nibble::cuda {
 namespace {
@@ -29,11 +30,6 @@ namespace {
 using ::nibble::testing::Decode;
 using ::nibble::testing::Encode;
 using ::nibble::testing::Encoded;
-
-#define SKIP_WITHOUT_GPU()                              \
-  if (DeviceCount() == 0) {                             \
-    GTEST_SKIP() << "no CUDA GPU: this test needs one"; \
-  }
 
 constexpr uint64_t kSeed = 20261125;
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};

@@ -26,6 +26,7 @@
 #include "kernels/cuda/device_layout.h"
 #include "tests/format/column_layout.h"
 #include "tests/kernels/encoded_values.h"
+#include "tests/kernels/skip_without_gpu.h"
 
 namespace nibble::cuda {
 namespace {
@@ -33,11 +34,6 @@ namespace {
 using ::nibble::testing::Decode;
 using ::nibble::testing::Encode;
 using ::nibble::testing::Encoded;
-
-#define SKIP_WITHOUT_GPU()                              \
-  if (DeviceCount() == 0) {                             \
-    GTEST_SKIP() << "no CUDA GPU: this test needs one"; \
-  }
 
 // A device allocation freed at scope exit.
 class DeviceArray {
