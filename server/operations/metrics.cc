@@ -72,6 +72,12 @@ class Exposition {
                     name, " ", type, "\n");
   }
 
+  // A gauge family of one unlabelled sample.
+  void Gauge(absl::string_view name, absl::string_view help, int64_t value) {
+    Family(name, "gauge", help);
+    Sample(name, {}, value);
+  }
+
   void Sample(absl::string_view name, Labels labels, absl::string_view value) {
     Sample(name, labels, {}, value);
   }
@@ -158,11 +164,10 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
   for (const WeightGauge& weight : weights) {
     total_bytes += weight.resident_bytes;
   }
-  out.Family("nibble_weights", "gauge", "Weights resident.");
-  out.Sample("nibble_weights", {}, static_cast<int64_t>(weights.size()));
-  out.Family("nibble_resident_weight_bytes", "gauge",
-             "Bytes of memory all resident weights take, packed.");
-  out.Sample("nibble_resident_weight_bytes", {}, total_bytes);
+  out.Gauge("nibble_weights", "Weights resident.",
+            static_cast<int64_t>(weights.size()));
+  out.Gauge("nibble_resident_weight_bytes",
+            "Bytes of memory all resident weights take, packed.", total_bytes);
   out.Family("nibble_weight_bytes", "gauge",
              "Bytes of memory one resident weight takes, packed; none without "
              "weight labels.");
@@ -171,37 +176,36 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
     out.Sample("nibble_weight_bytes", {{"weight", weight.name}},
                weight.resident_bytes);
   }
-  out.Family("nibble_reserved_weight_bytes", "gauge",
-             "Bytes reserved against the budget by uploads in progress.");
-  out.Sample("nibble_reserved_weight_bytes", {},
-             snapshot.reserved_weight_bytes);
-  out.Family("nibble_max_weight_bytes", "gauge",
-             "The budget for resident and reserved weight bytes "
-             "(--max_weight_bytes); 0 for none.");
-  out.Sample("nibble_max_weight_bytes", {}, snapshot.max_weight_bytes);
-  out.Family("nibble_max_weights", "gauge",
-             "The most weights held resident plus uploads in progress "
-             "(--max_weights); 0 for none.");
-  out.Sample("nibble_max_weights", {}, snapshot.max_weights);
-  out.Family("nibble_held_reply_bytes", "gauge",
-             "Bytes of matmul replies held for clients until they are sent.");
-  out.Sample("nibble_held_reply_bytes", {}, snapshot.held_reply_bytes);
-  out.Family("nibble_max_held_reply_bytes", "gauge",
-             "The budget for held reply bytes (--max_held_reply_bytes); 0 for "
-             "none.");
-  out.Sample("nibble_max_held_reply_bytes", {}, snapshot.max_held_reply_bytes);
-  out.Family("nibble_gpu_resident_bytes", "gauge",
-             "Bytes of GPU memory all resident weights take (--backend=cuda); "
-             "0 on the CPU backend.");
-  out.Sample("nibble_gpu_resident_bytes", {}, snapshot.gpu_resident_bytes);
-  out.Family("nibble_max_gpu_bytes", "gauge",
-             "The budget for GPU memory held by weights (--max_gpu_bytes); 0 "
-             "for none.");
-  out.Sample("nibble_max_gpu_bytes", {}, snapshot.max_gpu_bytes);
-  out.Family("nibble_gpu_free_bytes", "gauge",
-             "Bytes of GPU memory free, as the driver reports them; 0 on the "
-             "CPU backend.");
-  out.Sample("nibble_gpu_free_bytes", {}, snapshot.gpu_free_bytes);
+  out.Gauge("nibble_reserved_weight_bytes",
+            "Bytes reserved against the budget by uploads in progress.",
+            snapshot.reserved_weight_bytes);
+  out.Gauge("nibble_max_weight_bytes",
+            "The budget for resident and reserved weight bytes "
+            "(--max_weight_bytes); 0 for none.",
+            snapshot.max_weight_bytes);
+  out.Gauge("nibble_max_weights",
+            "The most weights held resident plus uploads in progress "
+            "(--max_weights); 0 for none.",
+            snapshot.max_weights);
+  out.Gauge("nibble_held_reply_bytes",
+            "Bytes of matmul replies held for clients until they are sent.",
+            snapshot.held_reply_bytes);
+  out.Gauge("nibble_max_held_reply_bytes",
+            "The budget for held reply bytes (--max_held_reply_bytes); 0 for "
+            "none.",
+            snapshot.max_held_reply_bytes);
+  out.Gauge("nibble_gpu_resident_bytes",
+            "Bytes of GPU memory all resident weights take (--backend=cuda); "
+            "0 on the CPU backend.",
+            snapshot.gpu_resident_bytes);
+  out.Gauge("nibble_max_gpu_bytes",
+            "The budget for GPU memory held by weights (--max_gpu_bytes); 0 "
+            "for none.",
+            snapshot.max_gpu_bytes);
+  out.Gauge("nibble_gpu_free_bytes",
+            "Bytes of GPU memory free, as the driver reports them; 0 on the "
+            "CPU backend.",
+            snapshot.gpu_free_bytes);
 }
 
 void RenderBatcher(const BatcherStats& stats, bool weight_labels,
@@ -250,9 +254,8 @@ void RenderBatcher(const BatcherStats& stats, bool weight_labels,
   for (const auto& [weight, rows] : stats.queued_rows_by_weight) {
     queued_rows += rows;
   }
-  out.Family("nibble_queued_rows", "gauge",
-             "Rows of A waiting for a kernel call, all weights.");
-  out.Sample("nibble_queued_rows", {}, queued_rows);
+  out.Gauge("nibble_queued_rows",
+            "Rows of A waiting for a kernel call, all weights.", queued_rows);
   out.Family("nibble_weight_queued_rows", "gauge",
              "Rows of A waiting for a kernel call, by weight name; weights "
              "with none are left out, and all without weight labels.");
@@ -282,9 +285,9 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   out.Family("nibble_build_info", "gauge",
              "Always 1; the version label names the nibbled build.");
   out.Sample("nibble_build_info", {{"version", NIBBLE_VERSION}}, 1);
-  out.Family("nibble_serving", "gauge",
-             "Whether nibbled takes new calls (1) or is shutting down (0).");
-  out.Sample("nibble_serving", {}, snapshot.serving ? 1 : 0);
+  out.Gauge("nibble_serving",
+            "Whether nibbled takes new calls (1) or is shutting down (0).",
+            snapshot.serving ? 1 : 0);
   RenderRpcs(snapshot.rpcs, out);
   RenderWeights(snapshot, out);
   RenderBatcher(snapshot.batcher, snapshot.weight_labels, out);
