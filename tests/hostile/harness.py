@@ -468,6 +468,16 @@ class RawGrpcConnection:
         self._flush()
         return True
 
+    def wait_any_answer(self, streams, timeout):
+        """Reads until one stream of `streams` has finished or `timeout`
+        seconds passed; their answers."""
+        deadline = time.monotonic() + timeout
+        while (not any(self.answers[s].finished for s in streams)
+               and time.monotonic() < deadline):
+            if not self.read_events(min(1.0, deadline - time.monotonic())):
+                break
+        return [self.answers[s] for s in streams]
+
     def wait_answers(self, streams, timeout):
         """Reads until every stream of `streams` has finished or `timeout`
         seconds passed; their answers."""
