@@ -15,6 +15,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/core/upload_assembler.h"
+#include "server/edge/reflection_service.h"
 #include "server/operations/log.h"
 #include "server/operations/metrics.h"
 
@@ -256,6 +257,7 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   builder.RegisterService(&server->service_);
   builder.RegisterService(&server->kserve_service_);
   builder.RegisterService(&server->health_);
+  AddReflectionV1(builder);
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;

@@ -1,6 +1,7 @@
 // nibbled assembled: the weight store, the kernel scheduler and thread pool,
 // the NibbleService, the Open Inference Protocol (KServe v2) service, the
-// standard health service and server reflection, listening on one address.
+// standard health service and server reflection (v1alpha and v1), listening
+// on one address.
 //
 // Lifecycle: Start stores ServerOptions::initial_weights (nibbled --import)
 // before it listens, so that a failed import is never served; it then
