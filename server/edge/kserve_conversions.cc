@@ -34,6 +34,12 @@ bool HasNonFp32Contents(const inference::InferTensorContents& contents) {
          contents.bytes_contents_size() > 0;
 }
 
+// Whether any typed list holds values: clients that always fill the message
+// send an empty `contents` beside raw_input_contents.
+bool HasContents(const inference::InferTensorContents& contents) {
+  return contents.fp32_contents_size() > 0 || HasNonFp32Contents(contents);
+}
+
 absl::Status CheckRequestedOutputs(
     const inference::ModelInferRequest& request) {
   for (const auto& output : request.outputs()) {
@@ -61,7 +67,7 @@ absl::StatusOr<std::string> InputBytes(
         " entries; send exactly one, for input \"", kKServeInputName, "\""));
   }
   if (request.raw_input_contents_size() == 1) {
-    if (input.has_contents()) {
+    if (HasContents(input.contents())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input \"", kKServeInputName,
           "\" has data both in raw_input_contents and in contents; send it in "
@@ -80,7 +86,7 @@ absl::StatusOr<std::string> InputBytes(
     }
     return raw;
   }
-  if (!input.has_contents()) {
+  if (!HasContents(input.contents())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input \"", kKServeInputName,
         "\" has no data: send its M x K elements in raw_input_contents[0] "
@@ -189,13 +195,14 @@ absl::StatusOr<v1::MatmulRequest> MatmulRequestFromKServe(
         "input \"", kKServeInputName, "\": ", dtype.status().message()));
   }
   const std::string shape = ShapeString(input.shape());
-  if (input.shape_size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input \"", kKServeInputName, "\" has shape ", shape,
-                     "; it must be 2-D: [M, ", spec.k, "]"));
+  if (input.shape_size() != 1 && input.shape_size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input \"", kKServeInputName, "\" has shape ", shape,
+        "; it must be 2-D, [M, ", spec.k, "], or 1-D, [", spec.k, "]"));
   }
-  const int64_t m = input.shape(0);
-  const int64_t k = input.shape(1);
+  // [K] is one row, a single vector as many clients send it.
+  const int64_t m = input.shape_size() == 1 ? 1 : input.shape(0);
+  const int64_t k = input.shape(input.shape_size() - 1);
   if (m < 0 || k < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("input \"", kKServeInputName, "\" has shape ", shape,
@@ -237,7 +244,8 @@ void FillKServeInferResponse(const inference::ModelInferRequest& request,
       response->add_outputs();
   output->set_name(kKServeOutputName);
   output->set_datatype(request.inputs(0).datatype());
-  output->add_shape(matmul.m());
+  // C has A's rank: [N] for a 1-D A.
+  if (request.inputs(0).shape_size() != 1) output->add_shape(matmul.m());
   output->add_shape(matmul.n());
   response->add_raw_output_contents(std::move(*matmul.mutable_c()));
   (*response->mutable_parameters())[kKServeKernelParameter].set_string_param(

@@ -58,18 +58,19 @@ void FillKServeModelMetadata(absl::string_view model_name,
 // `spec`: the input's data is taken from raw_input_contents[0] (any of the
 // three datatypes) or, for FP32, from contents.fp32_contents. INVALID_ARGUMENT,
 // saying what to fix, for anything else: not exactly one input named "a", an
-// unknown datatype, a shape that is not [M >= 1, K of the weight], a byte or
-// value count that does not match the shape, data given both raw and as
-// contents, or a requested output other than "c". Does not check the model
-// name or version.
+// unknown datatype, a shape that is not [M >= 1, K of the weight] or [K] (one
+// row), a byte or value count that does not match the shape, data given both
+// raw and as contents (an empty contents message counts as none), or a
+// requested output other than "c". Does not check the model name or version.
 absl::StatusOr<v1::MatmulRequest> MatmulRequestFromKServe(
     const inference::ModelInferRequest& request, const WeightSpec& spec);
 
 // Echoes the request's model name and id, and returns C as output "c" with the
-// input's datatype, and the kernel that ran as the string parameter
-// kKServeKernelParameter. C always travels in raw_output_contents, even when A
-// came as fp32_contents: one layout for clients to read, and no per-element
-// copy. `request` must be one that MatmulRequestFromKServe accepted.
+// input's datatype and rank ([M, N], or [N] for a 1-D input), and the kernel
+// that ran as the string parameter kKServeKernelParameter. C always travels in
+// raw_output_contents, even when A came as fp32_contents: one layout for
+// clients to read, and no per-element copy. `request` must be one that
+// MatmulRequestFromKServe accepted.
 void FillKServeInferResponse(const inference::ModelInferRequest& request,
                              v1::MatmulResponse matmul,
                              inference::ModelInferResponse* response);

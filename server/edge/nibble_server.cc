@@ -11,11 +11,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/core/upload_assembler.h"
+#include "server/edge/reflection_service.h"
 #include "server/operations/log.h"
 #include "server/operations/metrics.h"
 
@@ -75,6 +75,9 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
                &reply_budget_, options.uploads),
       kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
                       options.max_message_bytes, &reply_budget_),
+      // Health reports on these besides the server as a whole ("").
+      health_({v1::NibbleService::service_full_name(),
+               inference::GRPCInferenceService::service_full_name()}),
       metrics_weight_labels_(options.metrics_weight_labels) {}
 
 NibbleServer::~NibbleServer() {
@@ -141,10 +144,6 @@ absl::Status NibbleServer::LoadWeights() {
 
 namespace {
 
-// The service names health reports on, besides the server as a whole ("").
-const char* const kHealthServices[] = {"nibble.v1.NibbleService",
-                                       "inference.GRPCInferenceService"};
-
 int Milliseconds(absl::Duration duration) {
   return static_cast<int>(absl::ToInt64Milliseconds(duration));
 }
@@ -165,7 +164,6 @@ std::shared_ptr<grpc::ServerCredentials> Credentials(
 
 absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
     const ServerOptions& options, std::vector<const GemmKernel*> kernels) {
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   absl::StatusOr<Backend> backend =
@@ -258,6 +256,8 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
                              options.max_concurrent_streams);
   builder.RegisterService(&server->service_);
   builder.RegisterService(&server->kserve_service_);
+  builder.RegisterService(&server->health_);
+  AddReflectionV1(builder);
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
@@ -270,10 +270,6 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
         absl::StrCat("cannot listen on ", options.listen,
                      ": the address is malformed or the port is in use"));
   }
-  // gRPC's health service exists once the server is built, reporting ""
-  // SERVING; until this line a probe could see that, but the store already
-  // answers every call that needs weights with UNAVAILABLE.
-  server->SetServing(false);
   // Before loading, so that the load can be watched.
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
@@ -293,11 +289,7 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
 }
 
 void NibbleServer::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus(serving);
-  for (const char* service : kHealthServices) {
-    health->SetServingStatus(service, serving);
-  }
+  health_.SetServing(serving);
   kserve_service_.SetReady(serving);
   serving_ = serving;
 }
@@ -342,6 +334,11 @@ void NibbleServer::Drain(absl::Duration delay, absl::Duration grace) {
   }
   LogInfo("draining: stopped accepting calls, finishing in-flight ones",
           {{"grace", absl::FormatDuration(grace)}});
+  // Ends every health Watch (gRPC's client-side health checking keeps one
+  // open on each channel), each having heard NOT_SERVING, and any that
+  // arrives from now on, so that they do not hold the shutdown for all of
+  // `grace`.
+  health_.Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   // Every call has ended, so no client waits on the batcher any more; this
   // stops its threads once they have answered what they still hold.

@@ -1,13 +1,15 @@
 // nibbled assembled: the weight store, the kernel scheduler and thread pool,
-// the NibbleService, the Open Inference Protocol (KServe v2) service, gRPC's
-// standard health service and server reflection, listening on one address.
+// the NibbleService, the Open Inference Protocol (KServe v2) service, the
+// standard health service and server reflection (v1alpha and v1), listening
+// on one address.
 //
 // Lifecycle: Start stores ServerOptions::initial_weights (nibbled --import)
 // before it listens, so that a failed import is never served; it then
 // listens, with health NOT_SERVING and every call that needs weights
 // answered UNAVAILABLE while it loads options.data_dir, then turns SERVING.
-// Drain turns health NOT_SERVING again, stops accepting calls, lets in-flight
-// ones finish and runs what the batcher has queued.
+// Drain turns health NOT_SERVING again, stops accepting calls, ends health
+// Watch streams, lets other in-flight calls finish and runs what the batcher
+// has queued.
 //
 // Example:
 //   absl::StatusOr<std::unique_ptr<nibble::server::NibbleServer>> server =
@@ -43,6 +45,7 @@
 #include "server/core/matmul_runner.h"
 #include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
+#include "server/edge/health_service.h"
 #include "server/edge/kserve_service.h"
 #include "server/edge/nibble_service.h"
 #include "server/edge/rpc_metrics.h"
@@ -165,7 +168,8 @@ class NibbleServer {
   std::string RenderMetrics() const;
   // Turns health NOT_SERVING (and KServe ServerReady false) and keeps
   // serving for `delay`, so that load balancers stop sending new calls; then
-  // stops accepting calls, lets in-flight ones finish until `grace` has
+  // stops accepting calls, ends health Watch streams (whose last message was
+  // NOT_SERVING), lets other in-flight ones finish until `grace` has
   // passed, cancels the rest, and runs what the batcher still holds. Returns
   // when all is done.
   void Drain(absl::Duration delay, absl::Duration grace);
@@ -201,6 +205,8 @@ class NibbleServer {
   ReplyBudget reply_budget_;
   NibbleServiceImpl service_;
   KServeServiceImpl kserve_service_;
+  // NOT_SERVING from construction until Start has loaded the weights.
+  HealthService health_;
   // Written by interceptors until server_ is gone.
   RpcStats rpc_stats_;
   std::atomic<bool> serving_ = false;

@@ -13,6 +13,8 @@
 namespace nibble::server {
 namespace {
 
+// The scheme is case-insensitive (RFC 7235, section 2.1): "bearer" and
+// "BEARER" are the same scheme as "Bearer".
 constexpr absl::string_view kBearerPrefix = "Bearer ";
 
 // Takes as long for every token of one length, so that timing does not tell
@@ -78,7 +80,7 @@ absl::Status TokenAuthenticator::Check(
 
 absl::Status TokenAuthenticator::CheckBearer(
     absl::string_view authorization) const {
-  if (!absl::StartsWith(authorization, kBearerPrefix)) {
+  if (!absl::StartsWithIgnoreCase(authorization, kBearerPrefix)) {
     return absl::UnauthenticatedError(
         "the authorization metadata must read \"Bearer TOKEN\"");
   }

@@ -46,8 +46,9 @@ class TokenAuthenticator final {
       RpcAccess access) const;
 
   // OK when `authorization`, the value of an Authorization header, is
-  // "Bearer TOKEN" with an accepted token; UNAUTHENTICATED saying what is
-  // wrong otherwise. For callers that are not gRPC (GET /metrics).
+  // "Bearer TOKEN" (the scheme in any case) with an accepted token;
+  // UNAUTHENTICATED saying what is wrong otherwise. For callers that are not
+  // gRPC (GET /metrics).
   absl::Status CheckBearer(absl::string_view authorization) const;
 
  private:

@@ -287,6 +287,45 @@ INSTANTIATE_TEST_SUITE_P(EveryDatatype, KServeInferTest,
                                info.param.fp32_contents ? "_contents" : "_raw");
                          });
 
+// Many clients send a single vector as [K]: one row, answered as [N].
+TEST_F(KServeTest, OneDimensionalInputIsOneRow) {
+  const uint64_t seed = 7150;
+  SCOPED_TRACE(::testing::Message() << "activation seed " << seed);
+  const Activations a = RandomActivations(1, kSpec.k, DType::kF32, seed);
+  inference::ModelInferRequest request = InferRequest("FP32", 1);
+  request.mutable_inputs(0)->clear_shape();
+  request.mutable_inputs(0)->add_shape(kSpec.k);
+  request.add_raw_input_contents(a.bytes);
+  inference::ModelInferResponse response;
+  const grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_THAT(response.outputs(0).shape(), ElementsAre(kSpec.n));
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_LE(MaxRelativeError(
+                OutputValues(response.raw_output_contents(0), DType::kF32),
+                ReferenceMatmul(a.values, 1, Weight())),
+            1e-4);
+}
+
+// Clients that fill every field send an empty contents beside the raw bytes.
+TEST_F(KServeTest, RawDataWithAnEmptyContentsMessageIsAccepted) {
+  const uint64_t seed = 7160;
+  SCOPED_TRACE(::testing::Message() << "activation seed " << seed);
+  const Activations a = RandomActivations(2, kSpec.k, DType::kBF16, seed);
+  inference::ModelInferRequest request = InferRequest("BF16", 2);
+  request.mutable_inputs(0)->mutable_contents();
+  request.add_raw_input_contents(a.bytes);
+  inference::ModelInferResponse response;
+  const grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_LE(MaxRelativeError(
+                OutputValues(response.raw_output_contents(0), DType::kBF16),
+                ReferenceMatmul(a.values, 2, Weight())),
+            1e-2);
+}
+
 class KServeMatchesMatmulTest : public KServeTest,
                                 public ::testing::WithParamInterface<DType> {};
 

@@ -621,6 +621,75 @@ TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
   EXPECT_THAT(ReadFile(log), HasSubstr("msg=\"listening\""));
 }
 
+// gRPC's client-side health checking keeps a Watch open on every channel.
+// On SIGTERM the watcher hears NOT_SERVING, its stream then ends with the
+// drain, and nibbled exits long before the grace period has passed.
+TEST(LifecycleTest, HealthWatchersDoNotHoldTheShutdown) {
+  const std::string log = FreshDirectory("watch_drain") + ".stderr";
+  const absl::Duration grace = absl::Seconds(60);
+  auto server = StartNibbledLoggingTo(
+      NIBBLED_PATH, log,
+      {"--drain_delay_seconds=0.5",
+       absl::StrCat("--shutdown_grace_seconds=", absl::ToInt64Seconds(grace))});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel((*server)->target(),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  auto watch = health->Watch(&context, grpc::health::v1::HealthCheckRequest());
+  HealthCheckResponse response;
+  ASSERT_TRUE(watch->Read(&response));
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+
+  ASSERT_EQ(kill((*server)->pid(), SIGTERM), 0);
+  const absl::Time signalled = absl::Now();
+  ASSERT_TRUE(watch->Read(&response));
+  EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
+  while (watch->Read(&response)) {
+    EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
+  }
+  // The server ended the stream as a drain ends it, not by cancelling it.
+  const grpc::Status ended = watch->Finish();
+  EXPECT_TRUE(ended.ok()) << ended.error_code() << ": "
+                          << ended.error_message();
+  EXPECT_EQ((*server)->Stop(), 0);
+  // Exits in well under a second; a third of the grace leaves a busy machine
+  // room while a watcher holding the drain would take all of it.
+  EXPECT_LT(absl::Now() - signalled, grace / 3)
+      << "the open Watch held the shutdown";
+}
+
+// A watcher that goes away is a cancelled call, counted as CANCELLED, so that
+// alerts on errors do not fire for every disconnecting client.
+TEST(LifecycleTest, CancelledHealthWatchIsCountedAsCancelled) {
+  const std::string log = FreshDirectory("watch_cancel") + ".stderr";
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log,
+                                      {"--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = MetricsPort((*server)->startup_line());
+  ASSERT_NE(metrics_port, 0) << (*server)->startup_line();
+  auto channel = grpc::CreateChannel((*server)->target(),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  auto watch = health->Watch(&context, grpc::health::v1::HealthCheckRequest());
+  HealthCheckResponse response;
+  ASSERT_TRUE(watch->Read(&response));
+  context.TryCancel();
+  EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::CANCELLED);
+
+  constexpr char kWatch[] =
+      "nibble_rpc_requests_total{method=\"/grpc.health.v1.Health/Watch\",";
+  EXPECT_EQ(
+      WaitForSample(metrics_port, absl::StrCat(kWatch, "code=\"CANCELLED\"}"),
+                    1, absl::Seconds(30)),
+      1);
+  EXPECT_EQ(
+      ScrapeSample(metrics_port, absl::StrCat(kWatch, "code=\"UNKNOWN\"}")),
+      -1);
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
 // SIGTERM while a MatmulStream keeps sending: health turns NOT_SERVING
 // during the drain delay while calls are still accepted, every request sent
 // on the stream is answered OK, and nibbled exits 0.

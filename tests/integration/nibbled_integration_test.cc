@@ -24,7 +24,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gemm_kernel.h"
 #include "nibble/v1/nibble.grpc.pb.h"
-#include "reflection_subset.grpc.pb.h"
 #include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/upload_messages.h"
@@ -110,26 +109,6 @@ TEST_F(NibbledTest, HealthIsServing) {
   grpc::health::v1::HealthCheckResponse response;
   ASSERT_TRUE(health->Check(&context, request, &response).ok());
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
-}
-
-TEST_F(NibbledTest, ReflectionListsTheServices) {
-  namespace reflection = grpc::reflection::v1alpha;
-  auto stub = reflection::ServerReflection::NewStub(channel_);
-  grpc::ClientContext context;
-  auto stream = stub->ServerReflectionInfo(&context);
-  reflection::ServerReflectionRequest request;
-  request.set_list_services("");
-  ASSERT_TRUE(stream->Write(request));
-  reflection::ServerReflectionResponse response;
-  ASSERT_TRUE(stream->Read(&response));
-  stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
-  std::vector<std::string> services;
-  for (const auto& service : response.list_services_response().service()) {
-    services.push_back(service.name());
-  }
-  EXPECT_THAT(services, ::testing::IsSupersetOf({"nibble.v1.NibbleService",
-                                                 "grpc.health.v1.Health"}));
 }
 
 TEST_F(NibbledTest, SecondServerOnTheSamePortRefusesToStart) {

@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "nibble/v1/nibble.grpc.pb.h"
 #include "tests/integration/metrics_scrape.h"
 #include "tests/integration/nibbled_process.h"
 
@@ -116,6 +118,28 @@ TEST_F(SecurityTest, AuthWritesOnlyGuardsWeightChangesOnly) {
   EXPECT_EQ(Cli("delete --name=w"), 1) << output_;
   EXPECT_EQ(Cli(absl::StrCat("delete --name=w --auth_token_file=", tokens)), 0)
       << output_;
+}
+
+// RFC 7235: the scheme is case-insensitive, so "bearer" and "BEARER" work;
+// the token itself is not. Through the generated stub, with the header as a
+// client library of any language would send it.
+TEST_F(SecurityTest, TheBearerSchemeIsCaseInsensitive) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {absl::StrCat("--auth_token_file=", TokenFile("case-token"))}));
+  auto stub = v1::NibbleService::NewStub(grpc::CreateChannel(
+      server_->target(), grpc::InsecureChannelCredentials()));
+  const auto list = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", authorization);
+    v1::ListWeightsResponse response;
+    return stub->ListWeights(&context, v1::ListWeightsRequest(), &response);
+  };
+  for (const char* scheme : {"Bearer", "bearer", "BEARER"}) {
+    const grpc::Status status = list(absl::StrCat(scheme, " case-token"));
+    EXPECT_TRUE(status.ok()) << scheme << ": " << status.error_message();
+  }
+  EXPECT_EQ(list("bearer CASE-TOKEN").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 // With a token file every call needs the token, matmuls included, since a

@@ -174,12 +174,60 @@ TEST(MatmulRequestFromKServeTest, BadShapes) {
   ExpectInvalid(three_d, "has shape [1, 64, 1]; it must be 2-D");
   inference::ModelInferRequest one_d = Request("FP32", 1, kSpec.k);
   one_d.mutable_inputs(0)->mutable_shape()->RemoveLast();
-  ExpectInvalid(one_d, "has shape [1]; it must be 2-D");
+  ExpectInvalid(one_d, "has K = 1 columns but model \"proj\" takes K = 64");
+  inference::ModelInferRequest no_d = Request("FP32", 1, kSpec.k);
+  no_d.mutable_inputs(0)->clear_shape();
+  ExpectInvalid(no_d, "has shape []; it must be 2-D, [M, 64], or 1-D, [64]");
   ExpectInvalid(Request("FP32", -1, kSpec.k), "dimensions cannot be negative");
   ExpectInvalid(Request("FP32", 2, -64), "dimensions cannot be negative");
   ExpectInvalid(Request("FP32", 0, kSpec.k), "at least one row");
   ExpectInvalid(Request("FP32", 2, 32),
                 "has K = 32 columns but model \"proj\" takes K = 64");
+}
+
+// Many clients send a single vector as [K]: it is one row.
+TEST(MatmulRequestFromKServeTest, OneDimensionalInputIsOneRow) {
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  inference::ModelInferRequest request = Request("BF16", 1, kSpec.k);
+  request.mutable_inputs(0)->clear_shape();
+  request.mutable_inputs(0)->add_shape(kSpec.k);
+  const std::string a = RandomBytes(kSpec.k * 2, kSeed);
+  request.add_raw_input_contents(a);
+  absl::StatusOr<v1::MatmulRequest> matmul =
+      MatmulRequestFromKServe(request, kSpec);
+  ASSERT_TRUE(matmul.ok()) << matmul.status();
+  EXPECT_EQ(matmul->m(), 1);
+  EXPECT_EQ(matmul->k(), kSpec.k);
+  EXPECT_EQ(matmul->a(), a);
+
+  v1::MatmulResponse reply;
+  reply.set_c(RandomBytes(kSpec.n * 2, kSeed + 1));
+  reply.set_m(1);
+  reply.set_n(kSpec.n);
+  inference::ModelInferResponse response;
+  FillKServeInferResponse(request, reply, &response);
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_THAT(response.outputs(0).shape(), ElementsAre(kSpec.n));
+}
+
+// Clients that always fill the message send an empty contents beside the raw
+// bytes; only contents that hold values conflict with them.
+TEST(MatmulRequestFromKServeTest, RawDataWithEmptyContentsIsAccepted) {
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  inference::ModelInferRequest request = Request("FP32", 2, kSpec.k);
+  const std::string a = RandomBytes(2 * kSpec.k * 4, kSeed);
+  request.add_raw_input_contents(a);
+  request.mutable_inputs(0)->mutable_contents();
+  ASSERT_TRUE(request.inputs(0).has_contents());
+  absl::StatusOr<v1::MatmulRequest> matmul =
+      MatmulRequestFromKServe(request, kSpec);
+  ASSERT_TRUE(matmul.ok()) << matmul.status();
+  EXPECT_EQ(matmul->a(), a);
+
+  // An empty contents alone still has no data.
+  inference::ModelInferRequest empty = Request("FP32", 1, kSpec.k);
+  empty.mutable_inputs(0)->mutable_contents();
+  ExpectInvalid(empty, "has no data");
 }
 
 TEST(MatmulRequestFromKServeTest, RawByteCountMustMatchTheShape) {

@@ -85,6 +85,19 @@ TEST(TokenAuthenticatorTest, WeightChangesNeedTheRightToken) {
   EXPECT_TRUE(auth->Check(Metadata(), RpcAccess::kReadsOnly).ok());
 }
 
+// RFC 7235 makes the scheme case-insensitive; the token stays exact.
+TEST(TokenAuthenticatorTest, TheSchemeIsCaseInsensitive) {
+  absl::StatusOr<TokenAuthenticator> auth =
+      TokenAuthenticator::FromText("s3cret\n", /*all_rpcs=*/false);
+  ASSERT_TRUE(auth.ok());
+  for (const char* header :
+       {"Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR s3cret"}) {
+    EXPECT_TRUE(auth->CheckBearer(header).ok()) << header;
+  }
+  EXPECT_EQ(auth->CheckBearer("bearer S3CRET").code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
 TEST(TokenAuthenticatorTest, AllRpcsNeedATokenWithAuthAll) {
   absl::StatusOr<TokenAuthenticator> auth =
       TokenAuthenticator::FromText("s3cret\n", /*all_rpcs=*/true);
