@@ -4,6 +4,7 @@
 #               build stage needs only these)
 #   test        GoogleTest and what the tests and benchmarks add (python3-h2
 #               and python3-protobuf: the hostile-client tests' raw HTTP/2;
+#               python3-grpcio and python3-numpy: the Python client's tests;
 #               haproxy: the HTTP/2 front they and `make load-bench` run)
 #   container   podman, podman-compose and debootstrap for `make container-test`
 #   k8s         kubectl (for kustomize) and node/npm for `make k8s-check`
@@ -21,7 +22,7 @@ declare -A groups=(
            protobuf-compiler libabsl-dev libopenblas-dev libcpp-httplib-dev
            nlohmann-json3-dev"
   [test]="googletest libgtest-dev libgmock-dev python3-h2 python3-protobuf
-          haproxy"
+          python3-grpcio python3-numpy haproxy"
   [container]="podman podman-compose buildah debootstrap runc netavark
                aardvark-dns iptables uidmap"
   [k8s]="kubernetes-client nodejs npm"

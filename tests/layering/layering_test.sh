@@ -3,7 +3,9 @@
 # below it, and nothing below server/ and client/ sees gRPC or protobuf.
 # Prints every wrong-way include and fails on the first run that has one.
 #   base → format → kernels → checkpoint → server, client; bench/ times
-#   the rooms up to checkpoint/; proto/ holds no C++ of its own.
+#   the rooms up to checkpoint/; clients/ (the Python client's build-time
+#   format-table writer) sees base/ and format/; proto/ holds no C++ of its
+#   own.
 set -u
 cd "${1:?usage: layering_test.sh SOURCE_DIR}" || exit 2
 
@@ -16,6 +18,7 @@ declare -A allowed=(
   [server]="base format kernels checkpoint server proto"
   [client]="base format kernels checkpoint client proto"
   [bench]="base format kernels checkpoint bench"
+  [clients]="base format"
 )
 rooms="base format kernels checkpoint server client bench proto"
 # Headers of gRPC, protobuf and the generated contract.
