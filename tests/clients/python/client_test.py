@@ -226,6 +226,25 @@ class UploadTest(ServerTestCase):
                            nibble.dequantize(qweight, scales, format="u4b8"),
                            seed)
 
+    def test_activation_order(self):
+        """Row r of B multiplies column order[r] of A."""
+        seed = 302
+        rng = np.random.default_rng(seed)
+        k, n = 128, 16
+        qweight = nibble.pack_codes(rng.integers(0, 16, (k, n)))
+        scales = random_scales(rng, nibble.FORMATS["u4b8"], (k // 32, n))
+        order = rng.permutation(k)
+        info = self.client.upload("upload.ordered", qweight, scales,
+                                  format="u4b8", activation_order=order)
+        self.assertTrue(info.activation_order)
+        b = nibble.dequantize(qweight, scales, format="u4b8")
+        a = random_activations(rng, 2, k, np.float32)
+        self.assertLessEqual(
+            max_relative_error(
+                self.client.matmul("upload.ordered", a).astype(np.float64),
+                a[:, order].astype(np.float64) @ b),
+            TOLERANCE[np.float32], f"seed {seed}")
+
     def test_checkpoint_dtypes_are_taken_bit_for_bit(self):
         """int32 qweight (GPTQ's), float16 scales and uint8 8-bit scale codes
         give the same weight as the canonical uint32 and uint16 arrays."""
