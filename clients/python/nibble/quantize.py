@@ -79,8 +79,11 @@ def quantize(w, format, group=None):
         elif fmt.scale_type == "E4M3":
             global_scale = _e4m3_global_scale(absmax.max(initial=0.0))
             slots, s = _e4m3_scales(extent, global_scale)
-        else:
+        elif fmt.scale_type == "fp16":
             slots, s = _fp16_scales(fmt, lo, hi, absmax, extent, group)
+        else:
+            raise ValueError(f"this client cannot quantize to {fmt.name}'s "
+                             f"{fmt.scale_type} scales")
         zero_group = extent == 0
         s[zero_group] = 0
         slots[zero_group] = 0
