@@ -127,11 +127,12 @@ class Client:
         """Uploads B [K, N] from its canonical arrays (nibble.formats):
         qweight [K/8, N] uint32 (or int32, bit for bit), scales [K/group, N]
         uint16 slots (or float16 values for fp16 scales, uint8 codes for
-        8-bit ones) and, for u4, zeros [K/group, N] 0..15. `group` defaults to the one the shapes
-        imply; `global_scale` is nvfp4's; `activation_order`, K entries, a
-        GPTQ act-order weight's. Returns its WeightInfo. ValueError before
-        anything is sent when the arrays do not fit together; NibbleError
-        when the server refuses the weight."""
+        8-bit ones) and, for u4, zeros [K/group, N] 0..15. `group` defaults
+        to the one the shapes imply; `global_scale` is nvfp4's;
+        `activation_order`, K entries, a GPTQ act-order weight's. Returns
+        its WeightInfo. ValueError before anything is sent when the arrays
+        do not fit together; NibbleError when the server refuses the
+        weight."""
         fmt = formats.format_named(format)
         qweight = _qweight_array(qweight)
         scales = _scales_array(scales, fmt)
@@ -170,11 +171,8 @@ class Client:
 
     def upload_quantized(self, name, weight):
         """Uploads a nibble.QuantizedWeight."""
-        return self.upload(
-            name, weight.qweight, weight.scales, weight.zeros, weight.format,
-            global_scale=(weight.global_scale
-                          if formats.format_named(weight.format).global_scale
-                          else None))
+        return self.upload(name, weight.qweight, weight.scales, weight.zeros,
+                           weight.format, global_scale=weight.global_scale)
 
     def quantize_and_upload(self, name, w, format, group=None):
         """Quantizes the float matrix B = `w` [K, N] (nibble.quantize, the

@@ -172,7 +172,8 @@ def _e4m3_global_scale(amax):
     1 for a tensor of zeros."""
     if amax == 0:
         return np.float32(1)
-    g = max(np.float32(amax / (6 * 448)), np.finfo(np.float32).smallest_subnormal)
+    g = max(np.float32(amax / (6 * 448)),
+            np.finfo(np.float32).smallest_subnormal)
     while amax > 6 * 448 * float(g):
         g = np.nextafter(g, np.float32(np.inf))
     return np.float32(g)

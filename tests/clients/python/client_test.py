@@ -257,8 +257,9 @@ class UploadTest(ServerTestCase):
                 scales = random_scales(rng, fmt, (128 // group, 16))
                 other = (scales.view(np.float16) if fmt.scale_type == "fp16"
                          else scales.astype(np.uint8))
-                self.client.upload(f"dtypes.{fmt.name}", qweight.view(np.int32),
-                                   other, format=fmt.name)
+                self.client.upload(f"dtypes.{fmt.name}",
+                                   qweight.view(np.int32), other,
+                                   format=fmt.name)
                 self.check_matmuls(
                     f"dtypes.{fmt.name}", 128,
                     nibble.dequantize(qweight, scales, format=fmt.name), seed)
