@@ -194,6 +194,8 @@ class MatmulBatcher final {
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   BatcherStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // What it was started with.
+  const BatcherOptions& options() const { return options_; }
 
   // Drops the counts of weight `name`, deleted from the store, so that
   // weights uploaded and deleted under ever new names do not grow the stats

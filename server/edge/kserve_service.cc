@@ -17,6 +17,10 @@ namespace {
 // Set by server/CMakeLists.txt from the CMake project version.
 constexpr char kServerVersion[] = NIBBLE_VERSION;
 constexpr char kServerName[] = "nibble";
+// Triton's names of the extensions nibbled serves: ModelConfig,
+// RepositoryIndex with Load and Unload, ModelStatistics.
+constexpr const char* kTritonExtensions[] = {"model_configuration",
+                                             "model_repository", "statistics"};
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const absl::Status& status) {
@@ -78,13 +82,14 @@ int64_t KServeStreamProtocol::EnvelopeBytes(const Pending& pending) {
   return KServeInferReplyEnvelopeBytes(pending) + kStreamReplyBytes;
 }
 
-KServeServiceImpl::KServeServiceImpl(
-    const WeightStore* store, MatmulBatcher* batcher, BatcherOptions batching,
-    ModelRepository repository, const TokenAuthenticator* auth,
-    int64_t max_reply_bytes, ReplyBudget* reply_budget)
+KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
+                                     MatmulBatcher* batcher,
+                                     ModelRepository repository,
+                                     const TokenAuthenticator* auth,
+                                     int64_t max_reply_bytes,
+                                     ReplyBudget* reply_budget)
     : store_(store),
       batcher_(batcher),
-      batching_(std::move(batching)),
       repository_(std::move(repository)),
       auth_(auth),
       max_reply_bytes_(max_reply_bytes),
@@ -127,6 +132,9 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ServerMetadata(
   }
   response->set_name(kServerName);
   response->set_version(kServerVersion);
+  for (const char* extension : kTritonExtensions) {
+    response->add_extensions(extension);
+  }
   return FinishNow(context, absl::OkStatus());
 }
 
@@ -203,8 +211,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelConfig(
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       FindKServeModel(*store_, request->name(), request->version());
   if (weight.ok()) {
-    FillTritonModelConfig((*weight)->name, (*weight)->packed.spec(), batching_,
-                          response->mutable_config());
+    FillTritonModelConfig((*weight)->name, (*weight)->packed.spec(),
+                          batcher_->options(), response->mutable_config());
   }
   return FinishNow(context, weight.status());
 }
@@ -301,6 +309,9 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryModelLoad(
             "\"), which nibbled does not take: a model is a weight, uploaded "
             "with nibble.v1 UploadWeight or loaded from --data_dir; send no "
             "parameters")));
+  }
+  if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
+    return FinishNow(context, status);
   }
   if (store_->Get(request->model_name()).ok()) {
     return FinishNow(context, absl::OkStatus());  // already loaded

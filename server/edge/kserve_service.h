@@ -8,8 +8,7 @@
 // the others on the thread that received them.
 //
 // Example:
-//   nibble::server::KServeServiceImpl kserve(&store, &batcher, batching,
-//                                            repository);
+//   nibble::server::KServeServiceImpl kserve(&store, &batcher, repository);
 //   grpc::ServerBuilder builder;
 //   builder.RegisterService(&kserve);
 #ifndef NIBBLE_SERVER_EDGE_KSERVE_SERVICE_H_
@@ -53,9 +52,8 @@ class KServeServiceImpl final
   // A ModelInfer whose reply would pass `max_reply_bytes`
   // (--max_message_bytes; 0 for no limit), or `reply_budget` (may be null),
   // is refused before it runs.
-  // `batching` is what ModelConfig reports.
   KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,
-                    BatcherOptions batching, ModelRepository repository,
+                    ModelRepository repository,
                     const TokenAuthenticator* auth = nullptr,
                     int64_t max_reply_bytes = 0,
                     ReplyBudget* reply_budget = nullptr);
@@ -129,7 +127,6 @@ class KServeServiceImpl final
  private:
   const WeightStore* store_;
   MatmulBatcher* batcher_;
-  const BatcherOptions batching_;
   const ModelRepository repository_;
   const TokenAuthenticator* auth_;
   const int64_t max_reply_bytes_;

@@ -73,7 +73,7 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
                auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
                &reply_budget_, options.uploads),
-      kserve_service_(&store_, &batcher_, options.batching,
+      kserve_service_(&store_, &batcher_,
                       {.load =
                            [this](absl::string_view name) {
                              return service_.LoadFromDataDir(name);

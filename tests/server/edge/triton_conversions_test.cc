@@ -15,7 +15,7 @@ namespace {
 using ::testing::ElementsAre;
 
 TEST(TritonModelConfigTest, TensorsBatchingAndWeightParameters) {
-  const WeightSpec spec{WeightFormat::kNvFp4, 256, 72, 16, 0.5f};
+  const WeightSpec spec{WeightFormat::kNvfp4, 256, 72, 16, 0.5f};
   inference::ModelConfig config;
   FillTritonModelConfig(
       "proj", spec,
