@@ -549,6 +549,11 @@ absl::Status NibbleServiceImpl::LoadFromDataDir(absl::string_view name) {
         "): upload it with nibble.v1 UploadWeight, which keeps it there"));
   }
   if (!file.ok()) return file.status();
+  if (file->name() != name) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " holds weight \"", file->name(), "\", not \"", name,
+                     "\"; rename the file after the weight in it"));
+  }
   if (absl::Status status = StoreFile(*file); !status.ok()) return status;
   LogInfo("weight loaded from data_dir",
           {{"name", name}, {"resident_bytes", store_->resident_bytes()}});

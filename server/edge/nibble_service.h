@@ -90,9 +90,9 @@ class NibbleServiceImpl final
   // written again. The store's, the file's or the backend's error otherwise.
   absl::Status StoreFile(WeightFileReader& file);
   // StoreFile for the file of weight `name` in data_dir (Triton's
-  // RepositoryModelLoad): FAILED_PRECONDITION without a data_dir, NOT_FOUND
-  // when it has no file of that name, ALREADY_EXISTS when the weight is
-  // resident.
+  // RepositoryModelLoad): FAILED_PRECONDITION without a data_dir or when the
+  // file holds a weight of another name, NOT_FOUND when it has no file of
+  // that name, ALREADY_EXISTS when the weight is resident.
   absl::Status LoadFromDataDir(absl::string_view name);
   // Deletes weight `name` from the store and from data_dir: NOT_FOUND when
   // it is not resident; UNAVAILABLE, with the weight still served, when its

@@ -435,6 +435,18 @@ TEST(TritonRepositoryTest, LoadReadsDataDirAndUnloadDeletesTheFile) {
   EXPECT_THAT(status.error_message(), HasSubstr("has no file in --data_dir"));
 
   const std::string file = absl::StrCat(kName, ".nibble");
+  // A file must be named after the weight in it.
+  std::filesystem::copy_file(first_dir + "/" + file, dir + "/renamed.nibble");
+  load.set_model_name("renamed");
+  status = triton.Call("RepositoryModelLoad", load, &loaded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("holds weight \"from-disk\""));
+  // No name outside the directory.
+  load.set_model_name("../first/from-disk");
+  status = triton.Call("RepositoryModelLoad", load, &loaded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  load.set_model_name(kName);
   std::filesystem::copy_file(first_dir + "/" + file, dir + "/" + file);
   status = triton.Call("RepositoryModelLoad", load, &loaded);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -507,6 +519,43 @@ TEST(TritonAuthTest, EveryMethodNeedsTheToken) {
   const Activations a = RandomActivations(1, kSpec.k, DType::kF32, 7340);
   expect_refused(anonymous.Stream({InferRequest(kModel, "x", a, 1)}, &replies));
   EXPECT_TRUE(replies.empty());
+  EXPECT_EQ((*server)->Stop(), 0);
+}
+
+// With --auth_writes_only, reads are open and Load and Unload still need the
+// token, like uploads and deletes.
+TEST(TritonAuthTest, WritesOnlyLeavesReadsOpenAndGuardsTheRepository) {
+  const std::string dir = testing::FreshDirectory("writes-only");
+  std::filesystem::create_directories(dir);
+  const std::string tokens = dir + "/tokens";
+  testing::WriteFile(tokens, "triton-token\n");
+  auto server = testing::StartNibbledLoggingTo(
+      NIBBLED_PATH, dir + "/stderr",
+      {"--auth_token_file=" + tokens, "--auth_writes_only"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TritonClient anonymous((*server)->target());
+
+  triton::RepositoryIndexResponse index;
+  EXPECT_TRUE(
+      anonymous
+          .Call("RepositoryIndex", triton::RepositoryIndexRequest(), &index)
+          .ok());
+  triton::ModelStatisticsResponse statistics;
+  EXPECT_TRUE(anonymous
+                  .Call("ModelStatistics", triton::ModelStatisticsRequest(),
+                        &statistics)
+                  .ok());
+  triton::RepositoryModelLoadRequest load;
+  load.set_model_name(kModel);
+  triton::RepositoryModelLoadResponse loaded;
+  EXPECT_EQ(anonymous.Call("RepositoryModelLoad", load, &loaded).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  triton::RepositoryModelUnloadRequest unload;
+  unload.set_model_name(kModel);
+  triton::RepositoryModelUnloadResponse unloaded;
+  EXPECT_EQ(
+      anonymous.Call("RepositoryModelUnload", unload, &unloaded).error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ((*server)->Stop(), 0);
 }
 
