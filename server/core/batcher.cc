@@ -234,6 +234,7 @@ MatmulBatcher::Batch MatmulBatcher::TakeBatch(WeightQueue& queue,
       all_lose_precision = all_lose_precision && alone_loses;
       rows += m;
       stats_.queue_seconds.Record(absl::ToDoubleSeconds(now - it->enqueued));
+      batch.queue_time += now - it->enqueued;
       batch.run.push_back(std::move(work));
     } else {
       ++it;
@@ -285,6 +286,18 @@ void MatmulBatcher::RunBatch(Batch batch) {
       WeightMatmulCounts& counts = stats_.run_by_weight[weight.name];
       counts.requests += requests;
       counts.rows += rows;
+      ++counts.batches;
+      if (!run.ok()) {
+        counts.failed_requests += requests;
+        counts.failed_rows += rows;
+        counts.failed_time += batch.queue_time + compute_time * requests;
+      }
+      counts.queue_time += batch.queue_time;
+      counts.compute_time += compute_time * requests;
+      counts.last_run = compute_start + compute_time;
+      BatchSizeCounts& size = counts.batches_by_rows[rows];
+      ++size.batches;
+      size.compute_time += compute_time;
     }
   }
   if (!run.ok()) {

@@ -118,10 +118,32 @@ struct MatmulBackend {
 // The server's backend: `runner` must outlive the batcher.
 MatmulBackend BackendOf(const MatmulRunner* runner);
 
+// Kernel calls of one size run on one weight.
+struct BatchSizeCounts {
+  int64_t batches = 0;
+  absl::Duration compute_time;
+};
+
 // Matmuls run on one weight, by name.
 struct WeightMatmulCounts {
+  // Requests run, failed ones included, and their rows of A.
   int64_t requests = 0;
   int64_t rows = 0;
+  // Kernel calls (batches) run.
+  int64_t batches = 0;
+  // Requests whose kernel call failed, and their rows.
+  int64_t failed_requests = 0;
+  int64_t failed_rows = 0;
+  // Summed over requests: the wait from Submit to the batch starting, and
+  // the kernel call of the request's batch; over all requests and over the
+  // failed ones.
+  absl::Duration queue_time;
+  absl::Duration compute_time;
+  absl::Duration failed_time;
+  // When the last kernel call ended.
+  absl::Time last_run = absl::InfinitePast();
+  // Kernel calls by their rows of A.
+  std::map<int64_t, BatchSizeCounts> batches_by_rows;
 };
 
 // Counters since the batcher started, for metrics.
@@ -172,6 +194,8 @@ class MatmulBatcher final {
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   BatcherStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // What it was started with.
+  const BatcherOptions& options() const { return options_; }
 
   // Drops the counts of weight `name`, deleted from the store, so that
   // weights uploaded and deleted under ever new names do not grow the stats
@@ -197,6 +221,8 @@ class MatmulBatcher final {
     WeightQueue* queue = nullptr;
     std::vector<MatmulWork> run;
     std::vector<std::pair<MatmulWork, absl::Status>> dropped;
+    // Summed over `run`: the wait from Submit to now.
+    absl::Duration queue_time;
   };
 
   bool RunsInline(const WeightQueue& queue, const MatmulWork& work) const

@@ -153,6 +153,20 @@ absl::Status KServeModelNotFound(absl::string_view model_name) {
                     "weight first");
 }
 
+absl::StatusOr<std::shared_ptr<const ResidentWeight>> FindKServeModel(
+    const WeightStore& store, absl::string_view model_name,
+    absl::string_view version) {
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      store.Get(model_name);
+  if (absl::IsNotFound(weight.status())) return KServeModelNotFound(model_name);
+  if (!weight.ok()) return weight.status();
+  if (absl::Status status = CheckKServeModelVersion(model_name, version);
+      !status.ok()) {
+    return status;
+  }
+  return weight;
+}
+
 void FillKServeModelMetadata(absl::string_view model_name,
                              const WeightSpec& spec,
                              inference::ModelMetadataResponse* response) {

@@ -14,6 +14,7 @@
 #define NIBBLE_SERVER_EDGE_KSERVE_CONVERSIONS_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,6 +23,7 @@
 #include "format/weight_format.h"
 #include "inference/grpc_predict_v2.pb.h"
 #include "nibble/v1/nibble.pb.h"
+#include "server/core/weight_store.h"
 
 namespace nibble::server {
 
@@ -46,6 +48,13 @@ absl::Status CheckKServeModelVersion(absl::string_view model_name,
 
 // NOT_FOUND in the protocol's words, for a model that is not resident.
 absl::Status KServeModelNotFound(absl::string_view model_name);
+
+// The resident weight serving `model_name` at `version`: NOT_FOUND in the
+// protocol's words for an unknown model or version, the store's error while
+// it loads.
+absl::StatusOr<std::shared_ptr<const ResidentWeight>> FindKServeModel(
+    const WeightStore& store, absl::string_view model_name,
+    absl::string_view version);
 
 // Input "a" [-1, K] and output "c" [-1, N]. Their datatype is reported as
 // FP32 because the message has room for one; FP16 and BF16 are accepted too

@@ -1,10 +1,15 @@
 #include "server/edge/kserve_service.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "server/edge/kserve_conversions.h"
 #include "server/edge/matmul_rpc.h"
+#include "server/edge/matmul_stream.h"
 #include "server/edge/proto_conversions.h"
+#include "server/edge/triton_conversions.h"
 
 namespace nibble::server {
 namespace {
@@ -12,6 +17,10 @@ namespace {
 // Set by server/CMakeLists.txt from the CMake project version.
 constexpr char kServerVersion[] = NIBBLE_VERSION;
 constexpr char kServerName[] = "nibble";
+// Triton's names of the extensions nibbled serves: ModelConfig,
+// RepositoryIndex with Load and Unload, ModelStatistics.
+constexpr const char* kTritonExtensions[] = {"model_configuration",
+                                             "model_repository", "statistics"};
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const absl::Status& status) {
@@ -20,40 +29,71 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// nibbled has one model repository, without a name.
+absl::Status CheckRepositoryName(absl::string_view repository_name) {
+  if (repository_name.empty()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat(
+      "repository \"", repository_name,
+      "\" is unknown: nibbled has one model repository, its resident "
+      "weights; leave repository_name empty"));
+}
+
+// RepositoryIndex reads the store in pages of this many weights, as
+// ListWeights does, so that no page holds the store long.
+constexpr int64_t kIndexPageWeights = 1000;
+
 }  // namespace
+
+absl::StatusOr<v1::MatmulRequest> KServeStreamProtocol::Take(
+    const WeightStore& store, Request& request, Pending* pending) {
+  absl::StatusOr<v1::MatmulRequest> matmul;
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      FindKServeModel(store, request.model_name(), request.model_version());
+  if (weight.ok()) {
+    matmul = MatmulRequestFromKServe(request, (*weight)->packed.spec());
+  } else {
+    matmul = weight.status();
+  }
+  // The data is in the matmul now; the reply needs the rest.
+  request.clear_raw_input_contents();
+  for (auto& input : *request.mutable_inputs()) input.clear_contents();
+  *pending = std::move(request);
+  return matmul;
+}
+
+KServeStreamProtocol::Reply KServeStreamProtocol::Answer(
+    Pending pending, absl::StatusOr<v1::MatmulResponse> result) {
+  Reply reply;
+  if (result.ok()) {
+    FillKServeInferResponse(pending, *std::move(result),
+                            reply.mutable_infer_response());
+  } else {
+    reply.set_error_message(std::string(result.status().message()));
+    // So that the client can tell which request failed.
+    reply.mutable_infer_response()->set_model_name(pending.model_name());
+    reply.mutable_infer_response()->set_id(pending.id());
+  }
+  return reply;
+}
+
+int64_t KServeStreamProtocol::EnvelopeBytes(const Pending& pending) {
+  // The reply's own tag and length around the ModelInferResponse.
+  constexpr int64_t kStreamReplyBytes = 16;
+  return KServeInferReplyEnvelopeBytes(pending) + kStreamReplyBytes;
+}
 
 KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
                                      MatmulBatcher* batcher,
+                                     ModelRepository repository,
                                      const TokenAuthenticator* auth,
                                      int64_t max_reply_bytes,
                                      ReplyBudget* reply_budget)
     : store_(store),
       batcher_(batcher),
+      repository_(std::move(repository)),
       auth_(auth),
       max_reply_bytes_(max_reply_bytes),
       reply_budget_(reply_budget) {}
-
-absl::StatusOr<std::shared_ptr<const ResidentWeight>>
-KServeServiceImpl::FindModel(absl::string_view model_name,
-                             absl::string_view version) const {
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
-      store_->Get(model_name);
-  if (absl::IsNotFound(weight.status())) return KServeModelNotFound(model_name);
-  if (!weight.ok()) return weight.status();
-  if (absl::Status status = CheckKServeModelVersion(model_name, version);
-      !status.ok()) {
-    return status;
-  }
-  return weight;
-}
-
-absl::StatusOr<v1::MatmulRequest> KServeServiceImpl::ToMatmulRequest(
-    const inference::ModelInferRequest& request) const {
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
-      FindModel(request.model_name(), request.model_version());
-  if (!weight.ok()) return weight.status();
-  return MatmulRequestFromKServe(request, (*weight)->packed.spec());
-}
 
 grpc::ServerUnaryReactor* KServeServiceImpl::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
@@ -77,7 +117,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelReady(
       !status.ok()) {
     return FinishNow(context, status);
   }
-  response->set_ready(FindModel(request->name(), request->version()).ok());
+  response->set_ready(
+      FindKServeModel(*store_, request->name(), request->version()).ok());
   return FinishNow(context, absl::OkStatus());
 }
 
@@ -91,6 +132,9 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ServerMetadata(
   }
   response->set_name(kServerName);
   response->set_version(kServerVersion);
+  for (const char* extension : kTritonExtensions) {
+    response->add_extensions(extension);
+  }
   return FinishNow(context, absl::OkStatus());
 }
 
@@ -103,7 +147,7 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelMetadata(
     return FinishNow(context, status);
   }
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
-      FindModel(request->name(), request->version());
+      FindKServeModel(*store_, request->name(), request->version());
   if (weight.ok()) {
     FillKServeModelMetadata((*weight)->name, (*weight)->packed.spec(),
                             response);
@@ -119,7 +163,11 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
       !status.ok()) {
     return FinishNow(context, status);
   }
-  absl::StatusOr<v1::MatmulRequest> matmul = ToMatmulRequest(*request);
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      FindKServeModel(*store_, request->model_name(), request->model_version());
+  if (!weight.ok()) return FinishNow(context, weight.status());
+  absl::StatusOr<v1::MatmulRequest> matmul =
+      MatmulRequestFromKServe(*request, (*weight)->packed.spec());
   if (!matmul.ok()) return FinishNow(context, matmul.status());
   auto* reactor = new HeldReplyReactor();
   SubmitMatmulRpc(
@@ -136,6 +184,160 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
         reactor->Finish(ToGrpcStatus(result.status()), std::move(hold));
       });
   return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest,
+                        inference::ModelStreamInferResponse>*
+KServeServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return new RefusedStream<KServeStreamProtocol>(ToGrpcStatus(status));
+  }
+  if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
+    return new RefusedStream<KServeStreamProtocol>(ToGrpcStatus(status));
+  }
+  return new ModelStreamInferReactor(store_, batcher_, context,
+                                     max_reply_bytes_, reply_budget_);
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ModelConfig(
+    grpc::CallbackServerContext* context,
+    const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+      FindKServeModel(*store_, request->name(), request->version());
+  if (weight.ok()) {
+    FillTritonModelConfig((*weight)->name, (*weight)->packed.spec(),
+                          batcher_->options(), response->mutable_config());
+  }
+  return FinishNow(context, weight.status());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::ModelStatistics(
+    grpc::CallbackServerContext* context,
+    const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  std::vector<std::shared_ptr<const ResidentWeight>> weights;
+  if (request->name().empty()) {
+    if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
+      return FinishNow(context, status);
+    }
+    if (absl::Status status =
+            CheckKServeModelVersion("every model", request->version());
+        !status.ok()) {
+      return FinishNow(context, status);
+    }
+    weights = store_->List();
+  } else {
+    absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
+        FindKServeModel(*store_, request->name(), request->version());
+    if (!weight.ok()) return FinishNow(context, weight.status());
+    weights.push_back(*std::move(weight));
+  }
+  const BatcherStats stats = batcher_->Stats();
+  for (const auto& weight : weights) {
+    const auto counts = stats.run_by_weight.find(weight->name);
+    FillTritonModelStatistics(weight->name,
+                              counts == stats.run_by_weight.end()
+                                  ? WeightMatmulCounts{}
+                                  : counts->second,
+                              response->add_model_stats());
+  }
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryIndex(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  if (absl::Status status = CheckRepositoryName(request->repository_name());
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
+    return FinishNow(context, status);
+  }
+  // Every resident weight is ready, so `ready` leaves none out.
+  std::string after;
+  for (bool more = true; more;) {
+    WeightStore::Page page = store_->List(after, kIndexPageWeights);
+    for (const auto& weight : page.weights) {
+      inference::RepositoryIndexResponse::ModelIndex* model =
+          response->add_models();
+      model->set_name(weight->name);
+      model->set_version(kKServeModelVersion);
+      model->set_state(kTritonReadyState);
+    }
+    more = page.more;
+    if (more) after = page.weights.back()->name;
+  }
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryModelLoad(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse*) {
+  if (absl::Status status =
+          Authorize(auth_, *context, RpcAccess::kChangesWeights);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  if (absl::Status status = CheckRepositoryName(request->repository_name());
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  if (!request->parameters().empty()) {
+    return FinishNow(
+        context,
+        absl::InvalidArgumentError(absl::StrCat(
+            "RepositoryModelLoad of \"", request->model_name(),
+            "\" has parameters (such as \"",
+            request->parameters().begin()->first,
+            "\"), which nibbled does not take: a model is a weight, uploaded "
+            "with nibble.v1 UploadWeight or loaded from --data_dir; send no "
+            "parameters")));
+  }
+  if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
+    return FinishNow(context, status);
+  }
+  if (store_->Get(request->model_name()).ok()) {
+    return FinishNow(context, absl::OkStatus());  // already loaded
+  }
+  return FinishNow(context, repository_.load(request->model_name()));
+}
+
+grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryModelUnload(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse*) {
+  if (absl::Status status =
+          Authorize(auth_, *context, RpcAccess::kChangesWeights);
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  if (absl::Status status = CheckRepositoryName(request->repository_name());
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  if (absl::Status status =
+          FindKServeModel(*store_, request->model_name(), "").status();
+      !status.ok()) {
+    return FinishNow(context, status);
+  }
+  return FinishNow(context, repository_.unload(request->model_name()));
 }
 
 }  // namespace nibble::server

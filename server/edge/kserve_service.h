@@ -1,12 +1,14 @@
-// The Open Inference Protocol (KServe v2) face of nibbled, so that generic
-// inference clients can call it: every resident weight is served as a model
-// (see kserve_conversions.h for the tensor mapping), and ModelInfer runs the
-// same matmul as nibble.v1 Matmul, through the same batcher. Every method
-// uses the callback API and none blocks: ModelInfer is answered from the
-// batcher's thread, the others on the thread that received them.
+// The Open Inference Protocol (KServe v2) face of nibbled, with Triton's
+// extensions of it, so that generic inference clients can call it: every
+// resident weight is served as a model (see kserve_conversions.h for the
+// tensor mapping, triton_conversions.h for the configuration and
+// statistics), and ModelInfer and ModelStreamInfer run the same matmul as
+// nibble.v1 Matmul and MatmulStream, through the same batcher. Every method
+// uses the callback API: ModelInfer is answered from the batcher's thread,
+// the others on the thread that received them.
 //
 // Example:
-//   nibble::server::KServeServiceImpl kserve(&store, &batcher);
+//   nibble::server::KServeServiceImpl kserve(&store, &batcher, repository);
 //   grpc::ServerBuilder builder;
 //   builder.RegisterService(&kserve);
 #ifndef NIBBLE_SERVER_EDGE_KSERVE_SERVICE_H_
@@ -14,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -29,6 +32,16 @@
 
 namespace nibble::server {
 
+// How Triton's repository RPCs change the store.
+struct ModelRepository {
+  // RepositoryModelLoad of a model that is not resident: stores the weight
+  // of that name from --data_dir, or says why it cannot.
+  std::function<absl::Status(absl::string_view name)> load;
+  // RepositoryModelUnload: deletes the weight as nibble.v1 DeleteWeight
+  // does, file and all.
+  std::function<absl::Status(absl::string_view name)> unload;
+};
+
 class KServeServiceImpl final
     : public inference::GRPCInferenceService::CallbackService {
  public:
@@ -40,6 +53,7 @@ class KServeServiceImpl final
   // (--max_message_bytes; 0 for no limit), or `reply_budget` (may be null),
   // is refused before it runs.
   KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,
+                    ModelRepository repository,
                     const TokenAuthenticator* auth = nullptr,
                     int64_t max_reply_bytes = 0,
                     ReplyBudget* reply_budget = nullptr);
@@ -78,16 +92,42 @@ class KServeServiceImpl final
       const inference::ModelInferRequest* request,
       inference::ModelInferResponse* response) override;
 
- private:
-  // The resident weight serving `model_name` at `version`.
-  absl::StatusOr<std::shared_ptr<const ResidentWeight>> FindModel(
-      absl::string_view model_name, absl::string_view version) const;
-  // The nibble.v1 request that `request` asks for.
-  absl::StatusOr<v1::MatmulRequest> ToMatmulRequest(
-      const inference::ModelInferRequest& request) const;
+  // Triton's extensions. Unknown models and versions are NOT_FOUND; the
+  // repository's name must be empty, as nibbled has one.
+  // Each request of the stream is answered in it, with its error when it
+  // fails, and the stream goes on.
+  grpc::ServerBidiReactor<inference::ModelInferRequest,
+                          inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ModelConfig(
+      grpc::CallbackServerContext* context,
+      const inference::ModelConfigRequest* request,
+      inference::ModelConfigResponse* response) override;
+  // Every model for an empty name.
+  grpc::ServerUnaryReactor* ModelStatistics(
+      grpc::CallbackServerContext* context,
+      const inference::ModelStatisticsRequest* request,
+      inference::ModelStatisticsResponse* response) override;
+  // Every resident weight, READY.
+  grpc::ServerUnaryReactor* RepositoryIndex(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryIndexRequest* request,
+      inference::RepositoryIndexResponse* response) override;
+  // OK at once for a resident model; ModelRepository::load otherwise.
+  // Parameters (a configuration or files to load from) are refused.
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
 
+ private:
   const WeightStore* store_;
   MatmulBatcher* batcher_;
+  const ModelRepository repository_;
   const TokenAuthenticator* auth_;
   const int64_t max_reply_bytes_;
   ReplyBudget* const reply_budget_;

@@ -16,11 +16,41 @@ constexpr int64_t kReplyEnvelopeBytes = 32;
 
 }  // namespace
 
-MatmulStreamReactor::MatmulStreamReactor(const WeightStore* store,
-                                         MatmulBatcher* batcher,
-                                         grpc::CallbackServerContext* context,
-                                         int64_t max_reply_bytes,
-                                         ReplyBudget* reply_budget)
+absl::StatusOr<v1::MatmulRequest> NibbleStreamProtocol::Take(const WeightStore&,
+                                                             Request& request,
+                                                             Pending* pending) {
+  *pending = request.id();
+  if (!request.has_request()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream request ", request.id(),
+                     " has no `request`; set it to the MatmulRequest to run"));
+  }
+  return std::move(*request.mutable_request());
+}
+
+NibbleStreamProtocol::Reply NibbleStreamProtocol::Answer(
+    Pending pending, absl::StatusOr<v1::MatmulResponse> result) {
+  Reply reply;
+  reply.set_id(pending);
+  if (result.ok()) {
+    *reply.mutable_response() = *std::move(result);
+  } else {
+    // absl::StatusCode and grpc::StatusCode share their values.
+    reply.mutable_error()->set_code(static_cast<int>(result.status().code()));
+    reply.mutable_error()->set_message(std::string(result.status().message()));
+  }
+  return reply;
+}
+
+int64_t NibbleStreamProtocol::EnvelopeBytes(const Pending&) {
+  return kReplyEnvelopeBytes;
+}
+
+template <typename Protocol>
+BasicMatmulStreamReactor<Protocol>::BasicMatmulStreamReactor(
+    const WeightStore* store, MatmulBatcher* batcher,
+    grpc::CallbackServerContext* context, int64_t max_reply_bytes,
+    ReplyBudget* reply_budget)
     : store_(store),
       batcher_(batcher),
       deadline_(absl::FromChrono(context->deadline())),
@@ -31,18 +61,11 @@ MatmulStreamReactor::MatmulStreamReactor(const WeightStore* store,
   Drive();
 }
 
-void MatmulStreamReactor::Complete(uint64_t id,
-                                   absl::StatusOr<v1::MatmulResponse> result,
-                                   ReplyBudget::Hold hold) {
-  v1::MatmulStreamResponse reply;
-  reply.set_id(id);
-  if (result.ok()) {
-    *reply.mutable_response() = *std::move(result);
-  } else {
-    // absl::StatusCode and grpc::StatusCode share their values.
-    reply.mutable_error()->set_code(static_cast<int>(result.status().code()));
-    reply.mutable_error()->set_message(std::string(result.status().message()));
-  }
+template <typename Protocol>
+void BasicMatmulStreamReactor<Protocol>::Complete(
+    Pending pending, absl::StatusOr<v1::MatmulResponse> result,
+    ReplyBudget::Hold hold) {
+  Reply reply = Protocol::Answer(std::move(pending), std::move(result));
   mu_.Lock();
   --unanswered_;
   // A failed stream writes nothing more.
@@ -52,7 +75,8 @@ void MatmulStreamReactor::Complete(uint64_t id,
   Drive();
 }
 
-void MatmulStreamReactor::OnReadDone(bool ok) {
+template <typename Protocol>
+void BasicMatmulStreamReactor<Protocol>::OnReadDone(bool ok) {
   mu_.Lock();
   reading_ = false;
   if (!ok) {
@@ -64,34 +88,36 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
     Drive();
     return;
   }
-  v1::MatmulStreamRequest request;
+  Request request;
   request.Swap(&request_);
   ++unanswered_;  // keeps the reactor alive until Complete below
   // Lets the next read run while this request computes.
   Drive();
-  if (!request.has_request()) {
-    Complete(request.id(),
-             absl::InvalidArgumentError(absl::StrCat(
-                 "stream request ", request.id(),
-                 " has no `request`; set it to the MatmulRequest to run")),
-             nullptr);
+  Pending pending;
+  absl::StatusOr<v1::MatmulRequest> matmul =
+      Protocol::Take(*store_, request, &pending);
+  if (!matmul.ok()) {
+    Complete(std::move(pending), matmul.status(), nullptr);
     return;
   }
-  const uint64_t id = request.id();
-  SubmitMatmulRpc(*store_, *batcher_, std::move(*request.mutable_request()),
+  const int64_t envelope_bytes = Protocol::EnvelopeBytes(pending);
+  SubmitMatmulRpc(*store_, *batcher_, *std::move(matmul),
                   {.deadline = deadline_,
                    .is_cancelled = [this] { return Failed(); },
                    .reply_limit = {.max_bytes = max_reply_bytes_,
-                                   .envelope_bytes = kReplyEnvelopeBytes,
+                                   .envelope_bytes = envelope_bytes,
                                    .budget = reply_budget_},
                    .connection = connection_},
-                  [this, id](absl::StatusOr<v1::MatmulResponse> result,
-                             ReplyBudget::Hold hold) {
-                    Complete(id, std::move(result), std::move(hold));
+                  [this, pending = std::move(pending)](
+                      absl::StatusOr<v1::MatmulResponse> result,
+                      ReplyBudget::Hold hold) mutable {
+                    Complete(std::move(pending), std::move(result),
+                             std::move(hold));
                   });
 }
 
-void MatmulStreamReactor::OnWriteDone(bool ok) {
+template <typename Protocol>
+void BasicMatmulStreamReactor<Protocol>::OnWriteDone(bool ok) {
   mu_.Lock();
   writing_ = false;
   hold_in_flight_.reset();
@@ -102,7 +128,8 @@ void MatmulStreamReactor::OnWriteDone(bool ok) {
   Drive();
 }
 
-void MatmulStreamReactor::OnCancel() {
+template <typename Protocol>
+void BasicMatmulStreamReactor<Protocol>::OnCancel() {
   mu_.Lock();
   Fail(grpc::Status(grpc::StatusCode::CANCELLED,
                     "the stream was cancelled; unanswered requests were "
@@ -110,7 +137,8 @@ void MatmulStreamReactor::OnCancel() {
   Drive();
 }
 
-void MatmulStreamReactor::OnDone() {
+template <typename Protocol>
+void BasicMatmulStreamReactor<Protocol>::OnDone() {
   mu_.Lock();
   done_ = true;
   // Otherwise the driver or the last Complete deletes it.
@@ -119,18 +147,22 @@ void MatmulStreamReactor::OnDone() {
   if (delete_now) delete this;
 }
 
-bool MatmulStreamReactor::Failed() const {
+template <typename Protocol>
+bool BasicMatmulStreamReactor<Protocol>::Failed() const {
   absl::MutexLock lock(&mu_);
   return failure_.has_value();
 }
 
-void MatmulStreamReactor::Fail(grpc::Status status) {
+template <typename Protocol>
+void BasicMatmulStreamReactor<Protocol>::Fail(grpc::Status status) {
   if (failure_.has_value()) return;
   failure_ = std::move(status);
   replies_.clear();
 }
 
-MatmulStreamReactor::Operation MatmulStreamReactor::NextOperation() {
+template <typename Protocol>
+typename BasicMatmulStreamReactor<Protocol>::Operation
+BasicMatmulStreamReactor<Protocol>::NextOperation() {
   if (finished_) return Operation::kNone;
   if (failure_.has_value()) {
     // gRPC must not be holding a reply we are about to destroy; the write in
@@ -158,7 +190,8 @@ MatmulStreamReactor::Operation MatmulStreamReactor::NextOperation() {
   return Operation::kNone;
 }
 
-void MatmulStreamReactor::Drive() {
+template <typename Protocol>
+void BasicMatmulStreamReactor<Protocol>::Drive() {
   if (driving_) {
     mu_.Unlock();
     return;
@@ -172,13 +205,13 @@ void MatmulStreamReactor::Drive() {
     mu_.Unlock();
     switch (operation) {
       case Operation::kRead:
-        StartRead(&request_);
+        this->StartRead(&request_);
         break;
       case Operation::kWrite:
-        StartWrite(&reply_in_flight_);
+        this->StartWrite(&reply_in_flight_);
         break;
       case Operation::kFinish:
-        Finish(final_status);
+        this->Finish(final_status);
         break;
       case Operation::kNone:
         break;
@@ -190,5 +223,8 @@ void MatmulStreamReactor::Drive() {
   mu_.Unlock();
   if (delete_now) delete this;
 }
+
+template class BasicMatmulStreamReactor<NibbleStreamProtocol>;
+template class BasicMatmulStreamReactor<KServeStreamProtocol>;
 
 }  // namespace nibble::server

@@ -1,9 +1,11 @@
-// The server side of one nibble.v1 MatmulStream call: it reads requests,
-// answers each id with a MatmulResponse or a RequestError, and ends the stream
-// with OK once the client has half-closed and every request is answered.
-// Replies go out in completion order, which need not be the order of the
-// requests. Ids are echoed as they came: a client that reuses an id gets one
-// reply per request carrying it, and must tell them apart itself.
+// The server side of one matmul stream call: nibble.v1 MatmulStream, or
+// Triton's ModelStreamInfer (the Protocol, see NibbleStreamProtocol and
+// KServeStreamProtocol). It reads requests, answers each with its result or
+// its error, and ends the stream with OK once the client has half-closed and
+// every request is answered. Replies go out in completion order, which need
+// not be the order of the requests. Ids are echoed as they came: a client
+// that reuses an id gets one reply per request carrying it, and must tell
+// them apart itself.
 //
 // Example (in a callback service method):
 //   return new nibble::server::MatmulStreamReactor(store, batcher, context);
@@ -46,6 +48,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "inference/grpc_predict_v2.pb.h"
 #include "nibble/v1/nibble.pb.h"
 #include "server/core/batcher.h"
 #include "server/core/reply_budget.h"
@@ -53,10 +56,61 @@
 
 namespace nibble::server {
 
-class MatmulStreamReactor final
-    : public grpc::ServerBidiReactor<v1::MatmulStreamRequest,
-                                     v1::MatmulStreamResponse> {
+// nibble.v1 MatmulStream: each request carries an id and a MatmulRequest, and
+// each reply the id and a MatmulResponse or a RequestError.
+struct NibbleStreamProtocol {
+  using Request = v1::MatmulStreamRequest;
+  using Reply = v1::MatmulStreamResponse;
+  // What a request's reply needs from it, kept while it runs.
+  using Pending = uint64_t;
+
+  // The matmul `request` asks for, taken out of it, or why there is none;
+  // `pending` is set either way.
+  static absl::StatusOr<v1::MatmulRequest> Take(const WeightStore& store,
+                                                Request& request,
+                                                Pending* pending);
+  static Reply Answer(Pending pending,
+                      absl::StatusOr<v1::MatmulResponse> result);
+  // A bound on the reply's bytes besides its MatmulResponse.
+  static int64_t EnvelopeBytes(const Pending& pending);
+};
+
+// Triton's ModelStreamInfer: each request is a KServe ModelInferRequest, and
+// each reply its ModelInferResponse or an error message.
+struct KServeStreamProtocol {
+  using Request = inference::ModelInferRequest;
+  using Reply = inference::ModelStreamInferResponse;
+  // The request without its data: the reply echoes its name, id and
+  // datatype.
+  using Pending = inference::ModelInferRequest;
+
+  static absl::StatusOr<v1::MatmulRequest> Take(const WeightStore& store,
+                                                Request& request,
+                                                Pending* pending);
+  static Reply Answer(Pending pending,
+                      absl::StatusOr<v1::MatmulResponse> result);
+  static int64_t EnvelopeBytes(const Pending& pending);
+};
+
+// Ends a stream at once, for a call refused before it starts.
+template <typename Protocol>
+class RefusedStream final
+    : public grpc::ServerBidiReactor<typename Protocol::Request,
+                                     typename Protocol::Reply> {
  public:
+  explicit RefusedStream(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+template <typename Protocol>
+class BasicMatmulStreamReactor final
+    : public grpc::ServerBidiReactor<typename Protocol::Request,
+                                     typename Protocol::Reply> {
+ public:
+  using Request = typename Protocol::Request;
+  using Reply = typename Protocol::Reply;
+  using Pending = typename Protocol::Pending;
+
   // Replies owed before reading pauses.
   static constexpr int64_t kMaxOwedReplies = 64;
 
@@ -64,15 +118,15 @@ class MatmulStreamReactor final
   // outlive the reactor; requests get the call's deadline, and those whose
   // reply would pass `max_reply_bytes` (--max_message_bytes; 0 for no limit)
   // or the reply budget are answered with an error before they run.
-  MatmulStreamReactor(const WeightStore* store, MatmulBatcher* batcher,
-                      grpc::CallbackServerContext* context,
-                      int64_t max_reply_bytes = 0,
-                      ReplyBudget* reply_budget = nullptr);
+  BasicMatmulStreamReactor(const WeightStore* store, MatmulBatcher* batcher,
+                           grpc::CallbackServerContext* context,
+                           int64_t max_reply_bytes = 0,
+                           ReplyBudget* reply_budget = nullptr);
 
-  // Answers the request `id` that was read earlier; exactly once per request
-  // read. `hold` (may be null) is kept until the answer has been written.
-  // Thread-safe; the reactor may be deleted before it returns.
-  void Complete(uint64_t id, absl::StatusOr<v1::MatmulResponse> result,
+  // Answers the request `pending` came from, read earlier; exactly once per
+  // request read. `hold` (may be null) is kept until the answer has been
+  // written. Thread-safe; the reactor may be deleted before it returns.
+  void Complete(Pending pending, absl::StatusOr<v1::MatmulResponse> result,
                 ReplyBudget::Hold hold) ABSL_LOCKS_EXCLUDED(mu_);
 
   void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,7 +137,7 @@ class MatmulStreamReactor final
  private:
   enum class Operation { kNone, kRead, kWrite, kFinish };
 
-  ~MatmulStreamReactor() override = default;
+  ~BasicMatmulStreamReactor() override = default;
 
   // Called with mu_ held after a state change; returns with it released.
   // Starts every operation the state now calls for, unless another thread is
@@ -109,15 +163,15 @@ class MatmulStreamReactor final
 
   // An answer waiting to be written, with its hold on the reply budget.
   struct QueuedReply {
-    v1::MatmulStreamResponse reply;
+    Reply reply;
     ReplyBudget::Hold hold;
   };
 
   mutable absl::Mutex mu_;
   // Filled by the read in flight; only touched by gRPC while reading_.
-  v1::MatmulStreamRequest request_;
+  Request request_;
   // The reply being written; must stay unchanged while writing_.
-  v1::MatmulStreamResponse reply_in_flight_;
+  Reply reply_in_flight_;
   // reply_in_flight_'s hold, released once its write is done.
   ReplyBudget::Hold hold_in_flight_ ABSL_GUARDED_BY(mu_);
   std::deque<QueuedReply> replies_ ABSL_GUARDED_BY(mu_);
@@ -133,6 +187,9 @@ class MatmulStreamReactor final
   bool driving_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+using MatmulStreamReactor = BasicMatmulStreamReactor<NibbleStreamProtocol>;
+using ModelStreamInferReactor = BasicMatmulStreamReactor<KServeStreamProtocol>;
 
 }  // namespace nibble::server
 

@@ -73,8 +73,17 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
                auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
                &reply_budget_, options.uploads),
-      kserve_service_(&store_, &batcher_, auth_ ? &*auth_ : nullptr,
-                      options.max_message_bytes, &reply_budget_),
+      kserve_service_(&store_, &batcher_,
+                      {.load =
+                           [this](absl::string_view name) {
+                             return service_.LoadFromDataDir(name);
+                           },
+                       .unload =
+                           [this](absl::string_view name) {
+                             return service_.Delete(name);
+                           }},
+                      auth_ ? &*auth_ : nullptr, options.max_message_bytes,
+                      &reply_budget_),
       // Health reports on these besides the server as a whole ("").
       health_({v1::NibbleService::service_full_name(),
                inference::GRPCInferenceService::service_full_name()}),
@@ -95,45 +104,9 @@ absl::Status NibbleServer::LoadWeights() {
           ++initial_weight_files;
           return absl::OkStatus();
         }
-        // From the header alone: a weight past the budget is skipped before
-        // its data is read, and LoadAll reports it and leaves its file alone.
-        const WeightSpec& spec = file.header().spec;
-        if (absl::Status status = store_.CheckFits(
-                file.name(),
-                PackedResidentBytes(spec, file.header().has_activation_order));
-            !status.ok()) {
-          return status;
-        }
-        if (!AcceleratorServesWhole(backend_, spec)) {
-          // Packed as it is read, as an upload is packed as it arrives, so
-          // that the canonical weight is never held whole.
-          UploadAssembler weight(CodePacking::kAll);
-          if (absl::Status status =
-                  weight.OnHeader(file.name(), spec, file.activation_order());
-              !status.ok()) {
-            return status;
-          }
-          if (absl::Status status =
-                  file.ReadTensors([&weight](absl::string_view bytes) {
-                    return weight.OnTensorBytes(bytes);
-                  });
-              !status.ok()) {
-            return status;
-          }
-          absl::StatusOr<PackedWeight> packed = weight.FinishPacked();
-          if (!packed.ok()) return packed.status();
-          return store_.Insert(file.name(), *std::move(packed));
-        }
-        absl::StatusOr<QuantizedWeight> canonical = file.ReadWhole();
-        if (!canonical.ok()) return canonical.status();
-        absl::StatusOr<PackedWeight> packed =
-            PackForBackend(backend_, *canonical);
-        if (!packed.ok()) return packed.status();
-        absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-            UploadToBackend(backend_, file.name(), *canonical);
-        if (!device.ok()) return device.status();
-        return store_.Insert(file.name(), *std::move(packed),
-                             *std::move(device));
+        // A weight past the budget is skipped before its data is read, and
+        // LoadAll reports it and leaves its file alone.
+        return service_.StoreFile(file);
       });
   if (!report.ok()) return report.status();
   data_dir_report_ = *std::move(report);

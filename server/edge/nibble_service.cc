@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "format/weight_name.h"
 #include "kernels/packed_weight.h"
 #include "server/core/upload_assembler.h"
 #include "server/edge/matmul_rpc.h"
@@ -20,15 +21,6 @@
 
 namespace nibble::server {
 namespace {
-
-// Ends a MatmulStream at once, for a call refused before it starts.
-class RefusedStream final
-    : public grpc::ServerBidiReactor<v1::MatmulStreamRequest,
-                                     v1::MatmulStreamResponse> {
- public:
-  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
 
 // `device` as it is; a refusal is logged for the operator first.
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> Logged(
@@ -469,29 +461,103 @@ grpc::Status NibbleServiceImpl::DeleteWeight(
       !status.ok()) {
     return ToGrpcStatus(status);
   }
+  return ToGrpcStatus(Delete(request->name()));
+}
+
+absl::Status NibbleServiceImpl::Delete(absl::string_view name) {
   absl::MutexLock lock(&commit_mutex_);
   // The file goes first, so that when it cannot be deleted the weight is
   // still both served and on disk.
   if (data_dir_ != nullptr) {
-    if (absl::Status status = store_->Get(request->name()).status();
-        !status.ok()) {
-      return ToGrpcStatus(status);
+    if (absl::Status status = store_->Get(name).status(); !status.ok()) {
+      return status;
     }
-    if (absl::Status status = data_dir_->Remove(request->name());
-        !status.ok()) {
-      return ToGrpcStatus(
-          absl::Status(status.code(),
-                       absl::StrCat("weight \"", request->name(),
-                                    "\" was not deleted: ", status.message())));
+    if (absl::Status status = data_dir_->Remove(name); !status.ok()) {
+      return absl::Status(
+          status.code(), absl::StrCat("weight \"", name, "\" was not deleted: ",
+                                      status.message()));
     }
   }
-  if (absl::Status status = store_->Remove(request->name()); !status.ok()) {
-    return ToGrpcStatus(status);
+  if (absl::Status status = store_->Remove(name); !status.ok()) {
+    return status;
   }
-  batcher_->ForgetWeight(request->name());
-  LogInfo("weight deleted", {{"name", request->name()},
-                             {"resident_bytes", store_->resident_bytes()}});
-  return grpc::Status::OK;
+  batcher_->ForgetWeight(name);
+  LogInfo("weight deleted",
+          {{"name", name}, {"resident_bytes", store_->resident_bytes()}});
+  return absl::OkStatus();
+}
+
+absl::Status NibbleServiceImpl::StoreFile(WeightFileReader& file) {
+  // From the header alone: a weight past the budget is refused before its
+  // data is read.
+  const WeightSpec& spec = file.header().spec;
+  if (absl::Status status = store_->CheckFits(
+          file.name(),
+          PackedResidentBytes(spec, file.header().has_activation_order));
+      !status.ok()) {
+    return status;
+  }
+  if (!AcceleratorServesWhole(backend_, spec)) {
+    // Packed as it is read, as an upload is packed as it arrives, so that
+    // the canonical weight is never held whole.
+    UploadAssembler weight(CodePacking::kAll);
+    if (absl::Status status =
+            weight.OnHeader(file.name(), spec, file.activation_order());
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status =
+            file.ReadTensors([&weight](absl::string_view bytes) {
+              return weight.OnTensorBytes(bytes);
+            });
+        !status.ok()) {
+      return status;
+    }
+    absl::StatusOr<PackedWeight> packed = weight.FinishPacked();
+    if (!packed.ok()) return packed.status();
+    return store_->Insert(file.name(), *std::move(packed));
+  }
+  absl::StatusOr<QuantizedWeight> canonical = file.ReadWhole();
+  if (!canonical.ok()) return canonical.status();
+  absl::StatusOr<PackedWeight> packed = PackForBackend(backend_, *canonical);
+  if (!packed.ok()) return packed.status();
+  absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
+      UploadToBackend(backend_, file.name(), *canonical);
+  if (!device.ok()) return device.status();
+  return store_->Insert(file.name(), *std::move(packed), *std::move(device));
+}
+
+absl::Status NibbleServiceImpl::LoadFromDataDir(absl::string_view name) {
+  if (data_dir_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weight \"", name,
+        "\" is not resident and nibbled has no --data_dir to load it from: "
+        "upload it with nibble.v1 UploadWeight (`nibble upload`), or start "
+        "nibbled with --data_dir"));
+  }
+  if (absl::Status status = ValidateWeightName(name); !status.ok()) {
+    return status;
+  }
+  // Held like an upload's commit, so that a delete of the same name cannot
+  // remove the file while its weight goes in.
+  absl::MutexLock lock(&commit_mutex_);
+  const std::string path = data_dir_->FilePath(name);
+  absl::StatusOr<WeightFileReader> file = WeightFileReader::Open(path);
+  if (absl::IsNotFound(file.status())) {
+    return absl::NotFoundError(absl::StrCat(
+        "weight \"", name, "\" has no file in --data_dir (", path,
+        "): upload it with nibble.v1 UploadWeight, which keeps it there"));
+  }
+  if (!file.ok()) return file.status();
+  if (file->name() != name) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " holds weight \"", file->name(), "\", not \"", name,
+                     "\"; rename the file after the weight in it"));
+  }
+  if (absl::Status status = StoreFile(*file); !status.ok()) return status;
+  LogInfo("weight loaded from data_dir",
+          {{"name", name}, {"resident_bytes", store_->resident_bytes()}});
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
@@ -518,10 +584,10 @@ grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
 NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
       !status.ok()) {
-    return new RefusedStream(ToGrpcStatus(status));
+    return new RefusedStream<NibbleStreamProtocol>(ToGrpcStatus(status));
   }
   if (absl::Status status = store_->CheckLoaded(); !status.ok()) {
-    return new RefusedStream(ToGrpcStatus(status));
+    return new RefusedStream<NibbleStreamProtocol>(ToGrpcStatus(status));
   }
   return new MatmulStreamReactor(store_, batcher_, context, max_reply_bytes_,
                                  reply_budget_);

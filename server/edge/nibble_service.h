@@ -84,6 +84,21 @@ class NibbleServiceImpl final
   // and stored as Store does.
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> StoreColumns(
       const Fp4Columns& columns, absl::string_view name);
+  // Puts the weight of `file`, a file of data_dir, in the store as it is,
+  // within --max_weight_bytes (checked from the header before the tensors
+  // are read) and --max_weights, copied to the backend; the file is not
+  // written again. The store's, the file's or the backend's error otherwise.
+  absl::Status StoreFile(WeightFileReader& file);
+  // StoreFile for the file of weight `name` in data_dir (Triton's
+  // RepositoryModelLoad): FAILED_PRECONDITION without a data_dir or when the
+  // file holds a weight of another name, NOT_FOUND when it has no file of
+  // that name, ALREADY_EXISTS when the weight is resident.
+  absl::Status LoadFromDataDir(absl::string_view name);
+  // Deletes weight `name` from the store and from data_dir: NOT_FOUND when
+  // it is not resident; UNAVAILABLE, with the weight still served, when its
+  // file cannot be deleted.
+  absl::Status Delete(absl::string_view name);
+
   // Whether stored weights need their canonical layout: to copy to the GPU
   // or to write to data_dir.
   bool KeepsCanonicalWeights() const {

@@ -35,7 +35,6 @@ using ::nibble::testing::RandomActivations;
 using ::nibble::testing::UploadWeight;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 // The weight every test shares: model "kserve-u4" with K=128, N=40.
 constexpr char kModel[] = "kserve-u4";
@@ -160,13 +159,15 @@ TEST_F(KServeTest, ServerIsLiveAndReady) {
   EXPECT_TRUE(response.ready());
 }
 
-TEST_F(KServeTest, ServerMetadataNamesNibbleAndItsVersion) {
+TEST_F(KServeTest, ServerMetadataNamesNibbleItsVersionAndTritonExtensions) {
   grpc::ClientContext context;
   inference::ServerMetadataResponse response;
   ASSERT_TRUE(kserve_->ServerMetadata(&context, {}, &response).ok());
   EXPECT_EQ(response.name(), "nibble");
   EXPECT_EQ(response.version(), NIBBLE_VERSION);
-  EXPECT_THAT(response.extensions(), IsEmpty());
+  EXPECT_THAT(
+      response.extensions(),
+      ElementsAre("model_configuration", "model_repository", "statistics"));
 }
 
 TEST_F(KServeTest, ModelMetadataReportsTheWeightsShapes) {

@@ -366,10 +366,32 @@ TEST_F(BatcherTest, StatsCountEveryRequestRowAndBatchByWeight) {
   EXPECT_EQ(stats.batches_run, calls);
   EXPECT_EQ(stats.requests_run, 51);
   ASSERT_EQ(stats.run_by_weight.size(), want_by_weight.size());
+  int64_t weight_batches = 0;
   for (const auto& [name, want] : want_by_weight) {
-    EXPECT_EQ(stats.run_by_weight.at(name).requests, want.requests) << name;
-    EXPECT_EQ(stats.run_by_weight.at(name).rows, want.rows) << name;
+    const WeightMatmulCounts& got = stats.run_by_weight.at(name);
+    EXPECT_EQ(got.requests, want.requests) << name;
+    EXPECT_EQ(got.rows, want.rows) << name;
+    EXPECT_EQ(got.failed_requests, 0) << name;
+    EXPECT_EQ(got.failed_rows, 0) << name;
+    EXPECT_GT(got.compute_time, absl::ZeroDuration()) << name;
+    EXPECT_NE(got.last_run, absl::InfinitePast()) << name;
+    // The kernel calls by size add up to the weight's calls and rows.
+    int64_t batches = 0;
+    int64_t rows = 0;
+    for (const auto& [size, counts] : got.batches_by_rows) {
+      EXPECT_LE(size, 8) << name;
+      batches += counts.batches;
+      rows += size * counts.batches;
+    }
+    EXPECT_EQ(batches, got.batches) << name;
+    EXPECT_EQ(rows, got.rows) << name;
+    weight_batches += got.batches;
   }
+  EXPECT_EQ(weight_batches, calls);
+  // Everything queued behind the held call on batch-a waited for it.
+  EXPECT_GT(stats.run_by_weight.at("batch-a").queue_time +
+                stats.run_by_weight.at("batch-b").queue_time,
+            absl::ZeroDuration());
   // One batch-rows and one compute observation per kernel call, one queue
   // observation per request run.
   EXPECT_EQ(stats.batch_rows.count(), calls);
