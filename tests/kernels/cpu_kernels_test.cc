@@ -44,8 +44,9 @@ TEST(CpuKernelsTest, ScalarLevelHasOnlyTheReferences) {
                           "reference_nvfp4_scalar"));
 }
 
-// Each vector ISA has 3 variants for each of the 5 formats; AVX-512 VNNI
-// (int8, listed first), AVX-512 BF16 and AMX have double_buffered for each.
+// Each vector ISA has 3 variants for each of the 5 formats; AVX-512 BF16 and
+// AMX have double_buffered for each, AVX-512 VNNI (int8, listed first) for
+// each but nvfp4.
 TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   const std::vector<std::string> avx2 = Names(CpuKernels(Isa::kAvx2));
   ASSERT_EQ(avx2.size(), 20u);
@@ -56,21 +57,21 @@ TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   EXPECT_EQ(avx512.front(), "fused_fp4_avx512");
   EXPECT_EQ(avx512[15], "fused_fp4_avx2");
   const std::vector<std::string> vnni = Names(CpuKernels(Isa::kAvx512Vnni));
-  ASSERT_EQ(vnni.size(), 40u);
+  ASSERT_EQ(vnni.size(), 39u);
   EXPECT_EQ(vnni.front(), "double_buffered_fp4_avx512_vnni_int8");
-  EXPECT_EQ(vnni[4], "double_buffered_nvfp4_avx512_vnni_int8");
-  EXPECT_EQ(vnni[5], "fused_fp4_avx512");
+  EXPECT_EQ(vnni[3], "double_buffered_mxfp4_avx512_vnni_int8");
+  EXPECT_EQ(vnni[4], "fused_fp4_avx512");
   const std::vector<std::string> bf16 = Names(CpuKernels(Isa::kAvx512Bf16));
-  ASSERT_EQ(bf16.size(), 45u);
+  ASSERT_EQ(bf16.size(), 44u);
   EXPECT_EQ(bf16.front(), "double_buffered_fp4_avx512_vnni_int8");
-  EXPECT_EQ(bf16[5], "double_buffered_fp4_avx512_bf16");
-  EXPECT_EQ(bf16[9], "double_buffered_nvfp4_avx512_bf16");
-  EXPECT_EQ(bf16[10], "fused_fp4_avx512");
+  EXPECT_EQ(bf16[4], "double_buffered_fp4_avx512_bf16");
+  EXPECT_EQ(bf16[8], "double_buffered_nvfp4_avx512_bf16");
+  EXPECT_EQ(bf16[9], "fused_fp4_avx512");
   const std::vector<std::string> amx = Names(CpuKernels(Isa::kAmx));
-  ASSERT_EQ(amx.size(), 50u);
-  EXPECT_EQ(amx[5], "double_buffered_fp4_amx");
-  EXPECT_EQ(amx[9], "double_buffered_nvfp4_amx");
-  EXPECT_EQ(amx[10], "double_buffered_fp4_avx512_bf16");
+  ASSERT_EQ(amx.size(), 49u);
+  EXPECT_EQ(amx[4], "double_buffered_fp4_amx");
+  EXPECT_EQ(amx[8], "double_buffered_nvfp4_amx");
+  EXPECT_EQ(amx[9], "double_buffered_fp4_avx512_bf16");
 }
 
 TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {
