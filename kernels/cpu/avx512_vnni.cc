@@ -337,6 +337,19 @@ void RunInt8(const PackedWeight& b, const Int8Codes& int8_codes,
               _mm512_store_ps(offsets + p * kWidth, offset);
               _mm512_store_ps(scales + p * kWidth, scale);
             }
+            // The next segment's codes, a segment's multiplies ahead of
+            // their use (from DRAM: every weight is read once per call).
+            if (s + 1 < count) {
+              const int64_t next_word = segments[s + 1].k / kCodesPerWord;
+              const int64_t next_words = segments[s + 1].len / kCodesPerWord;
+              for (int64_t p = 0; p < block_panels; ++p) {
+                const uint32_t* next =
+                    b.panel_codes(first_panel + p) + next_word * kWidth;
+                for (int64_t word = 0; word < next_words; ++word) {
+                  __builtin_prefetch(next + word * kWidth);
+                }
+              }
+            }
             for (int64_t row = 0; row < m; row += kRowStep) {
               Multiply<kLookup>(std::min(kRowStep, m - row), operands,
                                 a.codes.data() + row * spec.k + segments[s].k,
