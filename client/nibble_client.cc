@@ -251,14 +251,17 @@ absl::StatusOr<v1::WeightInfo> NibbleClient::SendUploadOver(
   return info;
 }
 
-absl::StatusOr<v1::MatmulResponse> NibbleClient::Matmul(absl::string_view name,
-                                                        int64_t m, DType dtype,
-                                                        absl::string_view a) {
+absl::StatusOr<v1::MatmulResponse> NibbleClient::Matmul(
+    absl::string_view name, int64_t m, DType dtype, absl::string_view a,
+    std::optional<ActivationPrecision> precision) {
   v1::MatmulRequest request;
   request.set_weight_name(std::string(name));
   request.set_m(m);
   request.set_dtype(client::ToProto(dtype));
   request.set_a(std::string(a));
+  if (precision.has_value()) {
+    request.set_activation_precision(client::ToProto(*precision));
+  }
   grpc::ClientContext context;
   PrepareContext(context);
   v1::MatmulResponse response;

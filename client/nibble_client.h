@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "kernels/gemm_kernel.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 
 namespace nibble {
@@ -98,9 +100,11 @@ class NibbleClient {
                                              absl::string_view name);
 
   // C = A · dequant(B) on the resident weight `name`; `a` holds A [m, K]
-  // row-major as little-endian `dtype` elements.
-  absl::StatusOr<v1::MatmulResponse> Matmul(absl::string_view name, int64_t m,
-                                            DType dtype, absl::string_view a);
+  // row-major as little-endian `dtype` elements. `precision` is the
+  // lossiest treatment of A accepted; empty for the server's default.
+  absl::StatusOr<v1::MatmulResponse> Matmul(
+      absl::string_view name, int64_t m, DType dtype, absl::string_view a,
+      std::optional<ActivationPrecision> precision = std::nullopt);
 
   absl::StatusOr<v1::WeightInfo> GetWeight(absl::string_view name);
   // Every weight, sorted by name, fetched page by page.

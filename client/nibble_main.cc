@@ -30,6 +30,7 @@
 #include "client/proto_conversions.h"
 #include "client/weight_files.h"
 #include "format/reference.h"
+#include "kernels/gemm_kernel.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "HOST:PORT of the nibble server");
@@ -67,6 +68,9 @@ ABSL_FLAG(std::optional<uint64_t>, random, std::nullopt,
 ABSL_FLAG(std::optional<int64_t>, m, std::nullopt, "rows of A");
 ABSL_FLAG(std::optional<std::string>, dtype, std::nullopt,
           "type of A and C: f32, f16 or bf16");
+ABSL_FLAG(std::optional<std::string>, activation_precision, std::nullopt,
+          "what the server's kernels may make of A: exact, bf16 or int8; the "
+          "server's default (nibbled --activation_precision) when not given");
 ABSL_FLAG(std::optional<std::string>, input, std::nullopt,
           "file of A [M, K] in --dtype, row-major little-endian");
 ABSL_FLAG(std::optional<uint64_t>, random_input, std::nullopt,
@@ -99,7 +103,8 @@ ABSL_FLAG(std::string, gptq_zeros, "v1",
           "gptq_v2, the zero point); checkpoints do not say which");
 ABSL_FLAG(std::optional<double>, tolerance, std::nullopt,
           "largest max relative error --check accepts; 1e-4 for f32 and "
-          "1e-2 for f16 and bf16 when not given");
+          "1e-2 for f16 and bf16 when not given, 5e-2 with "
+          "--activation_precision=int8");
 
 namespace nibble {
 namespace {
@@ -242,6 +247,17 @@ int RunMatmul(NibbleClient& client) {
   if (!dtype_name.ok()) return UsageError(dtype_name.status().message());
   absl::StatusOr<DType> dtype = ParseDType(*dtype_name);
   if (!dtype.ok()) return UsageError(dtype.status().message());
+  std::optional<ActivationPrecision> precision;
+  if (const std::optional<std::string> precision_name =
+          absl::GetFlag(FLAGS_activation_precision)) {
+    absl::StatusOr<ActivationPrecision> parsed =
+        ParseActivationPrecision(*precision_name);
+    if (!parsed.ok()) {
+      return UsageError(
+          absl::StrCat("--activation_precision: ", parsed.status().message()));
+    }
+    precision = *parsed;
+  }
   const std::optional<std::string> input = absl::GetFlag(FLAGS_input);
   const std::optional<uint64_t> input_seed = absl::GetFlag(FLAGS_random_input);
   if (input.has_value() == input_seed.has_value()) {
@@ -257,8 +273,11 @@ int RunMatmul(NibbleClient& client) {
         "--random, --qweight, --scales, --zeros and --tolerance only serve "
         "--check: add --check or drop them");
   }
+  // int8: A quantized per row and group (docs/performance.md measures it).
   const double tolerance =
-      tolerance_flag.value_or(*dtype == DType::kF32 ? 1e-4 : 1e-2);
+      tolerance_flag.value_or(precision == ActivationPrecision::kInt8 ? 5e-2
+                              : *dtype == DType::kF32                 ? 1e-4
+                                                                      : 1e-2);
   if (tolerance < 0) {
     return UsageError(
         absl::StrCat("--tolerance must not be negative, got ", tolerance));
@@ -312,7 +331,7 @@ int RunMatmul(NibbleClient& client) {
   }
 
   absl::StatusOr<v1::MatmulResponse> response =
-      client.Matmul(*name, *m, *dtype, a);
+      client.Matmul(*name, *m, *dtype, a, precision);
   if (!response.ok()) {
     return RpcFailure(absl::StrCat("matmul on \"", *name, "\""),
                       response.status());
@@ -540,6 +559,7 @@ constexpr Subcommand kSubcommands[] = {
      "Compute C = A * dequant(B) on a resident weight; --check compares C\n"
      "with a local float64 reference, given the weight's data again.",
      "--name NAME --m M --dtype f32|f16|bf16\n"
+     "[--activation_precision exact|bf16|int8]\n"
      "(--input FILE | --random_input SEED) [--output FILE]\n"
      "[--check [--tolerance X]\n"
      " (--qweight FILE --scales FILE [--zeros FILE] | --random SEED)]",

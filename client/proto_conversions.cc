@@ -19,6 +19,18 @@ v1::CodeLayout ToProto(CodeLayout layout) {
                                         : v1::CODE_LAYOUT_CANONICAL;
 }
 
+v1::ActivationPrecision ToProto(ActivationPrecision precision) {
+  switch (precision) {
+    case ActivationPrecision::kExact:
+      return v1::ACTIVATION_PRECISION_EXACT;
+    case ActivationPrecision::kBf16:
+      return v1::ACTIVATION_PRECISION_BF16;
+    case ActivationPrecision::kInt8:
+      return v1::ACTIVATION_PRECISION_INT8;
+  }
+  return v1::ACTIVATION_PRECISION_UNSPECIFIED;
+}
+
 absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
   return WeightFormatFromWire(format, v1::WeightFormat_Name(format));
 }

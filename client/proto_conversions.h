@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
+#include "kernels/gemm_kernel.h"
 #include "nibble/v1/nibble.pb.h"
 
 namespace nibble::client {
@@ -25,6 +26,7 @@ namespace nibble::client {
 v1::WeightFormat ToProto(WeightFormat format);
 v1::DType ToProto(DType dtype);
 v1::CodeLayout ToProto(CodeLayout layout);
+v1::ActivationPrecision ToProto(ActivationPrecision precision);
 
 // INVALID_ARGUMENT, listing the valid values, for UNSPECIFIED and unknown
 // values.

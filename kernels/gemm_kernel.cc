@@ -21,11 +21,43 @@ absl::string_view KernelVariantName(KernelVariant variant) {
   return "unknown";
 }
 
+absl::string_view ActivationPrecisionName(ActivationPrecision precision) {
+  switch (precision) {
+    case ActivationPrecision::kExact:
+      return "exact";
+    case ActivationPrecision::kBf16:
+      return "bf16";
+    case ActivationPrecision::kInt8:
+      return "int8";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ActivationPrecision> ParseActivationPrecision(
+    absl::string_view name) {
+  for (ActivationPrecision precision : kAllActivationPrecisions) {
+    if (ActivationPrecisionName(precision) == name) return precision;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown activation precision \"", name, "\": use exact, bf16 or int8"));
+}
+
+ActivationPrecision ActivationPrecisionOf(const GemmKernel& kernel,
+                                          DType dtype) {
+  if (kernel.QuantizesActivationsToInt8()) return ActivationPrecision::kInt8;
+  if (kernel.RoundsActivationsToBf16(dtype)) return ActivationPrecision::kBf16;
+  return ActivationPrecision::kExact;
+}
+
 std::string GemmProblem::DebugString() const {
-  return absl::StrCat("m=", m, " n=", n, " k=", k, " ",
-                      WeightFormatName(format), " group=", group_size, " ",
-                      DTypeName(dtype), " threads=", threads,
-                      cpu_panels ? "" : " without CPU panels");
+  return absl::StrCat(
+      "m=", m, " n=", n, " k=", k, " ", WeightFormatName(format),
+      " group=", group_size, " ", DTypeName(dtype), " threads=", threads,
+      cpu_panels ? "" : " without CPU panels",
+      activation_precision == ActivationPrecision::kBf16
+          ? ""
+          : absl::StrCat(" activations=",
+                         ActivationPrecisionName(activation_precision)));
 }
 
 GemmProblem MakeGemmProblem(const PackedWeight& weight, int64_t m, DType dtype,

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "base/thread_pool.h"
@@ -41,6 +42,25 @@ enum class KernelVariant {
 // "reference", "fused", "double_buffered" or "striped".
 absl::string_view KernelVariantName(KernelVariant variant);
 
+// What a kernel makes of A before multiplying, least lossy first; a problem
+// names the lossiest one its caller accepts.
+enum class ActivationPrecision {
+  kExact,  // A as its dtype gives it, fp32 products
+  kBf16,   // A rounded to bf16 (tile and dot-product units)
+  kInt8,   // A quantized to int8 per row and group with an fp32 scale
+};
+
+// Every precision, least lossy first.
+inline constexpr ActivationPrecision kAllActivationPrecisions[] = {
+    ActivationPrecision::kExact, ActivationPrecision::kBf16,
+    ActivationPrecision::kInt8};
+
+// "exact", "bf16" or "int8".
+absl::string_view ActivationPrecisionName(ActivationPrecision precision);
+// INVALID_ARGUMENT listing the valid names for any other.
+absl::StatusOr<ActivationPrecision> ParseActivationPrecision(
+    absl::string_view name);
+
 struct GemmProblem {
   int64_t m = 0;
   int64_t n = 0;
@@ -52,6 +72,9 @@ struct GemmProblem {
   // Whether B has the CPU kernels' panels: false for a weight that an
   // accelerator serves whole (PackedWeight::WithoutPanels).
   bool cpu_panels = true;
+  // The lossiest treatment of A the caller accepts: kBf16 lets the
+  // scheduler pick bf16 kernels where they are faster, kInt8 int8 ones too.
+  ActivationPrecision activation_precision = ActivationPrecision::kBf16;
 
   // e.g. "m=4 n=4096 k=4096 u4b8 group=128 f32 threads=2".
   std::string DebugString() const;
@@ -92,6 +115,9 @@ class GemmKernel {
   // multiplying, as tile and dot-product units take it; accumulation stays
   // fp32.
   virtual bool RoundsActivationsToBf16(DType /*dtype*/) const { return false; }
+  // Whether A is quantized to int8 (with an fp32 scale per row and group)
+  // before multiplying, whatever its dtype; accumulation is int32 per group.
+  virtual bool QuantizesActivationsToInt8() const { return false; }
   // Requires Supports(problem) and operands matching the problem.
   virtual absl::Status Run(const GemmProblem& problem,
                            const GemmOperands& operands,
@@ -107,6 +133,10 @@ class GemmKernel {
                                  absl::Span<const RowBlock> blocks,
                                  ThreadPool& pool) const;
 };
+
+// What `kernel` makes of A of `dtype`.
+ActivationPrecision ActivationPrecisionOf(const GemmKernel& kernel,
+                                          DType dtype);
 
 }  // namespace nibble
 

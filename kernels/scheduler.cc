@@ -54,7 +54,10 @@ absl::StatusOr<const GemmKernel*> Scheduler::Pick(
       KernelVariant::kReference};
   for (KernelVariant variant : order) {
     for (const GemmKernel* kernel : kernels_) {
-      if (kernel->variant() == variant && kernel->Supports(problem)) {
+      if (kernel->variant() == variant &&
+          ActivationPrecisionOf(*kernel, problem.dtype) <=
+              problem.activation_precision &&
+          kernel->Supports(problem)) {
         return kernel;
       }
     }

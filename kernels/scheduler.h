@@ -1,7 +1,9 @@
 // Picks the kernel for a problem among the registered ones: the tuning table
 // names the variant that should win for the problem's shape, and the first
 // registered kernel of that variant that supports the problem runs. When none
-// does, the other fast variants are tried, then the scalar reference. The
+// does, the other fast variants are tried, then the scalar reference. A
+// kernel that treats A more lossily than the problem accepts
+// (GemmProblem::activation_precision) never runs. The
 // table answers with the rules of the first ISA level among the kernels' (in
 // their order: cpu::CpuKernels lists the CPU's own level first, then the ones
 // below) that it has rules for. Where the table has no rule, a rule function

@@ -24,6 +24,7 @@
 #include "base/command_line.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/gemm_kernel.h"
 #include "server/core/checkpoint_loader.h"
 #include "server/core/weight_store.h"
 #include "server/edge/nibble_server.h"
@@ -177,6 +178,14 @@ void AnnounceListening(const NibbledOptions& options,
     LogWarning("tuning table not used on the cuda backend",
                {{"tuning_table", tuning_table_path}});
   }
+  if (options.server.batching.activation_precision ==
+          nibble::ActivationPrecision::kInt8 &&
+      (on_gpu || isa < nibble::cpu::Isa::kAvx512Vnni)) {
+    LogWarning(
+        "no int8 kernels run here: they need the cpu backend on a CPU with "
+        "AVX-512 VNNI; requests run as with --activation_precision=bf16",
+        {{"kernels", nibble::cpu::IsaName(isa)}});
+  }
   const std::string variants_from =
       on_gpu ? std::string("GPU's variant rule")
              : absl::StrCat("tuning table ", tuning_table_name, " (",
@@ -212,6 +221,9 @@ void AnnounceListening(const NibbledOptions& options,
        {"device", device},
        {"threads", server.threads()},
        {"kernels", nibble::cpu::IsaName(isa)},
+       {"activation_precision",
+        nibble::ActivationPrecisionName(
+            options.server.batching.activation_precision)},
        {"tuning_table", on_gpu ? "unused" : tuning_table_name},
        {"data_dir", data_dir},
        {"weights_loaded", loaded.weights_loaded},

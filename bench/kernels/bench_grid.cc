@@ -46,8 +46,9 @@ std::vector<PointResult> MedianOverRounds(
 
 absl::StatusOr<std::vector<PointResult>> TimeWeight(
     const WeightKind& kind, const Shape& shape, const std::vector<int64_t>& ms,
-    const Scheduler& scheduler, ThreadPool& pool, int repeats,
-    int64_t llc_bytes, absl::FunctionRef<void(int64_t m)> before_each) {
+    ActivationPrecision precision, const Scheduler& scheduler, ThreadPool& pool,
+    int repeats, int64_t llc_bytes,
+    absl::FunctionRef<void(int64_t m)> before_each) {
   const WeightSpec spec{kind.format, shape.k, shape.n, kind.group_size};
   absl::StatusOr<PackedWeight> packed =
       PackedWeight::Pack(RandomQuantizedWeight(spec, /*seed=*/42));
@@ -58,15 +59,17 @@ absl::StatusOr<std::vector<PointResult>> TimeWeight(
   std::vector<PointResult> results;
   for (int64_t m : ms) {
     before_each(m);
-    const GemmProblem problem =
+    const GemmProblem bf16_problem =
         MakeGemmProblem(*packed, m, DType::kF32, pool.threads());
+    GemmProblem problem = bf16_problem;
+    problem.activation_precision = precision;
     const std::vector<float> a = RandomFloats(m * shape.k, /*seed=*/m);
     std::vector<float> c(m * shape.n);
     absl::StatusOr<const GemmKernel*> pick = scheduler.Pick(problem);
     if (!pick.ok()) return pick.status();
 
     std::vector<const GemmKernel*> timed =
-        FastKernels(scheduler.kernels(), problem);
+        FastKernels(scheduler.kernels(), bf16_problem);
     if (std::find(timed.begin(), timed.end(), *pick) == timed.end() &&
         (*pick)->variant() != KernelVariant::kReference) {
       timed.push_back(*pick);
@@ -95,6 +98,7 @@ absl::StatusOr<std::vector<PointResult>> TimeWeight(
       result.kernels.push_back({.kernel = std::string(kernel->name()),
                                 .variant = kernel->variant(),
                                 .pick = kernel == *pick,
+                                .int8 = kernel->QuantizesActivationsToInt8(),
                                 .timing = timing});
     }
     results.push_back(std::move(result));

@@ -31,6 +31,8 @@ struct KernelTiming {
   std::string kernel;  // e.g. "fused_u4b8_avx512"
   KernelVariant variant = KernelVariant::kFused;
   bool pick = false;  // the scheduler's pick for the problem
+  // Whether it quantizes A to int8 (--activation_precision=int8's pick).
+  bool int8 = false;
   Timing timing;
 };
 
@@ -64,12 +66,14 @@ std::vector<const GemmKernel*> FastKernels(
 std::vector<PointResult> MedianOverRounds(
     const std::vector<std::vector<PointResult>>& rounds);
 
-// One result per m of `ms`, on a random weight of `kind` and `shape`. Calls
-// before_each(m) before timing each m. The first kernel error, if any.
+// One result per m of `ms`, on a random weight of `kind` and `shape`, the
+// pick made for problems of `precision` (the fast variants as for bf16).
+// Calls before_each(m) before timing each m. The first kernel error, if any.
 absl::StatusOr<std::vector<PointResult>> TimeWeight(
     const WeightKind& kind, const Shape& shape, const std::vector<int64_t>& ms,
-    const Scheduler& scheduler, ThreadPool& pool, int repeats,
-    int64_t llc_bytes, absl::FunctionRef<void(int64_t m)> before_each);
+    ActivationPrecision precision, const Scheduler& scheduler, ThreadPool& pool,
+    int repeats, int64_t llc_bytes,
+    absl::FunctionRef<void(int64_t m)> before_each);
 
 }  // namespace nibble::bench
 

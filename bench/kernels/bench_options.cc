@@ -28,6 +28,8 @@ ABSL_FLAG(bool, quick, false, "a grid of seconds, for CI");
 ABSL_FLAG(std::string, tuning_table, "", "the scheduler's table");
 ABSL_FLAG(std::string, json, "",
           "JSON lines into this file; alone, JSON lines on stdout");
+ABSL_FLAG(std::string, activation_precision, "",
+          "what the scheduler's pick may make of A: exact, bf16 or int8");
 ABSL_FLAG(std::string, write_tuning_table, "",
           "the fastest variant per shape and M, as a tuning table");
 
@@ -136,6 +138,13 @@ absl::Status ApplyValueFlag(absl::string_view name, absl::string_view value,
         ParsePositive(name, value, value, kMaxRounds);
     if (!rounds.ok()) return rounds.status();
     given.rounds = static_cast<int>(*rounds);
+  } else if (name == "activation_precision") {
+    absl::StatusOr<ActivationPrecision> precision =
+        ParseActivationPrecision(value);
+    if (!precision.ok()) {
+      return FlagError(name, value, precision.status().message());
+    }
+    options.activation_precision = *precision;
   } else if (name == "tuning_table") {
     options.tuning_table_path = std::string(value);
   } else if (name == "write_tuning_table") {
@@ -177,6 +186,12 @@ absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
     options.weights = std::move(weights);
   }
   Deduplicate(options.weights);
+  if (options.activation_precision == ActivationPrecision::kInt8 &&
+      !options.write_tuning_table_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--write_tuning_table measures the variants the scheduler picks "
+        "among by default; drop --activation_precision=int8 to write one");
+  }
   if (given.threads) options.threads = *given.threads;
   if (given.repeats) options.repeats = *given.repeats;
   if (given.rounds) options.rounds = *given.rounds;
@@ -201,9 +216,16 @@ absl::StatusOr<BenchOptions> ParseBenchCommandLine(int argc, char* argv[]) {
   // The flags ApplyValueFlag reads; the others given are --quick, --json
   // and absl's own (--flagfile, ...).
   static const std::vector<absl::string_view> kValueFlags = {
-      "m",      "shapes",       "formats",
-      "groups", "threads",      "repeats",
-      "rounds", "tuning_table", "write_tuning_table"};
+      "m",
+      "shapes",
+      "formats",
+      "groups",
+      "threads",
+      "repeats",
+      "rounds",
+      "activation_precision",
+      "tuning_table",
+      "write_tuning_table"};
   absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
       "nibble-bench", argc, argv,
       {.optional_value_flags = {"json"}, .switch_flags = {"quick"}});
@@ -267,6 +289,9 @@ Usage: nibble-bench [flags]
                         the median over them; OpenBLAS is timed in the first
   --quick               a grid of seconds, for CI (the flags above still
                         narrow or change it)
+  --activation_precision=exact|bf16|int8
+                        what the scheduler's pick may make of A (default
+                        bf16); int8 times the int8 kernel beside the others
   --tuning_table=FILE   the scheduler's table (default: the built-in one)
   --json                JSON lines on stdout instead of the table
   --json=FILE           JSON lines into FILE, the table on stdout

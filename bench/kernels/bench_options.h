@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/kernels/bench_flags.h"
+#include "kernels/gemm_kernel.h"
 
 namespace nibble::bench {
 
@@ -29,6 +30,9 @@ struct BenchOptions {
   int repeats = 10;
   // Passes over the whole grid; each kernel's time is the median over them.
   int rounds = 1;
+  // What the scheduler's pick may make of A; the fast variants are timed
+  // as the default (bf16) picks them.
+  ActivationPrecision activation_precision = ActivationPrecision::kBf16;
   // Empty: TuningTable::Default().
   std::string tuning_table_path;
   std::string write_tuning_table_path;

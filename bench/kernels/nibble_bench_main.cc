@@ -156,8 +156,8 @@ int Run(const BenchOptions& options) {
       }
       for (const WeightKind& kind : options.weights) {
         absl::StatusOr<std::vector<PointResult>> timed = TimeWeight(
-            kind, shape, options.ms, scheduler, pool, options.repeats,
-            llc_bytes,
+            kind, shape, options.ms, options.activation_precision, scheduler,
+            pool, options.repeats, llc_bytes,
             [&](int64_t m) { progress.Step(PointName(kind, shape, m)); });
         if (!timed.ok()) {
           progress.Finish();

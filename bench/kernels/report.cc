@@ -97,8 +97,9 @@ std::string TableHeader(const ReportContext& context) {
       context.repeats);
   absl::StrAppend(
       &header,
-      "  columns         pick = the scheduler's variant, x best = its time "
-      "over the best; GB/s, GFLOP/s and %peak of the best\n\n");
+      "  columns         pick = the scheduler's variant (int8: the int8 "
+      "kernel), x best = its time over the best; GB/s, GFLOP/s and %peak of "
+      "the best\n\n");
   absl::StrAppendFormat(
       &header,
       "%-6s %5s %5s %6s %6s %9s %9s %9s  %-16s %6s %9s %6s %8s %6s "
@@ -133,9 +134,10 @@ std::string TableLine(const ReportContext& context, const PointResult& result,
     if (timing.pick) pick = &timing;
   }
   if (pick != nullptr) {
-    absl::StrAppendFormat(&line, "  %-16s %6.2f",
-                          KernelVariantName(pick->variant),
-                          pick->timing.median_us / best->timing.median_us);
+    absl::StrAppendFormat(
+        &line, "  %-16s %6.2f",
+        pick->int8 ? "int8" : KernelVariantName(pick->variant),
+        pick->timing.median_us / best->timing.median_us);
   } else {
     absl::StrAppendFormat(&line, "  %-16s %6s", result.pick + "*", "-");
   }

@@ -64,7 +64,6 @@ namespace {
 using bf16::Bf16Context;
 using bf16::kPairRowValues;
 using bf16::kWidth;
-using bf16::Segment;
 
 constexpr int64_t kTileRows = 16;
 constexpr int64_t kTileK = 32;  // bf16 values per tile row

@@ -47,7 +47,6 @@ namespace {
 using bf16::Bf16Context;
 using bf16::kPairRowValues;
 using bf16::kWidth;
-using bf16::Segment;
 
 struct DotProducts {
   static constexpr char kIsa[] = "avx512_bf16";

@@ -47,6 +47,8 @@
 #include "format/weight_format.h"
 #include "kernels/cpu/float_operands.h"
 #include "kernels/cpu/format_kernel.h"
+#include "kernels/cpu/panel_scales_avx512.h"
+#include "kernels/cpu/segments.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
 
@@ -55,8 +57,6 @@ namespace nibble::cpu::bf16 {
 constexpr int64_t kWidth = PackedWeight::kPanelWidth;
 // bf16 values in one 16-column row of pairs.
 constexpr int64_t kPairRowValues = 2 * kWidth;
-// Rows of K dequantized at a time, at most; segments never cross a group.
-constexpr int64_t kMaxSegment = 512;
 // How far ahead of the words it dequantizes DequantizeSegment prefetches
 // codes: into the next segment of the panel, which the loop dequantizes while
 // it multiplies this one.
@@ -110,20 +110,6 @@ struct Bf16Context {
   int64_t k;
   int64_t n;
 };
-
-// The scales of one group of a panel's 16 columns, from the packed layout:
-// bf16 or fp16 (PackedScalesAreBf16).
-template <WeightFormat kFormat>
-__m512 LoadPanelScales(const uint16_t* scales) {
-  const __m256i bits =
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales));
-  if constexpr (PackedScalesAreBf16(kFormat)) {
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-  } else {
-    return _mm512_cvtph_ps(bits);
-  }
-}
 
 // A row of (k, k + 1) bf16 pairs, one column per 32-bit lane, times that
 // column's scale. Exact when the products fit bf16 (ScalesInPairs): the fp32
@@ -184,24 +170,6 @@ void DequantizeSegment(const Bf16Context& ctx, int64_t first_panel,
       }
     }
   }
-}
-
-// The k ranges the loop dequantizes at once: whole groups of at most
-// kMaxSegment rows, or pieces of a larger group.
-struct Segment {
-  int64_t k;
-  int64_t len;
-};
-
-inline std::vector<Segment> Segments(int64_t k, int64_t group_size) {
-  std::vector<Segment> segments;
-  for (int64_t group_k = 0; group_k < k; group_k += group_size) {
-    const int64_t group_end = std::min(k, group_k + group_size);
-    for (int64_t s = group_k; s < group_end; s += kMaxSegment) {
-      segments.push_back({s, std::min(kMaxSegment, group_end - s)});
-    }
-  }
-  return segments;
 }
 
 // Each thread takes whole blocks of kBlockPanels panels. For every segment of

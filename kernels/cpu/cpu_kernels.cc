@@ -36,6 +36,8 @@ absl::string_view IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512_vnni";
     case Isa::kAvx512Bf16:
       return "avx512_bf16";
     case Isa::kAmx:
@@ -55,9 +57,13 @@ Isa DetectIsa() {
         __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq")) {
       isa = Isa::kAvx512;
-      if (__builtin_cpu_supports("avx512bf16")) {
-        isa = Isa::kAvx512Bf16;
-        if (HasAmxTileAndBf16() && RequestAmxPermission()) isa = Isa::kAmx;
+      // Every CPU with AVX-512 BF16 so far has VNNI too.
+      if (__builtin_cpu_supports("avx512vnni")) {
+        isa = Isa::kAvx512Vnni;
+        if (__builtin_cpu_supports("avx512bf16")) {
+          isa = Isa::kAvx512Bf16;
+          if (HasAmxTileAndBf16() && RequestAmxPermission()) isa = Isa::kAmx;
+        }
       }
     }
   }
@@ -72,6 +78,9 @@ Isa DetectIsa() {
 const std::vector<CpuKernel>& AllCpuKernels() {
   static const std::vector<CpuKernel>* const kernels = [] {
     auto* list = new std::vector<CpuKernel>;
+    for (auto& kernel : MakeAvx512VnniKernels()) {
+      list->push_back({kernel.release(), Isa::kAvx512Vnni});
+    }
     for (auto& kernel : MakeAmxKernels()) {
       list->push_back({kernel.release(), Isa::kAmx});
     }

@@ -1,8 +1,10 @@
 // The one place that decides which CPU kernels this machine runs, by its
 // instruction sets. The environment variable NIBBLE_ISA (scalar, avx2,
-// avx512, avx512_bf16, amx) caps the level, to test or compare the slower
-// paths on a faster CPU. The avx512_bf16 and amx kernels round activations to
-// bf16; NIBBLE_ISA=avx512 keeps every product in fp32.
+// avx512, avx512_vnni, avx512_bf16, amx) caps the level, to test or compare
+// the slower paths on a faster CPU. The avx512_bf16 and amx kernels round
+// activations to bf16; NIBBLE_ISA=avx512_vnni (or lower) keeps every product
+// in fp32. The avx512_vnni kernels quantize activations to int8 and run only
+// for problems that accept it (ActivationPrecision::kInt8).
 //
 // Example:
 //   nibble::Scheduler scheduler(nibble::cpu::CpuKernels());
@@ -17,10 +19,11 @@
 namespace nibble::cpu {
 
 // Ordered: each level includes the ones before it.
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmx };
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kAvx512Bf16, kAmx };
 
 // Every level, slowest first.
-inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
+inline constexpr Isa kAllIsas[] = {Isa::kScalar,     Isa::kAvx2,
+                                   Isa::kAvx512,     Isa::kAvx512Vnni,
                                    Isa::kAvx512Bf16, Isa::kAmx};
 
 absl::string_view IsaName(Isa isa);
@@ -35,7 +38,9 @@ struct CpuKernel {
 // Every CPU kernel compiled in, whether or not this CPU can run it.
 const std::vector<CpuKernel>& AllCpuKernels();
 
-// The kernels that run at `isa`, fastest ISA first, the references last.
+// The kernels that run at `isa`: the int8 ones first (only problems that
+// accept int8 take them, and those take them before any other), then the
+// rest fastest ISA first, the references last.
 // The kernels live for the whole program.
 std::vector<const GemmKernel*> CpuKernels(Isa isa = DetectIsa());
 

@@ -1,5 +1,7 @@
 // The common shape of the CPU kernels: one variant, one weight format, one
-// ISA, named "<variant>_<format>_<isa>" (e.g. "fused_u4b8_avx2"). A kernel
+// ISA, named "<variant>_<format>_<isa>" (e.g. "fused_u4b8_avx2"), with
+// "_<precision>" after it for a kernel that quantizes A (e.g.
+// "double_buffered_u4b8_avx512_vnni_int8"). A kernel
 // derives from it and implements Run, which can hand its format to loops
 // templated on it through WithFormatConstant (format/weight_format.h).
 //
@@ -25,12 +27,13 @@ namespace nibble::cpu {
 class FormatKernel : public GemmKernel {
  public:
   FormatKernel(KernelVariant variant, WeightFormat format,
-               absl::string_view isa)
+               absl::string_view isa, absl::string_view precision = "")
       : variant_(variant),
         format_(format),
         isa_(isa),
         name_(absl::StrCat(KernelVariantName(variant), "_",
-                           WeightFormatName(format), "_", isa)) {}
+                           WeightFormatName(format), "_", isa,
+                           precision.empty() ? "" : "_", precision)) {}
 
   absl::string_view name() const override { return name_; }
   KernelVariant variant() const override { return variant_; }

@@ -18,6 +18,12 @@ namespace nibble::cpu {
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx2Kernels();
 // AVX-512 F, BW, VL and DQ.
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Kernels();
+// AVX-512 VNNI int8 dot products (vpdpbusd), on top of MakeAvx512Kernels'
+// sets: double-buffered only, one kernel per format whose codes are exact
+// int8 and whose groups have at least 32 rows (all but nvfp4). They quantize A
+// to int8 per row and group, and support only problems that accept
+// ActivationPrecision::kInt8.
+std::vector<std::unique_ptr<GemmKernel>> MakeAvx512VnniKernels();
 // AVX-512 BF16 dot products (vdpbf16ps), on top of MakeAvx512Kernels' sets:
 // double-buffered only, for large M. They round A to bf16 (fp32
 // accumulation); the 4-bit weights stay exact.

@@ -12,13 +12,16 @@ namespace nibble::server {
 MatmulBackend BackendOf(const MatmulRunner* runner) {
   return {.run =
               [runner](const ResidentWeight& weight, DType dtype,
+                       ActivationPrecision precision,
                        absl::Span<const RowBlock> blocks) {
-                return runner->RunBlocks(weight.packed, dtype, blocks,
-                                         weight.device.get());
+                return runner->RunBlocks(weight.packed, dtype, precision,
+                                         blocks, weight.device.get());
               },
           .loses_precision =
-              [runner](const ResidentWeight& weight, int64_t m, DType dtype) {
-                return runner->LosesPrecision(weight.packed, m, dtype);
+              [runner](const ResidentWeight& weight, int64_t m, DType dtype,
+                       ActivationPrecision precision) {
+                return runner->LosesPrecision(weight.packed, m, dtype,
+                                              precision);
               }};
 }
 
@@ -33,6 +36,9 @@ MatmulBatcher::~MatmulBatcher() { Shutdown(); }
 
 void MatmulBatcher::Submit(MatmulWork work) {
   const ResidentWeight& weight = *work.weight;
+  if (!work.activation_precision.has_value()) {
+    work.activation_precision = options_.activation_precision;
+  }
   if (absl::Status status =
           CheckMatmulShape(weight.packed.spec(), weight.name, work.m, work.k,
                            work.dtype, work.a.size());
@@ -224,10 +230,15 @@ MatmulBatcher::Batch MatmulBatcher::TakeBatch(WeightQueue& queue,
           std::move(work),
           absl::CancelledError("the client cancelled the matmul while it was "
                                "queued; it was not run"));
-    } else if (batch.run.empty() || (work.dtype == batch.run.front().dtype &&
-                                     rows + m <= options_.max_batch_rows)) {
-      const bool alone_loses = LosesPrecision(weight, m, work.dtype);
-      if (!batch.run.empty() && LosesPrecision(weight, rows + m, work.dtype) &&
+    } else if (batch.run.empty() ||
+               (work.dtype == batch.run.front().dtype &&
+                work.activation_precision ==
+                    batch.run.front().activation_precision &&
+                rows + m <= options_.max_batch_rows)) {
+      const ActivationPrecision precision = *work.activation_precision;
+      const bool alone_loses = LosesPrecision(weight, m, work.dtype, precision);
+      if (!batch.run.empty() &&
+          LosesPrecision(weight, rows + m, work.dtype, precision) &&
           !(all_lose_precision && alone_loses)) {
         break;  // the batch is as large as it can be without rounding
       }
@@ -248,8 +259,10 @@ MatmulBatcher::Batch MatmulBatcher::TakeBatch(WeightQueue& queue,
 }
 
 bool MatmulBatcher::LosesPrecision(const ResidentWeight& weight, int64_t m,
-                                   DType dtype) const {
-  return backend_.loses_precision && backend_.loses_precision(weight, m, dtype);
+                                   DType dtype,
+                                   ActivationPrecision precision) const {
+  return backend_.loses_precision &&
+         backend_.loses_precision(weight, m, dtype, precision);
 }
 
 void MatmulBatcher::RunBatch(Batch batch) {
@@ -272,7 +285,8 @@ void MatmulBatcher::RunBatch(Batch batch) {
     rows += work.m;
   }
   const absl::Time compute_start = absl::Now();
-  absl::StatusOr<MatmulRun> run = backend_.run(weight, dtype, blocks);
+  absl::StatusOr<MatmulRun> run = backend_.run(
+      weight, dtype, *batch.run.front().activation_precision, blocks);
   const absl::Duration compute_time = absl::Now() - compute_start;
   {
     const int64_t requests = static_cast<int64_t>(batch.run.size());

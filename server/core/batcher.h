@@ -20,10 +20,11 @@
 // Queueing: one FIFO per weight, bounded by max_queue_rows rows of A. A queue
 // is ready once it holds max_batch_rows rows or its oldest request has waited
 // max_batch_delay. A batch takes the oldest request and then, in order, every
-// queued request of the same dtype that still fits; a request of more than
-// max_batch_rows rows runs alone.
+// queued request of the same dtype and activation precision that still fits;
+// a request of more than max_batch_rows rows runs alone.
 // Precision: a request never joins a batch whose kernel would round A to
-// bf16 unless it would be rounded alone too (see MatmulBackend), so that an
+// bf16 (or quantize it to int8, where the request accepts that) unless it
+// would be alone too (see MatmulBackend), so that an
 // f32 result does not depend on the load; with AMX this caps f32 and f16
 // batches below the size at which the scheduler picks an AMX kernel.
 // Fairness: among ready weights the one whose oldest request has waited
@@ -44,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -56,6 +58,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "format/dtype.h"
+#include "kernels/gemm_kernel.h"
 #include "server/core/matmul_runner.h"
 #include "server/core/weight_store.h"
 #include "server/operations/metrics_histogram.h"
@@ -81,6 +84,8 @@ struct BatcherOptions {
   // A request of at most kMaxInlineRows on an idle weight runs at once on
   // the submitting thread; off, every request goes through a dispatcher.
   bool run_idle_inline = true;
+  // For requests that name none (nibbled --activation_precision).
+  ActivationPrecision activation_precision = ActivationPrecision::kBf16;
 };
 
 // One request to multiply `m` rows of A by a weight.
@@ -91,6 +96,9 @@ struct MatmulWork {
   // The request's K, 0 for the weight's.
   int64_t k = 0;
   std::string a;  // [m, K] in dtype
+  // The lossiest treatment of A the request accepts; empty for
+  // BatcherOptions::activation_precision.
+  std::optional<ActivationPrecision> activation_precision;
   absl::Time deadline = absl::InfiniteFuture();
   // Whether the caller has gone away; empty for never. Called with the
   // batcher's lock held, so it must be cheap and must not call the batcher.
@@ -105,13 +113,15 @@ struct MatmulBackend {
   // Multiplies the rows of `blocks`, one per request, by `weight` as one
   // kernel call, reading each request's A and writing its C in place (see
   // MatmulRunner::RunBlocks); called once per batch.
-  std::function<absl::StatusOr<MatmulRun>(const ResidentWeight& weight,
-                                          DType dtype,
-                                          absl::Span<const RowBlock> blocks)>
+  std::function<absl::StatusOr<MatmulRun>(
+      const ResidentWeight& weight, DType dtype, ActivationPrecision precision,
+      absl::Span<const RowBlock> blocks)>
       run;
-  // Whether `m` rows would run with A rounded below the precision of dtype;
-  // empty for never. Called with the batcher's lock held.
-  std::function<bool(const ResidentWeight& weight, int64_t m, DType dtype)>
+  // Whether `m` rows, at most as lossy as `precision`, would run with A
+  // below the precision of dtype; empty for never. Called with the
+  // batcher's lock held.
+  std::function<bool(const ResidentWeight& weight, int64_t m, DType dtype,
+                     ActivationPrecision precision)>
       loses_precision;
 };
 
@@ -236,8 +246,9 @@ class MatmulBatcher final {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Batch TakeBatch(WeightQueue& queue, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool LosesPrecision(const ResidentWeight& weight, int64_t m,
-                      DType dtype) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LosesPrecision(const ResidentWeight& weight, int64_t m, DType dtype,
+                      ActivationPrecision precision) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the batch and answers every request in it; the requests are
   // destroyed here too, outside the lock.
   void RunBatch(Batch batch) ABSL_LOCKS_EXCLUDED(mu_);

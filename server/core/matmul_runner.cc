@@ -52,7 +52,8 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(
   MatmulResult result;
   result.c.resize(m * spec.n * DTypeSize(dtype));
   const RowBlock block{.a = a.data(), .c = result.c.data(), .rows = m};
-  absl::StatusOr<MatmulRun> run = RunBlocks(weight, dtype, {block}, device);
+  absl::StatusOr<MatmulRun> run =
+      RunBlocks(weight, dtype, ActivationPrecision::kBf16, {block}, device);
   if (!run.ok()) return run.status();
   result.kernel = std::move(run->kernel);
   result.compute_time_ns = run->compute_time_ns;
@@ -60,7 +61,8 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(
 }
 
 absl::StatusOr<MatmulRun> MatmulRunner::RunBlocks(
-    const PackedWeight& weight, DType dtype, absl::Span<const RowBlock> blocks,
+    const PackedWeight& weight, DType dtype, ActivationPrecision precision,
+    absl::Span<const RowBlock> blocks,
     const nibble::DeviceWeight* device) const {
   int64_t m = 0;
   for (const RowBlock& block : blocks) m += block.rows;
@@ -68,8 +70,8 @@ absl::StatusOr<MatmulRun> MatmulRunner::RunBlocks(
     return absl::InvalidArgumentError(
         absl::StrCat("m=", m, ": A needs at least one row"));
   }
-  const GemmProblem problem =
-      MakeGemmProblem(weight, m, dtype, pool_->threads());
+  GemmProblem problem = MakeGemmProblem(weight, m, dtype, pool_->threads());
+  problem.activation_precision = precision;
   absl::StatusOr<const GemmKernel*> kernel = scheduler_->Pick(problem);
   if (!kernel.ok()) return kernel.status();
 
@@ -110,10 +112,13 @@ absl::StatusOr<MatmulRun> MatmulRunner::RunBlocks(
 }
 
 bool MatmulRunner::LosesPrecision(const PackedWeight& weight, int64_t m,
-                                  DType dtype) const {
-  absl::StatusOr<const GemmKernel*> kernel =
-      scheduler_->Pick(MakeGemmProblem(weight, m, dtype, pool_->threads()));
-  return kernel.ok() && (*kernel)->RoundsActivationsToBf16(dtype);
+                                  DType dtype,
+                                  ActivationPrecision precision) const {
+  GemmProblem problem = MakeGemmProblem(weight, m, dtype, pool_->threads());
+  problem.activation_precision = precision;
+  absl::StatusOr<const GemmKernel*> kernel = scheduler_->Pick(problem);
+  return kernel.ok() &&
+         ActivationPrecisionOf(**kernel, dtype) != ActivationPrecision::kExact;
 }
 
 }  // namespace nibble::server

@@ -24,6 +24,7 @@
 #include "base/thread_pool.h"
 #include "format/dtype.h"
 #include "kernels/device_weight.h"
+#include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
 #include "kernels/scheduler.h"
 
@@ -56,7 +57,7 @@ class MatmulRunner {
 
   // INVALID_ARGUMENT as CheckMatmulShape answers. `device` is the weight's
   // copy in the backend's memory (ResidentWeight::device), null for none;
-  // accelerator kernels read it.
+  // accelerator kernels read it. Runs at ActivationPrecision::kBf16.
   absl::StatusOr<MatmulResult> Run(
       const PackedWeight& weight, absl::string_view weight_name, int64_t m,
       int64_t k, DType dtype, absl::string_view a,
@@ -64,16 +65,18 @@ class MatmulRunner {
 
   // Runs the rows of `blocks` as one matmul of their summed rows: each
   // block's A (of the weight's K, already checked by CheckMatmulShape) is
-  // read and its C, sized by the caller, written. INVALID_ARGUMENT for no
-  // rows; `device` as for Run.
+  // read and its C, sized by the caller, written, by a kernel that treats A
+  // at most as lossily as `precision` allows. INVALID_ARGUMENT for no rows;
+  // `device` as for Run.
   absl::StatusOr<MatmulRun> RunBlocks(
-      const PackedWeight& weight, DType dtype,
+      const PackedWeight& weight, DType dtype, ActivationPrecision precision,
       absl::Span<const RowBlock> blocks,
       const nibble::DeviceWeight* device = nullptr) const;
 
-  // Whether Run on `m` rows would round A below the precision of `dtype`:
-  // the kernel it picks rounds activations of dtype to bf16.
-  bool LosesPrecision(const PackedWeight& weight, int64_t m, DType dtype) const;
+  // Whether RunBlocks on `m` rows would take A below the precision of
+  // `dtype`: the kernel it picks rounds A to bf16 or quantizes it to int8.
+  bool LosesPrecision(const PackedWeight& weight, int64_t m, DType dtype,
+                      ActivationPrecision precision) const;
 
  private:
   const Scheduler* scheduler_;

@@ -1,6 +1,7 @@
 #include "server/edge/matmul_rpc.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -57,6 +58,9 @@ void SubmitMatmulRpc(
         done) {
   absl::StatusOr<DType> dtype = FromProto(request.dtype());
   if (!dtype.ok()) return done(dtype.status(), nullptr);
+  absl::StatusOr<std::optional<ActivationPrecision>> precision =
+      FromProto(request.activation_precision());
+  if (!precision.ok()) return done(precision.status(), nullptr);
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> weight =
       store.Get(request.weight_name());
   if (!weight.ok()) return done(weight.status(), nullptr);
@@ -89,6 +93,7 @@ void SubmitMatmulRpc(
        .m = request.m(),
        .k = request.k(),
        .a = std::move(*request.mutable_a()),
+       .activation_precision = *precision,
        .deadline = call.deadline,
        .is_cancelled = std::move(call.is_cancelled),
        .done = [done = std::move(done), m = request.m(), n,

@@ -60,7 +60,8 @@ struct RpcCall {
 RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit);
 
 // Calls `done` exactly once: at once, inside this call, with NOT_FOUND for an
-// unknown weight, INVALID_ARGUMENT for a bad dtype or shape,
+// unknown weight, INVALID_ARGUMENT for a bad dtype, activation precision or
+// shape,
 // RESOURCE_EXHAUSTED (naming the reply's size, the flag and the most rows that
 // fit) for a reply past call.reply_limit.max_bytes, RESOURCE_EXHAUSTED from
 // the reply budget, or the batcher's refusal; otherwise later from a batcher

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "grpcpp/support/status.h"
+#include "kernels/gemm_kernel.h"
 #include "nibble/v1/nibble.pb.h"
 #include "server/core/upload_assembler.h"
 #include "server/core/weight_store.h"
@@ -28,6 +30,11 @@ absl::StatusOr<DType> FromProto(v1::DType dtype);
 
 // INVALID_ARGUMENT, listing the valid values, for unknown values.
 absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout);
+
+// Empty for UNSPECIFIED (the server's default); INVALID_ARGUMENT, listing
+// the valid values, for unknown values.
+absl::StatusOr<std::optional<ActivationPrecision>> FromProto(
+    v1::ActivationPrecision precision);
 
 // The spec a header describes, with an unset global_scale (0) as 1; not yet
 // validated (see WeightSpec::Validate).

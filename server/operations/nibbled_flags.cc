@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/file_contents.h"
+#include "kernels/gemm_kernel.h"
 #include "kernels/tuning_table.h"
 #include "server/core/checkpoint_loader.h"
 #include "server/core/reply_budget.h"
@@ -104,6 +105,11 @@ ABSL_FLAG(int64_t, max_batch_rows, 64,
 ABSL_FLAG(int64_t, max_batch_delay_us, 0,
           "How long, in microseconds, a queued Matmul may wait for others on "
           "its weight to join its batch; 0 never waits.");
+ABSL_FLAG(std::string, activation_precision, "bf16",
+          "What kernels may make of A for requests that name no "
+          "activation_precision: exact (fp32 products), bf16 (rounded to bf16 "
+          "where that is faster) or int8 (also quantized to int8 per row and "
+          "group on CPUs with AVX-512 VNNI; see docs/performance.md).");
 ABSL_FLAG(int64_t, max_queue_rows, 4096,
           "Most rows of A that may wait per weight; requests beyond it fail "
           "with RESOURCE_EXHAUSTED.");
@@ -220,6 +226,13 @@ std::string FlagProblems() {
   if (max_batch_delay_us < 0 || max_batch_delay_us > kMaxBatchDelayUs) {
     absl::StrAppend(&problems, "--max_batch_delay_us=", max_batch_delay_us,
                     " must be from 0 to ", kMaxBatchDelayUs, "\n");
+  }
+  if (absl::StatusOr<ActivationPrecision> precision =
+          ParseActivationPrecision(absl::GetFlag(FLAGS_activation_precision));
+      !precision.ok()) {
+    absl::StrAppend(&problems,
+                    "--activation_precision: ", precision.status().message(),
+                    "\n");
   }
   if (absl::GetFlag(FLAGS_max_queue_rows) < max_batch_rows) {
     absl::StrAppend(&problems,
@@ -505,11 +518,14 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
   server.uploads = {
       .idle = absl::Seconds(absl::GetFlag(FLAGS_upload_idle_seconds)),
       .max_per_connection = absl::GetFlag(FLAGS_max_uploads_per_connection)};
-  server.batching = {.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
-                     .max_batch_delay = absl::Microseconds(
-                         absl::GetFlag(FLAGS_max_batch_delay_us)),
-                     .max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows),
-                     .max_request_rows = absl::GetFlag(FLAGS_max_request_rows)};
+  server.batching = {
+      .max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows),
+      .max_batch_delay =
+          absl::Microseconds(absl::GetFlag(FLAGS_max_batch_delay_us)),
+      .max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows),
+      .max_request_rows = absl::GetFlag(FLAGS_max_request_rows),
+      .activation_precision =
+          *ParseActivationPrecision(absl::GetFlag(FLAGS_activation_precision))};
   server.data_dir = absl::GetFlag(FLAGS_data_dir);
   if (absl::Status status = SecurityFromFlags(server); !status.ok()) {
     return status;

@@ -687,6 +687,10 @@ std::vector<BadInput> MatmulRows(
       {rpc + "_Mismatched_UnknownDtype",
        edited([](auto& r) { r.set_dtype(static_cast<v1::DType>(77)); }),
        INVALID_ARGUMENT, "dtype 77 is not supported"},
+      {rpc + "_Hostile_UnknownActivationPrecision", edited([](auto& r) {
+         r.set_activation_precision(static_cast<v1::ActivationPrecision>(77));
+       }),
+       INVALID_ARGUMENT, "activation_precision 77 is not supported"},
       {rpc + "_Mismatched_BytesOfMoreRows", edited([](auto& r) {
          r.set_a(RandomABytes(16, kSpec.k, kGoodActivationsSeed));
        }),

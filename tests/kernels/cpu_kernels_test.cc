@@ -32,6 +32,7 @@ TEST(CpuKernelsTest, IsaNames) {
   EXPECT_EQ(IsaName(Isa::kScalar), "scalar");
   EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
   EXPECT_EQ(IsaName(Isa::kAvx512), "avx512");
+  EXPECT_EQ(IsaName(Isa::kAvx512Vnni), "avx512_vnni");
   EXPECT_EQ(IsaName(Isa::kAvx512Bf16), "avx512_bf16");
   EXPECT_EQ(IsaName(Isa::kAmx), "amx");
 }
@@ -44,7 +45,8 @@ TEST(CpuKernelsTest, ScalarLevelHasOnlyTheReferences) {
 }
 
 // Each vector ISA has 3 variants for each of the 5 formats; AVX-512 BF16 and
-// AMX have double_buffered for each.
+// AMX have double_buffered for each, AVX-512 VNNI (int8, listed first) for
+// each but nvfp4.
 TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   const std::vector<std::string> avx2 = Names(CpuKernels(Isa::kAvx2));
   ASSERT_EQ(avx2.size(), 20u);
@@ -54,16 +56,22 @@ TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   ASSERT_EQ(avx512.size(), 35u);
   EXPECT_EQ(avx512.front(), "fused_fp4_avx512");
   EXPECT_EQ(avx512[15], "fused_fp4_avx2");
+  const std::vector<std::string> vnni = Names(CpuKernels(Isa::kAvx512Vnni));
+  ASSERT_EQ(vnni.size(), 39u);
+  EXPECT_EQ(vnni.front(), "double_buffered_fp4_avx512_vnni_int8");
+  EXPECT_EQ(vnni[3], "double_buffered_mxfp4_avx512_vnni_int8");
+  EXPECT_EQ(vnni[4], "fused_fp4_avx512");
   const std::vector<std::string> bf16 = Names(CpuKernels(Isa::kAvx512Bf16));
-  ASSERT_EQ(bf16.size(), 40u);
-  EXPECT_EQ(bf16.front(), "double_buffered_fp4_avx512_bf16");
-  EXPECT_EQ(bf16[4], "double_buffered_nvfp4_avx512_bf16");
-  EXPECT_EQ(bf16[5], "fused_fp4_avx512");
+  ASSERT_EQ(bf16.size(), 44u);
+  EXPECT_EQ(bf16.front(), "double_buffered_fp4_avx512_vnni_int8");
+  EXPECT_EQ(bf16[4], "double_buffered_fp4_avx512_bf16");
+  EXPECT_EQ(bf16[8], "double_buffered_nvfp4_avx512_bf16");
+  EXPECT_EQ(bf16[9], "fused_fp4_avx512");
   const std::vector<std::string> amx = Names(CpuKernels(Isa::kAmx));
-  ASSERT_EQ(amx.size(), 45u);
-  EXPECT_EQ(amx.front(), "double_buffered_fp4_amx");
-  EXPECT_EQ(amx[4], "double_buffered_nvfp4_amx");
-  EXPECT_EQ(amx[5], "double_buffered_fp4_avx512_bf16");
+  ASSERT_EQ(amx.size(), 49u);
+  EXPECT_EQ(amx[4], "double_buffered_fp4_amx");
+  EXPECT_EQ(amx[8], "double_buffered_nvfp4_amx");
+  EXPECT_EQ(amx[9], "double_buffered_fp4_avx512_bf16");
 }
 
 TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {
@@ -92,13 +100,17 @@ TEST(CpuKernelsTest, Bf16LevelsHaveDoubleBufferedForEveryFormat) {
   }
 }
 
+// An int8 kernel's name ends in its precision, after the ISA.
 TEST(CpuKernelsTest, EveryKernelNamesItsVariantAndIsa) {
   for (const CpuKernel& entry : AllCpuKernels()) {
     const absl::string_view name = entry.kernel->name();
     EXPECT_TRUE(
         absl::StartsWith(name, KernelVariantName(entry.kernel->variant())))
         << name;
-    EXPECT_TRUE(absl::EndsWith(name, absl::StrCat("_", IsaName(entry.isa))))
+    const std::string suffix =
+        entry.kernel->QuantizesActivationsToInt8() ? "_int8" : "";
+    EXPECT_TRUE(
+        absl::EndsWith(name, absl::StrCat("_", IsaName(entry.isa), suffix)))
         << name;
   }
 }

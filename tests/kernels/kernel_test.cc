@@ -1,5 +1,6 @@
 // Tests every CPU kernel against the float64 reference on random problems.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <random>
@@ -16,6 +17,7 @@
 #include "format/weight_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/segments.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
 #include "tests/kernels/encoded_values.h"
@@ -40,14 +42,16 @@ struct Shape {
 
 // Odd and even M, including M > 32 and M not a multiple of the 4 rows the
 // fused kernel handles at once; N with and without a partial last panel; every
-// group size, per-channel (group = K) included. The formats with a fixed group
-// size (kMxfp4, kNvfp4) take each shape at their own group, where K allows.
+// group size, per-channel (group = K) included, and a group longer than the
+// 512 rows the double-buffered kernels take at once. The formats with a fixed
+// group size (kMxfp4, kNvfp4) take each shape at their own group, where K
+// allows.
 constexpr Shape kShapes[] = {
-    {1, 128, 8, 32},     {3, 256, 40, 64},   {5, 512, 72, 128},
-    {7, 384, 80, 128},   {17, 256, 40, 256}, {4, 64, 16, 32},
-    {33, 192, 24, 64},   {2, 200, 72, 200},  {17, 512, 8, 32},
-    {6, 128, 56, 128},   {1, 32, 16, 32},    {3, 64, 8, 64},
-    {40, 1024, 40, 128},
+    {1, 128, 8, 32},     {3, 256, 40, 64},    {5, 512, 72, 128},
+    {7, 384, 80, 128},   {17, 256, 40, 256},  {4, 64, 16, 32},
+    {33, 192, 24, 64},   {2, 200, 72, 200},   {17, 512, 8, 32},
+    {6, 128, 56, 128},   {1, 32, 16, 32},     {3, 64, 8, 64},
+    {40, 1024, 40, 128}, {9, 1024, 24, 1024},
 };
 
 // kNvfp4's global scale in these tests: far from 1, so that a kernel that
@@ -88,13 +92,15 @@ std::vector<KernelCase> AllKernelCases() {
                                        : shape.group_size;
         if (shape.k % group_size != 0) continue;
         for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-          const GemmProblem problem{.m = shape.m,
-                                    .n = shape.n,
-                                    .k = shape.k,
-                                    .format = format,
-                                    .group_size = group_size,
-                                    .dtype = dtype,
-                                    .threads = kThreads};
+          const GemmProblem problem{
+              .m = shape.m,
+              .n = shape.n,
+              .k = shape.k,
+              .format = format,
+              .group_size = group_size,
+              .dtype = dtype,
+              .threads = kThreads,
+              .activation_precision = ActivationPrecision::kInt8};
           if (!entry.kernel->Supports(problem)) continue;
           cases.push_back({&entry, problem, 1000 + cases.size()});
         }
@@ -112,6 +118,71 @@ std::string KernelCaseName(const ::testing::TestParamInfo<KernelCase>& info) {
   return absl::StrCat(info.param.entry->kernel->name(), "_m", problem.m, "_k",
                       problem.k, "_n", problem.n, "_", group, "_",
                       DTypeName(problem.dtype));
+}
+
+// An int8 kernel rounds each A[i, k] to a multiple of its row's and
+// segment's scale, at most max_k |A[i, k]| / 127, so by at most half that;
+// the weights stay exact. Each C[i, j] is then off the float64 reference by
+// at most (max_k |A[i, k]| / 254) * sum_k |B[k, j]|, plus fp32 accumulation
+// (1e-5 of the same sum) and the rounding of C to its dtype.
+void ExpectWithinInt8Bound(const std::vector<double>& a,
+                           const QuantizedWeight& weight,
+                           const GemmProblem& problem,
+                           const std::vector<double>& got,
+                           const std::vector<double>& want) {
+  const std::vector<double> b = ReferenceDequantize(weight);
+  std::vector<double> column_abs_sums(problem.n, 0.0);
+  for (int64_t k = 0; k < problem.k; ++k) {
+    for (int64_t j = 0; j < problem.n; ++j) {
+      column_abs_sums[j] += std::abs(b[k * problem.n + j]);
+    }
+  }
+  const double output_rounding = problem.dtype == DType::kF32   ? 0.0
+                                 : problem.dtype == DType::kF16 ? 0x1p-11
+                                                                : 0x1p-8;
+  int64_t outside = 0;
+  for (int64_t i = 0; i < problem.m; ++i) {
+    double row_max = 0.0;
+    for (int64_t k = 0; k < problem.k; ++k) {
+      row_max = std::max(row_max, std::abs(a[i * problem.k + k]));
+    }
+    for (int64_t j = 0; j < problem.n; ++j) {
+      const double sum = column_abs_sums[j];
+      const double bound = row_max / 254.0 * sum + 1e-5 * row_max * sum +
+                           output_rounding * std::abs(want[i * problem.n + j]);
+      const double error =
+          std::abs(got[i * problem.n + j] - want[i * problem.n + j]);
+      if (!(error <= bound) && ++outside <= 3) {
+        ADD_FAILURE() << "C[" << i << ", " << j
+                      << "] = " << got[i * problem.n + j] << ", reference "
+                      << want[i * problem.n + j] << ": off by " << error
+                      << ", more than the int8 bound " << bound;
+      }
+    }
+  }
+  EXPECT_EQ(outside, 0) << "elements outside the int8 bound";
+
+  // That rounding is all it may lose: on A quantized as the contract says
+  // (per row and segment, to nearest) it must be as close as an fp32 kernel.
+  std::vector<double> quantized = a;
+  for (int64_t i = 0; i < problem.m; ++i) {
+    for (const cpu::Segment& segment :
+         cpu::Segments(problem.k, problem.group_size)) {
+      double* values = quantized.data() + i * problem.k + segment.k;
+      double largest = 0.0;
+      for (int64_t k = 0; k < segment.len; ++k) {
+        largest = std::max(largest, std::abs(values[k]));
+      }
+      const float scale = static_cast<float>(largest) / 127.0f;
+      for (int64_t k = 0; k < segment.len && largest > 0; ++k) {
+        values[k] = scale * std::nearbyint(values[k] * 127.0 / largest);
+      }
+    }
+  }
+  EXPECT_LE(
+      MaxRelativeError(got, ReferenceMatmul(quantized, problem.m, weight)),
+      problem.dtype == DType::kF32 ? 1e-4 : 1e-2)
+      << "against A quantized to int8";
 }
 
 class KernelTest : public ::testing::TestWithParam<KernelCase> {};
@@ -157,8 +228,12 @@ TEST_P(KernelTest, MatchesTheFloat64Reference) {
   c.resize(c_bytes);
 
   const std::vector<double> got = Decode(problem.dtype, c);
-  const bool rounds_a = entry.kernel->RoundsActivationsToBf16(problem.dtype);
   const std::vector<double> want = ReferenceMatmul(a.values, problem.m, weight);
+  if (entry.kernel->QuantizesActivationsToInt8()) {
+    ExpectWithinInt8Bound(a.values, weight, problem, got, want);
+    return;
+  }
+  const bool rounds_a = entry.kernel->RoundsActivationsToBf16(problem.dtype);
   const double tolerance =
       problem.dtype == DType::kF32 && !rounds_a ? 1e-4 : 1e-2;
   EXPECT_LE(MaxRelativeError(got, want), tolerance);
@@ -190,7 +265,8 @@ TEST(CpuKernelCoverageTest, EveryIsaHasOneKernelPerVariantAndFormat) {
         .format = format,
         .group_size = FixedGroupSize(format) > 0 ? FixedGroupSize(format) : 32,
         .dtype = DType::kF32,
-        .threads = 1};
+        .threads = 1,
+        .activation_precision = ActivationPrecision::kInt8};
     for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
       for (KernelVariant variant :
            {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
@@ -207,6 +283,19 @@ TEST(CpuKernelCoverageTest, EveryIsaHasOneKernelPerVariantAndFormat) {
             << " " << cpu::IsaName(isa);
       }
     }
+    // Every format's codes are exact int8 (or the format would fall back);
+    // only groups shorter than 32 rows (nvfp4's) have no int8 kernel.
+    int int8_kernels = 0;
+    for (const cpu::CpuKernel& entry : cpu::AllCpuKernels()) {
+      if (entry.isa == cpu::Isa::kAvx512Vnni &&
+          entry.kernel->QuantizesActivationsToInt8() &&
+          entry.kernel->Supports(problem)) {
+        ++int8_kernels;
+      }
+    }
+    EXPECT_EQ(int8_kernels,
+              FixedGroupSize(format) == 0 || FixedGroupSize(format) >= 32)
+        << WeightFormatName(format) << " int8";
   }
 }
 

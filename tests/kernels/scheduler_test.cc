@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "format/weight_format.h"
@@ -377,6 +378,51 @@ TEST(CpuSchedulerTest, NoCpuKernelTakesAWeightWithoutPanels) {
       EXPECT_THAT(kernel.status().message(), HasSubstr(" without CPU panels"));
     }
   }
+}
+
+// A problem never runs on a kernel lossier than it accepts; one that accepts
+// int8 takes an int8 kernel wherever the scheduler picks double_buffered,
+// the CPU has VNNI and the format has one, and its name says so.
+TEST(CpuSchedulerTest, PicksKernelsOfTheAcceptedActivationPrecision) {
+  const Scheduler scheduler(cpu::CpuKernels());
+  const bool has_vnni = cpu::DetectIsa() >= cpu::Isa::kAvx512Vnni;
+  for (WeightFormat format : kAllWeightFormats) {
+    for (int64_t m : {1, 16, 64, 256}) {
+      for (ActivationPrecision precision : kAllActivationPrecisions) {
+        GemmProblem problem = ProblemOfFormat(m, 4096, format);
+        problem.dtype = DType::kF32;
+        problem.activation_precision = precision;
+        SCOPED_TRACE(problem.DebugString());
+        const absl::StatusOr<const GemmKernel*> kernel =
+            scheduler.Pick(problem);
+        ASSERT_TRUE(kernel.ok()) << kernel.status();
+        EXPECT_LE(ActivationPrecisionOf(**kernel, problem.dtype), precision);
+        // nvfp4's groups of 16 have no int8 kernel.
+        const bool int8 = precision == ActivationPrecision::kInt8 && has_vnni &&
+                          format != WeightFormat::kNvfp4 &&
+                          scheduler.PreferredVariant(problem) ==
+                              KernelVariant::kDoubleBuffered;
+        EXPECT_EQ((*kernel)->QuantizesActivationsToInt8(), int8)
+            << (*kernel)->name();
+        EXPECT_EQ(absl::EndsWith((*kernel)->name(), "_int8"), int8)
+            << (*kernel)->name();
+      }
+    }
+  }
+}
+
+TEST(ActivationPrecisionTest, ParsesItsNamesAndRefusesOthers) {
+  for (ActivationPrecision precision : kAllActivationPrecisions) {
+    const absl::StatusOr<ActivationPrecision> parsed =
+        ParseActivationPrecision(ActivationPrecisionName(precision));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, precision);
+  }
+  const absl::StatusOr<ActivationPrecision> bad =
+      ParseActivationPrecision("fp8");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("\"fp8\": use exact, bf16 or int8"));
 }
 
 TEST(CpuSchedulerTest, ReadsTheBuiltInRulesOfItsKernelsLevel) {

@@ -102,10 +102,10 @@ TEST(TuningTableTest, ParseErrorsNameTheLineAndTheProblem) {
               HasSubstr("line 2: expected 7 columns"));
   EXPECT_EQ(ParseError("u4b8 128 4096 4096 2 8 fused 1\n"),
             "line 1: the first of 8 columns must be an ISA level (scalar, "
-            "avx2, avx512, avx512_bf16, amx), got \"u4b8\"");
+            "avx2, avx512, avx512_vnni, avx512_bf16, amx), got \"u4b8\"");
   EXPECT_EQ(ParseError("AVX2 u4b8 128 4096 4096 2 8 fused\n"),
             "line 1: the first of 8 columns must be an ISA level (scalar, "
-            "avx2, avx512, avx512_bf16, amx), got \"AVX2\"");
+            "avx2, avx512, avx512_vnni, avx512_bf16, amx), got \"AVX2\"");
   EXPECT_THAT(ParseError("avx512bf16 u4b8 128 4096 4096 2 8 fused\n"),
               HasSubstr("got \"avx512bf16\""));
   EXPECT_EQ(ParseError("int4 128 4096 4096 2 8 fused"),

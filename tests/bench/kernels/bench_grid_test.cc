@@ -73,14 +73,19 @@ TEST(MedianOverRoundsTest, TakesEachKernelsMedianAndSumsTheCalls) {
   EXPECT_TRUE(MedianOverRounds({}).empty());
 }
 
-TEST(TimeWeightTest, TimesEveryFastVariantAndMarksThePick) {
+class TimeWeightTest : public ::testing::TestWithParam<ActivationPrecision> {};
+
+INSTANTIATE_TEST_SUITE_P(EveryPrecision, TimeWeightTest,
+                         ::testing::ValuesIn(kAllActivationPrecisions));
+
+TEST_P(TimeWeightTest, TimesEveryFastVariantAndMarksThePick) {
   ThreadPool pool(2);
   const Scheduler scheduler(cpu::CpuKernels());
   std::vector<int64_t> announced;
-  const absl::StatusOr<std::vector<PointResult>> results =
-      TimeWeight({WeightFormat::kU4, 32}, {256, 64}, {1, 9}, scheduler, pool,
-                 /*repeats=*/2, /*llc_bytes=*/1 << 20,
-                 [&](int64_t m) { announced.push_back(m); });
+  const absl::StatusOr<std::vector<PointResult>> results = TimeWeight(
+      {WeightFormat::kU4, 32}, {256, 64}, {1, 9}, GetParam(), scheduler, pool,
+      /*repeats=*/2, /*llc_bytes=*/1 << 20,
+      [&](int64_t m) { announced.push_back(m); });
   ASSERT_TRUE(results.ok()) << results.status();
   EXPECT_THAT(announced, ::testing::ElementsAre(1, 9));
   ASSERT_EQ(results->size(), 2u);
@@ -88,15 +93,17 @@ TEST(TimeWeightTest, TimesEveryFastVariantAndMarksThePick) {
     SCOPED_TRACE(result.m);
     EXPECT_EQ(result.threads, 2);
     EXPECT_EQ(result.weight_bytes, 256 / 2 * 64 + 256 / 32 * 64 * 3);
-    const GemmProblem problem{.m = result.m,
-                              .n = 64,
-                              .k = 256,
-                              .format = WeightFormat::kU4,
-                              .group_size = 32,
-                              .dtype = DType::kF32,
-                              .threads = 2};
+    GemmProblem problem{.m = result.m,
+                        .n = 64,
+                        .k = 256,
+                        .format = WeightFormat::kU4,
+                        .group_size = 32,
+                        .dtype = DType::kF32,
+                        .threads = 2};
+    // The fast variants as the default picks among them; the pick as asked.
     const std::vector<const GemmKernel*> fast =
         FastKernels(scheduler.kernels(), problem);
+    problem.activation_precision = GetParam();
     ASSERT_GE(result.kernels.size(), fast.size());
     for (size_t i = 0; i < fast.size(); ++i) {
       EXPECT_EQ(result.kernels[i].kernel, fast[i]->name());

@@ -146,6 +146,20 @@ TEST(BenchOptionsTest, OutputFlags) {
   EXPECT_TRUE(Parse({"-h"}).help);
 }
 
+TEST(BenchOptionsTest, ActivationPrecision) {
+  EXPECT_EQ(Parse({}).activation_precision, ActivationPrecision::kBf16);
+  EXPECT_EQ(Parse({"--activation_precision=int8"}).activation_precision,
+            ActivationPrecision::kInt8);
+  EXPECT_EQ(Parse({"--activation_precision=exact"}).activation_precision,
+            ActivationPrecision::kExact);
+  EXPECT_EQ(Error({"--activation_precision=fp8"}),
+            "--activation_precision=fp8: unknown activation precision "
+            "\"fp8\": use exact, bf16 or int8");
+  EXPECT_THAT(
+      Error({"--activation_precision=int8", "--write_tuning_table=out.txt"}),
+      HasSubstr("drop --activation_precision=int8"));
+}
+
 TEST(BenchOptionsTest, UsageMistakesNameTheFlag) {
   EXPECT_EQ(Error({"--mm=1"}), "unknown flag --mm");
   EXPECT_EQ(Error({"stray"}),

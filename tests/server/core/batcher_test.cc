@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -140,6 +141,7 @@ struct KernelCall {
   const ResidentWeight* weight = nullptr;
   DType dtype = DType::kF32;
   int64_t m = 0;
+  ActivationPrecision precision = ActivationPrecision::kBf16;
 };
 
 class BatcherTest : public ::testing::Test {
@@ -152,20 +154,22 @@ class BatcherTest : public ::testing::Test {
   // runner's unless `loses_precision` is given.
   std::unique_ptr<MatmulBatcher> Start(
       BatcherOptions options, bool hold_first = true,
-      std::function<bool(const ResidentWeight&, int64_t, DType)>
+      std::function<bool(const ResidentWeight&, int64_t, DType,
+                         ActivationPrecision)>
           loses_precision = nullptr) {
     hold_first_ = hold_first;
     // The gate holds kernel calls on a dispatcher, never on the test thread.
     if (hold_first) options.run_idle_inline = false;
     if (loses_precision == nullptr) {
       loses_precision = [this](const ResidentWeight& weight, int64_t m,
-                               DType dtype) {
-        return runner_.LosesPrecision(weight.packed, m, dtype);
+                               DType dtype, ActivationPrecision precision) {
+        return runner_.LosesPrecision(weight.packed, m, dtype, precision);
       };
     }
     MatmulBackend backend{
         .run =
             [this](const ResidentWeight& weight, DType dtype,
+                   ActivationPrecision precision,
                    absl::Span<const RowBlock> blocks) {
               int64_t m = 0;
               for (const RowBlock& block : blocks) m += block.rows;
@@ -173,14 +177,14 @@ class BatcherTest : public ::testing::Test {
               {
                 absl::MutexLock lock(&mu_);
                 hold = hold_first_ && calls_.empty();
-                calls_.push_back({&weight, dtype, m});
+                calls_.push_back({&weight, dtype, m, precision});
               }
               if (hold) {
                 held_.Notify();
                 // Bounded, so that a failed test ends instead of hanging here.
                 release_.WaitForNotificationWithTimeout(kHang);
               }
-              return runner_.RunBlocks(weight.packed, dtype, blocks);
+              return runner_.RunBlocks(weight.packed, dtype, precision, blocks);
             },
         .loses_precision = std::move(loses_precision)};
     return std::make_unique<MatmulBatcher>(options, std::move(backend));
@@ -190,7 +194,8 @@ class BatcherTest : public ::testing::Test {
   std::shared_ptr<Submitted> Submit(
       MatmulBatcher& batcher, const TestWeight& weight, int64_t m, DType dtype,
       absl::Time deadline = absl::InfiniteFuture(),
-      std::function<bool()> is_cancelled = nullptr) {
+      std::function<bool()> is_cancelled = nullptr,
+      std::optional<ActivationPrecision> precision = std::nullopt) {
     auto submitted = std::make_shared<Submitted>();
     submitted->weight = &weight;
     submitted->dtype = dtype;
@@ -207,6 +212,7 @@ class BatcherTest : public ::testing::Test {
                     .dtype = dtype,
                     .m = m,
                     .a = std::move(a),
+                    .activation_precision = precision,
                     .deadline = deadline,
                     .is_cancelled = std::move(is_cancelled),
                     .done = [submitted](absl::StatusOr<MatmulResult> result) {
@@ -441,7 +447,9 @@ TEST_F(BatcherTest, RequestsNeverJoinABatchThatLosesTheirPrecision) {
   // As if batches of 4 rows and more ran on a kernel that rounds A.
   std::unique_ptr<MatmulBatcher> batcher =
       Start({.max_batch_rows = 16}, /*hold_first=*/true,
-            [](const ResidentWeight&, int64_t m, DType) { return m >= 4; });
+            [](const ResidentWeight&, int64_t m, DType, ActivationPrecision) {
+              return m >= 4;
+            });
   std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
   std::vector<std::shared_ptr<Submitted>> submitted;
   for (int i = 0; i < 7; ++i) {
@@ -453,6 +461,34 @@ TEST_F(BatcherTest, RequestsNeverJoinABatchThatLosesTheirPrecision) {
   Release();
   for (const auto& request : submitted) request->ExpectCorrect();
   EXPECT_THAT(CallRows(), ElementsAre(1, 3, 3, 1, 9));
+}
+
+// A request without a precision takes the server's; requests of different
+// precisions never share a kernel call, which runs at theirs.
+TEST_F(BatcherTest, RequestsOfOtherActivationPrecisionsNeverShareABatch) {
+  std::unique_ptr<MatmulBatcher> batcher =
+      Start({.max_batch_rows = 16,
+             .activation_precision = ActivationPrecision::kExact});
+  std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
+  const auto submit = [&](std::optional<ActivationPrecision> precision) {
+    return Submit(*batcher, weight_a_, 1, DType::kF32, absl::InfiniteFuture(),
+                  nullptr, precision);
+  };
+  std::vector<std::shared_ptr<Submitted>> exact = {submit(std::nullopt),
+                                                   submit(std::nullopt)};
+  std::vector<std::shared_ptr<Submitted>> int8 = {
+      submit(ActivationPrecision::kInt8), submit(ActivationPrecision::kInt8)};
+  exact.push_back(submit(ActivationPrecision::kExact));
+  Release();
+  for (const auto& request : exact) request->ExpectCorrect();
+  for (const auto& request : int8) EXPECT_TRUE(request->Wait().ok());
+  const std::vector<KernelCall> calls = Calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].precision, ActivationPrecision::kExact);  // held
+  EXPECT_EQ(calls[1].m, 3);
+  EXPECT_EQ(calls[1].precision, ActivationPrecision::kExact);
+  EXPECT_EQ(calls[2].m, 2);
+  EXPECT_EQ(calls[2].precision, ActivationPrecision::kInt8);
 }
 
 TEST_F(BatcherTest, IdleWeightRunsASmallRequestOnTheSubmittingThread) {

@@ -46,6 +46,32 @@ class MatmulRunnerTest : public ::testing::Test {
   MatmulRunner runner_;
 };
 
+// The problem carries the precision; a kernel lossier than it never runs,
+// and one that quantizes A loses precision.
+TEST_F(MatmulRunnerTest, RunsAtTheGivenActivationPrecision) {
+  ON_CALL(kernel_, QuantizesActivationsToInt8).WillByDefault(Return(true));
+  EXPECT_TRUE(runner_.LosesPrecision(weight_, 3, DType::kF32,
+                                     ActivationPrecision::kInt8));
+  EXPECT_FALSE(runner_.LosesPrecision(weight_, 3, DType::kF32,
+                                      ActivationPrecision::kBf16));
+  GemmProblem problem;
+  EXPECT_CALL(kernel_, Run)
+      .WillOnce(DoAll(SaveArg<0>(&problem), Return(absl::OkStatus())));
+  const std::string a = Activations(3, 64, DType::kF32);
+  std::string c(3 * 24 * sizeof(float), '\0');
+  const RowBlock block{.a = a.data(), .c = c.data(), .rows = 3};
+  absl::StatusOr<MatmulRun> run = runner_.RunBlocks(
+      weight_, DType::kF32, ActivationPrecision::kInt8, {block});
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(problem.activation_precision, ActivationPrecision::kInt8);
+  EXPECT_EQ(
+      runner_
+          .RunBlocks(weight_, DType::kF32, ActivationPrecision::kExact, {block})
+          .status()
+          .code(),
+      absl::StatusCode::kNotFound);
+}
+
 TEST_F(MatmulRunnerTest, RunsThePickedKernelOnTheRequestShape) {
   GemmProblem problem;
   GemmOperands operands;
@@ -139,8 +165,8 @@ TEST_F(MatmulRunnerTest, BlocksRunAsOneCallGatheredByTheActivationOrder) {
         }
         return absl::OkStatus();
       });
-  absl::StatusOr<MatmulRun> run =
-      runner_.RunBlocks(ordered, DType::kF32, blocks);
+  absl::StatusOr<MatmulRun> run = runner_.RunBlocks(
+      ordered, DType::kF32, ActivationPrecision::kBf16, blocks);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->kernel, "fused_fp4_mock");
   int64_t row = 0;
@@ -162,8 +188,11 @@ TEST_F(MatmulRunnerTest, BlocksRunAsOneCallGatheredByTheActivationOrder) {
 
 TEST_F(MatmulRunnerTest, BlocksWithoutRowsAreRefused) {
   EXPECT_CALL(kernel_, Run).Times(0);
-  EXPECT_EQ(runner_.RunBlocks(weight_, DType::kF32, {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      runner_.RunBlocks(weight_, DType::kF32, ActivationPrecision::kBf16, {})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(MatmulRunnerTest, ZeroKMeansTheWeightsK) {

@@ -1,6 +1,7 @@
 #include "server/edge/proto_conversions.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,26 @@ TEST(CodeLayoutProtoTest, EveryLayoutRoundTripsAndUnsetIsCanonical) {
       FromProto(static_cast<v1::CodeLayout>(9)).status().message(),
       HasSubstr("code layout 9 is not supported: use "
                 "CODE_LAYOUT_CANONICAL (unset) or CODE_LAYOUT_COLUMNS"));
+}
+
+TEST(ActivationPrecisionProtoTest, EveryPrecisionRoundTripsAndUnsetIsNone) {
+  for (ActivationPrecision precision : kAllActivationPrecisions) {
+    const absl::StatusOr<std::optional<ActivationPrecision>> back =
+        FromProto(client::ToProto(precision));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, precision);
+  }
+  const absl::StatusOr<std::optional<ActivationPrecision>> unset =
+      FromProto(v1::MatmulRequest().activation_precision());
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(*unset, std::nullopt);
+  const absl::StatusOr<std::optional<ActivationPrecision>> bad =
+      FromProto(static_cast<v1::ActivationPrecision>(9));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("activation_precision 9 is not supported: use "
+                        "ACTIVATION_PRECISION_EXACT, ACTIVATION_PRECISION_BF16 "
+                        "or ACTIVATION_PRECISION_INT8"));
 }
 
 TEST(WeightFormatProtoTest, AnUnsetGlobalScaleIsOne) {
