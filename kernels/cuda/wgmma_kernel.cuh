@@ -16,7 +16,7 @@
 //     size, so a copy per 16-column block would starve the consumers);
 //   two consumers (ConsumeStages): each owns kWeightTiles 64-column tiles of
 //     the block's columns, dequantizes them per stage and issues wgmma
-//     m64n64k16 for every 64 rows of A, then frees the stage (`empty`);
+//     m64nNk16 over all N rows of A, then frees the stage (`empty`);
 //   epilogue (StoreTile): at a tile's end the consumers write C, through the
 //     workspace when blocks share the tile (gemm_common.cuh).
 // Blocks walk the (tile, k step) sequence as gemm_common.cuh says: whole
@@ -74,8 +74,7 @@ struct WgmmaTile {
   static constexpr int kBlocks = kColumns / 16;  // 16-column code blocks
   static constexpr int kScaleRows = kWgmmaStepK / ScaleRowK(kFormat);
   static constexpr bool kZeros = HasZeros(kFormat);
-  static constexpr int kSubs = kRows / 64;  // n64 MMAs per 16 rows of K
-  static constexpr int kAcc = kWeightTiles * kSubs * 32;
+  static constexpr int kAcc = kWeightTiles * kRows / 2;
   // Stage layout: A, codes [block][lane][4 words], scales [group][block][8
   // pairs], zero points [group][block][8 byte pairs], room for a group per
   // scale row.
@@ -137,13 +136,13 @@ __device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
 }
 
 // Writes the consumers' tile `tile` of C (every consumer thread calls it).
-// Accumulator e of acc[t][sub] is row 16 w + g (+ 8 for e % 4 >= 2) of the
+// Accumulator e of acc[t] is row 16 w + g (+ 8 for e % 4 >= 2) of the
 // thread's 64-column weight tile t and column 8 (e / 4) + 2 (lane % 4)
-// (+ 1 for odd e) of A's 64-row block sub: column and row of C.
+// (+ 1 for odd e) of A's rows: column and row of C.
 template <typename Tile>
 __device__ __forceinline__ void StoreTile(
     const Params& p, int tile, Iterations iterations,
-    const float (&acc)[Tile::kWeightTiles][Tile::kSubs][32], int& last_block) {
+    const float (&acc)[Tile::kWeightTiles][Tile::kRows / 2], int& last_block) {
   const int thread = threadIdx.x - 128;
   const int consumer = thread / 128;
   const int warp = thread / 32 % 4;
@@ -151,17 +150,16 @@ __device__ __forceinline__ void StoreTile(
   const int row0 = tile % p.tiles_m * Tile::kRows + (lane % 4) * 2;
   const int col0 = tile / p.tiles_m * Tile::kColumns +
                    consumer * Tile::kWeightTiles * 64 + warp * 16 + lane / 4;
-  // Accumulator i is acc[t][sub][e] for i = (t * kSubs + sub) * 32 + e.
+  // Accumulator i is acc[t][e] for i = t * kRows / 2 + e.
   FinishTile<false>(
       p, tile, iterations,
-      *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0][0]), thread,
+      *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0]), thread,
       128 * kWgmmaConsumers, [] { SyncThreads(1, 128 * kWgmmaConsumers); },
       last_block,
       [&](int i) {
-        const int t = i / (Tile::kSubs * 32);
-        const int sub = i / 32 % Tile::kSubs;
-        const int e = i % 32;
-        return Element{row0 + sub * 64 + (e / 4) * 8 + e % 2,
+        const int t = i / (Tile::kRows / 2);
+        const int e = i % (Tile::kRows / 2);
+        return Element{row0 + (e / 4) * 8 + e % 2,
                        col0 + t * 64 + (e % 4 / 2) * 8};
       });
 }
@@ -176,20 +174,17 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
                                               int& last_block) {
   using P = Pair<typename Tile::T>;
   constexpr int kWeightTiles = Tile::kWeightTiles;
-  constexpr int kSubs = Tile::kSubs;
   constexpr int kScaleRows = Tile::kScaleRows;
   const int thread = threadIdx.x - 128;
   const int consumer = thread / 128;
   const int warp = thread / 32 % 4;
   const int lane = thread % 32;
-  float acc[kWeightTiles][kSubs][32];
+  float acc[kWeightTiles][Tile::kRows / 2];
   auto clear = [&] {
 #pragma unroll
     for (int t = 0; t < kWeightTiles; ++t)
 #pragma unroll
-      for (int sub = 0; sub < kSubs; ++sub)
-#pragma unroll
-        for (int e = 0; e < 32; ++e) acc[t][sub][e] = 0.0f;
+      for (int e = 0; e < Tile::kRows / 2; ++e) acc[t][e] = 0.0f;
   };
   // Keeps the compiler from moving accesses of the accumulators across the
   // asynchronous MMAs.
@@ -197,9 +192,7 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
 #pragma unroll
     for (int t = 0; t < kWeightTiles; ++t)
 #pragma unroll
-      for (int sub = 0; sub < kSubs; ++sub)
-#pragma unroll
-        for (int e = 0; e < 32; ++e) FenceRegister(acc[t][sub][e]);
+      for (int e = 0; e < Tile::kRows / 2; ++e) FenceRegister(acc[t][e]);
   };
   clear();
   int tile = iterations.begin / p.k_steps;
@@ -257,13 +250,10 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int t = 0; t < kWeightTiles; ++t)
-#pragma unroll
-        for (int sub = 0; sub < kSubs; ++sub) {
-          MmaM64N64K16<typename Tile::T>(
-              acc[t][sub], a[t][kk],
-              SwizzledOperand(stage + sub * 64 * 128 + kk * 32));
-        }
+      for (int t = 0; t < kWeightTiles; ++t) {
+        MmaM64K16<typename Tile::T, Tile::kRows>(
+            acc[t], a[t][kk], SwizzledOperand(stage + kk * 32));
+      }
     CommitMmas();
     WaitMmas<0>();
     fence_accumulators();
