@@ -69,6 +69,7 @@ COMMON_FLAGS = [
     f"--upload_idle_seconds={UPLOAD_IDLE_SECONDS}",
 ]
 BYSTANDER_WEIGHT = "bystander"
+BYSTANDER_SHAPE = dict(k=512, n=512)
 BYSTANDER_SEED = 1
 # A weight whose replies are large: 16 KiB per f32 row.
 WIDE_WEIGHT = dict(k=256, n=4096)
@@ -190,20 +191,25 @@ def oversized_replies(attack):
     attack.report["refused"] = refused
 
 
-def unread_replies(attack, connections):
-    """Connections whose flow-control window is 0 send Matmuls with large
-    replies and never read them: past the reply budget nibbled refuses
-    more with RESOURCE_EXHAUSTED instead of holding them."""
+def unread_replies(attack, connections, reply_rows):
+    """Connections whose flow-control window is 0 send Matmuls with replies
+    of `reply_rows` rows of WIDE_WEIGHT, then as many with replies the size
+    of the bystander's to fill what is left, and never read them: past the
+    reply budget, their connection's share or what the budget keeps free
+    for others, nibbled refuses more with RESOURCE_EXHAUSTED instead of
+    holding them, and the bystander's replies still fit while they hold
+    theirs."""
     attack.server.upload("wide", **WIDE_WEIGHT, seed=2)
     attack.acknowledged.append("wide")
-    rows = MAX_MESSAGE_BYTES // (4 * WIDE_WEIGHT["n"]) - 1
-    request = matmul_request("wide", rows, WIDE_WEIGHT["k"])
+    requests = [matmul_request("wide", reply_rows, WIDE_WEIGHT["k"]),
+                matmul_request(BYSTANDER_WEIGHT, 1, BYSTANDER_SHAPE["k"])]
     per_connection = attack.scale(64, 256)
     attackers = [RawGrpcConnection(attack.server.target, initial_window=0)
                  for _ in range(connections)]
     try:
         streams = [[attacker.start_call(MATMUL, request)
-                    for _ in range(per_connection)] for attacker in attackers]
+                    for request in requests for _ in range(per_connection)]
+                   for attacker in attackers]
         refused = 0
         for attacker, started in zip(attackers, streams):
             answers = attacker.wait_answers(started, timeout=attack.seconds /
@@ -211,9 +217,11 @@ def unread_replies(attack, connections):
             refused += sum(a.status == RESOURCE_EXHAUSTED for a in answers)
         require(refused > 0, "no unread Matmul was refused: nibbled holds "
                 f"{connections * per_connection} replies of "
-                f"{rows * WIDE_WEIGHT['n'] * 4} bytes")
-        attack.report["sent"] = connections * per_connection
+                f"{reply_rows * WIDE_WEIGHT['n'] * 4} bytes and as many small")
+        attack.report["sent"] = connections * len(requests) * per_connection
         attack.report["refused"] = refused
+        attack.report["held_mib"] = round(
+            held_reply_bytes(attack.server) / MIB, 1)
         time.sleep(attack.seconds / 2)
     finally:
         for attacker in attackers:
@@ -233,7 +241,16 @@ def held_reply_bytes(server):
 
 @scenario("3", flags=["--metrics_listen=127.0.0.1:0"])
 def unread_replies_few_connections(attack):
-    unread_replies(attack, connections=2)
+    # Replies just under --max_message_bytes.
+    unread_replies(attack, connections=2,
+                   reply_rows=MAX_MESSAGE_BYTES // (4 * WIDE_WEIGHT["n"]) - 1)
+
+
+@scenario("3", flags=["--metrics_listen=127.0.0.1:0"])
+def unread_replies_many_connections(attack):
+    # Replies of 256 KiB, small enough for 8 connections to fill the whole
+    # budget (4 x MAX_MESSAGE_BYTES) were each let hold its share.
+    unread_replies(attack, connections=8, reply_rows=16)
 
 
 @scenario("4")
@@ -661,7 +678,7 @@ def run_against_target(chosen, options):
     attack = Attack(server=server, seconds=options.seconds, full=options.full,
                     acknowledged=[BYSTANDER_WEIGHT])
     if not server.holds(BYSTANDER_WEIGHT):
-        server.upload(BYSTANDER_WEIGHT, k=512, n=512, seed=BYSTANDER_SEED)
+        server.upload(BYSTANDER_WEIGHT, **BYSTANDER_SHAPE, seed=BYSTANDER_SEED)
     attack_beside_bystander(chosen, attack, options)
     require_none_lost(server, attack.acknowledged)
     return attack.report
@@ -699,7 +716,7 @@ def run_scenario(chosen, options):
     attack = Attack(server=server, seconds=options.seconds, full=options.full,
                     acknowledged=[BYSTANDER_WEIGHT])
     try:
-        server.upload(BYSTANDER_WEIGHT, k=512, n=512, seed=BYSTANDER_SEED)
+        server.upload(BYSTANDER_WEIGHT, **BYSTANDER_SHAPE, seed=BYSTANDER_SEED)
         if chosen.prepare is not None:
             chosen.prepare(attack)
             require(server.stop() == 0, "nibbled did not exit 0 on SIGTERM")
