@@ -28,6 +28,7 @@ Uses Debian's python3 (its python3-h2 and python3-protobuf).
 import argparse
 import dataclasses
 import os
+import random
 import re
 import resource
 import shutil
@@ -43,8 +44,8 @@ FRONT_CONFIG = os.path.join(HERE, "..", "..", "deploy", "haproxy",
 sys.path.insert(0, HERE)
 from harness import (CANCEL, CONTINUATION, END_HEADERS, HEADERS, MIB,
                      RST_STREAM, Bystander, Nibbled, ProcessLimits,
-                     RawGrpcConnection, RunningServer, frame, in_background,
-                     require, run_for)
+                     RawGrpcConnection, RunningServer, frame, grpc_frame,
+                     in_background, require, run_for)
 
 # nibbled's limits in every scenario: the weight budget the RSS bound is
 # stated against (a scenario may set its own), a message size that keeps
@@ -493,6 +494,38 @@ def upload_near_the_budget(attack):
     (run_scenario)."""
     attack.server.upload("large", k=16384, n=19200, seed=6)
     attack.acknowledged.append("large")
+    time.sleep(attack.seconds)
+
+
+@scenario("7", data_dir=True, weight_budget_bytes=LARGE_BUDGET_BYTES)
+def upload_columns_near_the_budget(attack):
+    """With --data_dir, an MXFP4 upload of 144 of the 160 MiB budget in the
+    column layout its checkpoints store: nibbled packs the columns as they
+    arrive and writes its file's canonical layout from the panels at the
+    end, never holding a second copy, and restarts on the file within the
+    same limit (run_scenario)."""
+    k, n = 16384, 16384
+    header = v1.UploadWeightRequest(header=v1.WeightHeader(
+        name="columns", format=v1.WEIGHT_FORMAT_MXFP4, k=k, n=n,
+        group_size=32, code_layout=v1.CODE_LAYOUT_COLUMNS))
+    codes = random.Random(7).randbytes(MIB)
+    # E8M0 scale codes: 2^-7 to 2^8.
+    scale_codes = bytes(120 + i % 16 for i in range(MIB))
+    with RawGrpcConnection(attack.server.target) as uploader:
+        stream = uploader.start_call(UPLOAD, header.SerializeToString(),
+                                     end_stream=False)
+        for tensor, piece, size in (
+                (v1.WEIGHT_TENSOR_QWEIGHT, codes, k // 2 * n),
+                (v1.WEIGHT_TENSOR_SCALES, scale_codes, k // 32 * n)):
+            for offset in range(0, size, len(piece)):
+                chunk = v1.UploadWeightRequest(chunk=v1.WeightChunk(
+                    tensor=tensor, offset=offset, data=piece[:size - offset]))
+                uploader.send(stream, grpc_frame(chunk.SerializeToString()))
+        uploader.send(stream, b"", end_stream=True)
+        [answer] = uploader.wait_answers([stream], timeout=120)
+    attack.server.require_running()
+    require(answer.status == 0, f"the column-layout upload got {answer}")
+    attack.acknowledged.append("columns")
     time.sleep(attack.seconds)
 
 
