@@ -5,10 +5,11 @@ of issue 27 (its row numbers in brackets).
 Each scenario starts nibbled in a memory- and pids-limited cgroup (where this
 process may make one), uploads a bystander weight, attacks while a
 bystander client calls Matmul at a steady rate, and asserts: nibbled is
-alive and SERVING, the bystander's p99 stayed under --p99_ms during and
-after the attack with no failed or wrong reply, nibbled's peak RSS stayed
-within the weight budget plus a margin, and every acknowledged weight is
-still served.
+alive and SERVING, the bystander's p99 during and after the attack stayed
+within --p99_ms of what the machine gave it just before the attack
+(BUSY_MACHINE_FACTOR) with no failed or wrong reply, nibbled's peak RSS
+stayed within the weight budget plus a margin, and every acknowledged
+weight is still served.
 
     tests/hostile/hostile_test.py --bin_dir=build/bin \\
         --proto_py=build/tests/hostile/proto_py [--full] [SCENARIO...]
@@ -62,6 +63,14 @@ UPLOAD_IDLE_SECONDS = 2
 # --max_held_reply_bytes at most) and the buffers of a few hundred
 # connections.
 RSS_MARGIN_BYTES = 128 * MIB
+# The bystander's p99 during and after an attack must stay under --p99_ms
+# plus this many times its p99 alone just before the attack: on a quiet
+# machine that is about --p99_ms (the bystander alone takes 1-5 ms), while
+# other work on the same cores, which slows the bystander with or without
+# an attacker, raises the bound with it. Twice, since during an attack the
+# attacker's client and nibbled's work for it take their share of those
+# cores too.
+BUSY_MACHINE_FACTOR = 2
 # nibbled's cgroup takes the budget plus the margin, and this many threads.
 MAX_PIDS = 512
 COMMON_FLAGS = [
@@ -672,24 +681,32 @@ def require_peak_rss(server, chosen, report, key):
 
 
 def attack_beside_bystander(chosen, attack, options):
-    """The scenario's attack while the bystander calls Matmul, and the
-    bystander alone after it: alive and SERVING, the bystander's p99 under
-    the bound both times, no error and no wrong reply."""
+    """The bystander alone, then the scenario's attack while the bystander
+    calls Matmul, then the bystander alone again: alive and SERVING, no
+    error and no wrong reply, and the bystander's p99 during and after the
+    attack under --p99_ms more than the machine gave it before the attack
+    (p99_bound_ms)."""
     server = attack.server
     bystander = Bystander(server, BYSTANDER_WEIGHT, BYSTANDER_SEED)
+    before = bystander.run(options.after_seconds)
+    bound = options.p99_ms + BUSY_MACHINE_FACTOR * before.p99_ms
+    attack.report["p99_before_ms"] = round(before.p99_ms, 1)
+    attack.report["p99_bound_ms"] = round(bound, 1)
     during = bystander.start(options.seconds)
     chosen.attack(attack)
     results = {"during": during.join()}
     server.require_running()
     results["after"] = bystander.run(options.after_seconds)
     require(server.alive(), "nibbled is not SERVING after the attack")
-    for when, result in results.items():
+    for when, result in {"before": before, **results}.items():
         require(not result.errors and result.verified > 0,
                 f"bystander {when} the attack: errors {result.errors}, "
                 f"{result.verified} replies verified")
-        require(result.p99_ms < options.p99_ms,
+    for when, result in results.items():
+        require(result.p99_ms < bound,
                 f"bystander p99 {when} the attack {result.p99_ms:.1f} ms,"
-                f" over {options.p99_ms} ms")
+                f" over {bound:.1f} ms (--p99_ms={options.p99_ms} + "
+                f"{BUSY_MACHINE_FACTOR} x {before.p99_ms:.1f} ms before it)")
         attack.report[f"p99_{when}_ms"] = round(result.p99_ms, 1)
 
 
