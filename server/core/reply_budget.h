@@ -3,8 +3,9 @@
 // A reply is held from the moment its request is accepted until gRPC has
 // sent it: a client that sends Matmuls and never reads, keeping its
 // flow-control window closed, would otherwise make nibbled keep every C it
-// computed. Past the budget, or past its connection's share, a request is
-// refused with RESOURCE_EXHAUSTED before it runs.
+// computed. Past the budget, past its connection's share, or past what the
+// budget would keep free for the other connections, a request is refused
+// with RESOURCE_EXHAUSTED before it runs.
 //
 // Example:
 //   nibble::server::ReplyBudget budget(/*max_bytes=*/256 << 20);
@@ -29,10 +30,12 @@ namespace nibble::server {
 
 class ReplyBudget {
  public:
-  // One connection may hold at most this fraction of the budget, so that a
-  // few connections that never read cannot take all of it from the others.
-  // 4: with the default budget of 4 x --max_message_bytes, every connection
-  // can still hold one reply of the largest size.
+  // One connection may hold at most this fraction of the budget, and never
+  // more than the budget keeps free after its reply, so that a few
+  // connections that never read cannot take all of it from the others: k
+  // such connections leave at least a 2^k-th of it free. 4: with the default
+  // budget of 4 x --max_message_bytes, a connection alone can hold one reply
+  // of the largest size.
   static constexpr int kConnectionShares = 4;
 
   // The bytes of one reply, counted until its last copy is destroyed.

@@ -1,5 +1,6 @@
 #include "server/core/upload_assembler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -31,6 +32,22 @@ void AppendBytes(std::vector<T, Allocator>& array, int64_t expected,
   array.resize((total + sizeof(T) - 1) / sizeof(T));
   std::memcpy(reinterpret_cast<char*>(array.data()) + received, data.data(),
               data.size());
+}
+
+// The canonical word (weight_format.h) of a word of packed panels, whose
+// codes sit at PackedWeight::CodeShift.
+uint32_t CanonicalWord(uint32_t packed) {
+  uint32_t word = 0;
+  for (int j = 0; j < kCodesPerWord; ++j) {
+    word |= ((packed >> PackedWeight::CodeShift(j)) & 0xfu) << (4 * j);
+  }
+  return word;
+}
+
+template <typename T>
+absl::string_view BytesOf(const std::vector<T>& array) {
+  return absl::string_view(reinterpret_cast<const char*>(array.data()),
+                           array.size() * sizeof(T));
 }
 
 }  // namespace
@@ -85,9 +102,7 @@ absl::Status UploadAssembler::OnHeader(absl::string_view name,
   has_header_ = true;
   name_ = std::string(name);
   layout_ = layout;
-  pack_codes_ = packing_ == CodePacking::kAll ||
-                (packing_ == CodePacking::kCanonicalLayout &&
-                 layout == CodeLayout::kCanonical);
+  pack_codes_ = packing_ == CodePacking::kAll;
   weight_.spec = spec;
   weight_.activation_order = std::move(activation_order);
   return absl::OkStatus();
@@ -228,12 +243,54 @@ absl::StatusOr<PackedWeight> UploadAssembler::FinishPacked() {
     return absl::InternalError("FinishPacked on an upload of canonical codes");
   }
   if (absl::Status status = CheckComplete(); !status.ok()) return status;
+  PanelCodeWriter codes = *std::move(codes_);
+  codes_.reset();
   if (layout_ == CodeLayout::kColumns) {
     return PackedWeight::PackWithColumnScales(
-        *std::move(codes_), column_scale_codes_.data(),
+        std::move(codes), column_scale_codes_.data(),
         std::move(weight_.activation_order));
   }
-  return PackedWeight::PackWithCodes(*std::move(codes_), weight_);
+  return PackedWeight::PackWithCodes(std::move(codes), weight_);
+}
+
+absl::Status UploadAssembler::WriteCanonicalTensors(
+    const PackedWeight& packed,
+    absl::FunctionRef<absl::Status(absl::string_view)> sink) const {
+  if (!pack_codes_ || codes_.has_value()) {
+    return absl::InternalError(
+        "WriteCanonicalTensors before FinishPacked or on an upload that does "
+        "not pack its codes");
+  }
+  constexpr int64_t kPieceBytes = 1 << 20;
+  constexpr int64_t kPanelWidth = PackedWeight::kPanelWidth;
+  const WeightSpec& spec = weight_.spec;
+  const int64_t word_rows = spec.k / kCodesPerWord;
+  const int64_t rows_per_piece = std::max<int64_t>(
+      1, kPieceBytes / (spec.n * static_cast<int64_t>(sizeof(uint32_t))));
+  std::vector<uint32_t> piece;
+  for (int64_t first = 0; first < word_rows; first += rows_per_piece) {
+    const int64_t rows = std::min(rows_per_piece, word_rows - first);
+    piece.resize(rows * spec.n);
+    for (int64_t column = 0; column < spec.n; ++column) {
+      const uint32_t* words = packed.panel_codes(column / kPanelWidth) +
+                              first * kPanelWidth + column % kPanelWidth;
+      for (int64_t row = 0; row < rows; ++row) {
+        piece[row * spec.n + column] = CanonicalWord(words[row * kPanelWidth]);
+      }
+    }
+    if (absl::Status status = sink(BytesOf(piece)); !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status =
+          layout_ == CodeLayout::kColumns
+              ? sink(BytesOf(ScaleSlotsFromColumns(column_scale_codes_.data(),
+                                                   spec.groups(), spec.n)))
+              : sink(BytesOf(weight_.scales));
+      !status.ok()) {
+    return status;
+  }
+  return sink(BytesOf(weight_.zeros));
 }
 
 }  // namespace nibble::server

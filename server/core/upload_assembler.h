@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -37,16 +38,10 @@ enum class WeightTensorKind { kQweight, kScales, kZeros };
 
 absl::string_view WeightTensorName(WeightTensorKind tensor);
 
-// Which uploads' qweight goes into the CPU kernels' panels as it arrives
-// (PanelCodeWriter), for FinishPacked to hand over; the others keep theirs
-// as it arrived, for Finish or FinishColumns.
-enum class CodePacking {
-  kNone,
-  kAll,
-  // Uploads in CodeLayout::kCanonical: a server that writes their bytes to a
-  // weight file as they arrive, which holds that layout.
-  kCanonicalLayout,
-};
+// Whether an upload's qweight goes into the CPU kernels' panels as it
+// arrives (PanelCodeWriter), for FinishPacked to hand over, or is kept as it
+// arrived, for Finish or FinishColumns.
+enum class CodePacking { kNone, kAll };
 
 class UploadAssembler {
  public:
@@ -82,6 +77,16 @@ class UploadAssembler {
   // assembler owns; fails as Finish does. For a server that copies it to the
   // GPU as it is. Call once, instead of Finish, unless packs_codes().
   absl::StatusOr<Fp4Columns> FinishColumns();
+
+  // After FinishPacked: the weight's tensors as a weight file holds them
+  // (the canonical layout, in file order), in pieces of about 1 MiB to
+  // `sink`, unpacked from `packed` (FinishPacked's) and the scales kept
+  // here. For a server that writes the file of an upload in
+  // CodeLayout::kColumns without a second whole copy of the weight. Stops
+  // at the first error of `sink`.
+  absl::Status WriteCanonicalTensors(
+      const PackedWeight& packed,
+      absl::FunctionRef<absl::Status(absl::string_view)> sink) const;
 
   bool has_header() const { return has_header_; }
   // Whether this upload's codes go into panels (CodePacking); known from

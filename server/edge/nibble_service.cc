@@ -190,8 +190,9 @@ class NibbleServiceImpl::UploadReactor final
     // Held from the header on, so that uploads in progress never buffer
     // more than the budget together.
     WeightStore::Reservation reservation = {};
-    // data_dir's file of an upload that packs its codes, written as they
-    // arrive.
+    // data_dir's file of an upload that packs its codes: written as they
+    // arrive in the canonical layout, which the file holds, and from the
+    // panels at the commit in the column layout.
     std::optional<WeightDirectory::PendingSave> file = std::nullopt;
   };
 
@@ -215,7 +216,10 @@ class NibbleServiceImpl::UploadReactor final
         !status.ok()) {
       return status;
     }
-    if (!state_->file.has_value()) return absl::OkStatus();
+    if (!state_->file.has_value() ||
+        state_->upload.layout() != CodeLayout::kCanonical) {
+      return absl::OkStatus();
+    }
     if (absl::Status status = state_->file->Append(chunk.data());
         !status.ok()) {
       return NotStored(state_->upload.name(), status);
@@ -265,6 +269,16 @@ class NibbleServiceImpl::UploadReactor final
     if (upload.packs_codes()) {
       absl::StatusOr<PackedWeight> packed = upload.FinishPacked();
       if (!packed.ok()) return packed.status();
+      if (state_->file.has_value() && upload.layout() == CodeLayout::kColumns) {
+        if (absl::Status status = upload.WriteCanonicalTensors(
+                *packed,
+                [&file = *state_->file](absl::string_view bytes) {
+                  return file.Append(bytes);
+                });
+            !status.ok()) {
+          return NotStored(upload.name(), status);
+        }
+      }
       stored = service_->Insert(upload.name(), *std::move(packed), nullptr,
                                 std::move(state_->file),
                                 std::move(state_->reservation));
@@ -305,9 +319,7 @@ class NibbleServiceImpl::UploadReactor final
 };
 
 CodePacking NibbleServiceImpl::UploadPacking() const {
-  if (backend_ != Backend::kCpu) return CodePacking::kNone;
-  return data_dir_ != nullptr ? CodePacking::kCanonicalLayout
-                              : CodePacking::kAll;
+  return backend_ == Backend::kCpu ? CodePacking::kAll : CodePacking::kNone;
 }
 
 absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Store(

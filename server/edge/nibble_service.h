@@ -126,9 +126,9 @@ class NibbleServiceImpl final
   // One UploadWeight call (nibble_service.cc).
   class UploadReactor;
 
-  // Which uploads pack their codes as they arrive: all on the CPU backend,
-  // those in the canonical layout with data_dir (written to their file as
-  // they arrive too), none where stored weights go to the GPU.
+  // Which uploads pack their codes as they arrive: all on the CPU backend
+  // (with data_dir, written to their file too), none where stored weights go
+  // to the GPU.
   CodePacking UploadPacking() const;
   // Whether a weight of `spec` in the column layout goes to the accelerator
   // as it is: it serves the weight whole, and no data_dir needs the

@@ -5,10 +5,11 @@ of issue 27 (its row numbers in brackets).
 Each scenario starts nibbled in a memory- and pids-limited cgroup (where this
 process may make one), uploads a bystander weight, attacks while a
 bystander client calls Matmul at a steady rate, and asserts: nibbled is
-alive and SERVING, the bystander's p99 stayed under --p99_ms during and
-after the attack with no failed or wrong reply, nibbled's peak RSS stayed
-within the weight budget plus a margin, and every acknowledged weight is
-still served.
+alive and SERVING, the bystander's p99 during and after the attack stayed
+within --p99_ms of what the machine gave it just before the attack
+(BUSY_MACHINE_FACTOR) with no failed or wrong reply, nibbled's peak RSS
+stayed within the weight budget plus a margin, and every acknowledged
+weight is still served.
 
     tests/hostile/hostile_test.py --bin_dir=build/bin \\
         --proto_py=build/tests/hostile/proto_py [--full] [SCENARIO...]
@@ -28,6 +29,7 @@ Uses Debian's python3 (its python3-h2 and python3-protobuf).
 import argparse
 import dataclasses
 import os
+import random
 import re
 import resource
 import shutil
@@ -43,8 +45,8 @@ FRONT_CONFIG = os.path.join(HERE, "..", "..", "deploy", "haproxy",
 sys.path.insert(0, HERE)
 from harness import (CANCEL, CONTINUATION, END_HEADERS, HEADERS, MIB,
                      RST_STREAM, Bystander, Nibbled, ProcessLimits,
-                     RawGrpcConnection, RunningServer, frame, in_background,
-                     require, run_for)
+                     RawGrpcConnection, RunningServer, frame, grpc_frame,
+                     in_background, require, run_for)
 
 # nibbled's limits in every scenario: the weight budget the RSS bound is
 # stated against (a scenario may set its own), a message size that keeps
@@ -61,6 +63,14 @@ UPLOAD_IDLE_SECONDS = 2
 # --max_held_reply_bytes at most) and the buffers of a few hundred
 # connections.
 RSS_MARGIN_BYTES = 128 * MIB
+# The bystander's p99 during and after an attack must stay under --p99_ms
+# plus this many times its p99 alone just before the attack: on a quiet
+# machine that is about --p99_ms (the bystander alone takes 1-5 ms), while
+# other work on the same cores, which slows the bystander with or without
+# an attacker, raises the bound with it. Twice, since during an attack the
+# attacker's client and nibbled's work for it take their share of those
+# cores too.
+BUSY_MACHINE_FACTOR = 2
 # nibbled's cgroup takes the budget plus the margin, and this many threads.
 MAX_PIDS = 512
 COMMON_FLAGS = [
@@ -69,6 +79,7 @@ COMMON_FLAGS = [
     f"--upload_idle_seconds={UPLOAD_IDLE_SECONDS}",
 ]
 BYSTANDER_WEIGHT = "bystander"
+BYSTANDER_SHAPE = dict(k=512, n=512)
 BYSTANDER_SEED = 1
 # A weight whose replies are large: 16 KiB per f32 row.
 WIDE_WEIGHT = dict(k=256, n=4096)
@@ -190,20 +201,25 @@ def oversized_replies(attack):
     attack.report["refused"] = refused
 
 
-def unread_replies(attack, connections):
-    """Connections whose flow-control window is 0 send Matmuls with large
-    replies and never read them: past the reply budget nibbled refuses
-    more with RESOURCE_EXHAUSTED instead of holding them."""
+def unread_replies(attack, connections, reply_rows):
+    """Connections whose flow-control window is 0 send Matmuls with replies
+    of `reply_rows` rows of WIDE_WEIGHT, then as many with replies the size
+    of the bystander's to fill what is left, and never read them: past the
+    reply budget, their connection's share or what the budget keeps free
+    for others, nibbled refuses more with RESOURCE_EXHAUSTED instead of
+    holding them, and the bystander's replies still fit while they hold
+    theirs."""
     attack.server.upload("wide", **WIDE_WEIGHT, seed=2)
     attack.acknowledged.append("wide")
-    rows = MAX_MESSAGE_BYTES // (4 * WIDE_WEIGHT["n"]) - 1
-    request = matmul_request("wide", rows, WIDE_WEIGHT["k"])
+    requests = [matmul_request("wide", reply_rows, WIDE_WEIGHT["k"]),
+                matmul_request(BYSTANDER_WEIGHT, 1, BYSTANDER_SHAPE["k"])]
     per_connection = attack.scale(64, 256)
     attackers = [RawGrpcConnection(attack.server.target, initial_window=0)
                  for _ in range(connections)]
     try:
         streams = [[attacker.start_call(MATMUL, request)
-                    for _ in range(per_connection)] for attacker in attackers]
+                    for request in requests for _ in range(per_connection)]
+                   for attacker in attackers]
         refused = 0
         for attacker, started in zip(attackers, streams):
             answers = attacker.wait_answers(started, timeout=attack.seconds /
@@ -211,9 +227,11 @@ def unread_replies(attack, connections):
             refused += sum(a.status == RESOURCE_EXHAUSTED for a in answers)
         require(refused > 0, "no unread Matmul was refused: nibbled holds "
                 f"{connections * per_connection} replies of "
-                f"{rows * WIDE_WEIGHT['n'] * 4} bytes")
-        attack.report["sent"] = connections * per_connection
+                f"{reply_rows * WIDE_WEIGHT['n'] * 4} bytes and as many small")
+        attack.report["sent"] = connections * len(requests) * per_connection
         attack.report["refused"] = refused
+        attack.report["held_mib"] = round(
+            held_reply_bytes(attack.server) / MIB, 1)
         time.sleep(attack.seconds / 2)
     finally:
         for attacker in attackers:
@@ -233,7 +251,16 @@ def held_reply_bytes(server):
 
 @scenario("3", flags=["--metrics_listen=127.0.0.1:0"])
 def unread_replies_few_connections(attack):
-    unread_replies(attack, connections=2)
+    # Replies just under --max_message_bytes.
+    unread_replies(attack, connections=2,
+                   reply_rows=MAX_MESSAGE_BYTES // (4 * WIDE_WEIGHT["n"]) - 1)
+
+
+@scenario("3", flags=["--metrics_listen=127.0.0.1:0"])
+def unread_replies_many_connections(attack):
+    # Replies of 256 KiB, small enough for 8 connections to fill the whole
+    # budget (4 x MAX_MESSAGE_BYTES) were each let hold its share.
+    unread_replies(attack, connections=8, reply_rows=16)
 
 
 @scenario("4")
@@ -479,6 +506,38 @@ def upload_near_the_budget(attack):
     time.sleep(attack.seconds)
 
 
+@scenario("7", data_dir=True, weight_budget_bytes=LARGE_BUDGET_BYTES)
+def upload_columns_near_the_budget(attack):
+    """With --data_dir, an MXFP4 upload of 144 of the 160 MiB budget in the
+    column layout its checkpoints store: nibbled packs the columns as they
+    arrive and writes its file's canonical layout from the panels at the
+    end, never holding a second copy, and restarts on the file within the
+    same limit (run_scenario)."""
+    k, n = 16384, 16384
+    header = v1.UploadWeightRequest(header=v1.WeightHeader(
+        name="columns", format=v1.WEIGHT_FORMAT_MXFP4, k=k, n=n,
+        group_size=32, code_layout=v1.CODE_LAYOUT_COLUMNS))
+    codes = random.Random(7).randbytes(MIB)
+    # E8M0 scale codes: 2^-7 to 2^8.
+    scale_codes = bytes(120 + i % 16 for i in range(MIB))
+    with RawGrpcConnection(attack.server.target) as uploader:
+        stream = uploader.start_call(UPLOAD, header.SerializeToString(),
+                                     end_stream=False)
+        for tensor, piece, size in (
+                (v1.WEIGHT_TENSOR_QWEIGHT, codes, k // 2 * n),
+                (v1.WEIGHT_TENSOR_SCALES, scale_codes, k // 32 * n)):
+            for offset in range(0, size, len(piece)):
+                chunk = v1.UploadWeightRequest(chunk=v1.WeightChunk(
+                    tensor=tensor, offset=offset, data=piece[:size - offset]))
+                uploader.send(stream, grpc_frame(chunk.SerializeToString()))
+        uploader.send(stream, b"", end_stream=True)
+        [answer] = uploader.wait_answers([stream], timeout=120)
+    attack.server.require_running()
+    require(answer.status == 0, f"the column-layout upload got {answer}")
+    attack.acknowledged.append("columns")
+    time.sleep(attack.seconds)
+
+
 # The rows below are gRPC 1.51's own (Debian's, unpatched), so they run
 # through the front. nibbled alone does not survive 1, 2 and 5 (--bare); 11
 # harms the calls that share the attacker's connection, which behind a front
@@ -622,24 +681,32 @@ def require_peak_rss(server, chosen, report, key):
 
 
 def attack_beside_bystander(chosen, attack, options):
-    """The scenario's attack while the bystander calls Matmul, and the
-    bystander alone after it: alive and SERVING, the bystander's p99 under
-    the bound both times, no error and no wrong reply."""
+    """The bystander alone, then the scenario's attack while the bystander
+    calls Matmul, then the bystander alone again: alive and SERVING, no
+    error and no wrong reply, and the bystander's p99 during and after the
+    attack under --p99_ms more than the machine gave it before the attack
+    (p99_bound_ms)."""
     server = attack.server
     bystander = Bystander(server, BYSTANDER_WEIGHT, BYSTANDER_SEED)
+    before = bystander.run(options.after_seconds)
+    bound = options.p99_ms + BUSY_MACHINE_FACTOR * before.p99_ms
+    attack.report["p99_before_ms"] = round(before.p99_ms, 1)
+    attack.report["p99_bound_ms"] = round(bound, 1)
     during = bystander.start(options.seconds)
     chosen.attack(attack)
     results = {"during": during.join()}
     server.require_running()
     results["after"] = bystander.run(options.after_seconds)
     require(server.alive(), "nibbled is not SERVING after the attack")
-    for when, result in results.items():
+    for when, result in {"before": before, **results}.items():
         require(not result.errors and result.verified > 0,
                 f"bystander {when} the attack: errors {result.errors}, "
                 f"{result.verified} replies verified")
-        require(result.p99_ms < options.p99_ms,
+    for when, result in results.items():
+        require(result.p99_ms < bound,
                 f"bystander p99 {when} the attack {result.p99_ms:.1f} ms,"
-                f" over {options.p99_ms} ms")
+                f" over {bound:.1f} ms (--p99_ms={options.p99_ms} + "
+                f"{BUSY_MACHINE_FACTOR} x {before.p99_ms:.1f} ms before it)")
         attack.report[f"p99_{when}_ms"] = round(result.p99_ms, 1)
 
 
@@ -661,7 +728,7 @@ def run_against_target(chosen, options):
     attack = Attack(server=server, seconds=options.seconds, full=options.full,
                     acknowledged=[BYSTANDER_WEIGHT])
     if not server.holds(BYSTANDER_WEIGHT):
-        server.upload(BYSTANDER_WEIGHT, k=512, n=512, seed=BYSTANDER_SEED)
+        server.upload(BYSTANDER_WEIGHT, **BYSTANDER_SHAPE, seed=BYSTANDER_SEED)
     attack_beside_bystander(chosen, attack, options)
     require_none_lost(server, attack.acknowledged)
     return attack.report
@@ -699,7 +766,7 @@ def run_scenario(chosen, options):
     attack = Attack(server=server, seconds=options.seconds, full=options.full,
                     acknowledged=[BYSTANDER_WEIGHT])
     try:
-        server.upload(BYSTANDER_WEIGHT, k=512, n=512, seed=BYSTANDER_SEED)
+        server.upload(BYSTANDER_WEIGHT, **BYSTANDER_SHAPE, seed=BYSTANDER_SEED)
         if chosen.prepare is not None:
             chosen.prepare(attack)
             require(server.stop() == 0, "nibbled did not exit 0 on SIGTERM")

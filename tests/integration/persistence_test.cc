@@ -1,6 +1,7 @@
-// Restarts a real nibbled on one --data_dir: acknowledged uploads come back
-// with identical results, deletes stay deleted, corrupt files are skipped
-// with a message, and an unusable directory fails at start or at upload.
+// Restarts a real nibbled on one --data_dir: acknowledged uploads, in either
+// code layout, come back with identical results, deletes stay deleted, corrupt
+// files are skipped with a message, and an unusable directory fails at start or
+// at upload.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -8,11 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "client/nibble_client.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "server/storage/weight_file.h"
+#include "tests/format/column_layout.h"
 #include "tests/integration/nibbled_process.h"
 #include "tests/integration/test_files.h"
 #include "tests/integration/weight_client.h"
@@ -84,6 +89,47 @@ TEST(PersistenceTest, RestartKeepsUploadsAndDeletes) {
     EXPECT_THAT(client.Matmul("u4", 256), HasSubstr("no weight named"));
   }
   EXPECT_THAT(ReadFile(log), Not(HasSubstr("skipped")));
+}
+
+// An upload in the column layout is packed as it arrives and its file
+// written from the panels at the end: the file holds the same weight as the
+// canonical upload's.
+TEST(PersistenceTest, RestartKeepsAColumnLayoutUpload) {
+  const std::string dir = FreshDirectory("restart_columns");
+  const std::string log = dir + ".stderr";
+  // N = 40: the last panel is short.
+  const WeightSpec spec{WeightFormat::kMxfp4, 256, 40, 32};
+  SCOPED_TRACE("seed 41");
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, 41);
+  const testing::ColumnLayout columns = testing::ToColumns(weight);
+  std::string result;
+  {
+    auto server =
+        StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
+    ASSERT_TRUE(server.ok()) << server.status();
+    NibbleClient uploader(CreateChannel((*server)->target()));
+    absl::StatusOr<v1::WeightInfo> uploaded =
+        uploader.UploadBytes(columns.View(spec).bytes(), "columns");
+    ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+    WeightClient client((*server)->target());
+    ASSERT_TRUE(client.Upload("canonical", weight).ok());
+    result = client.Matmul("columns", spec.k);
+    ASSERT_THAT(result, Not(HasSubstr("error")));
+    EXPECT_EQ(client.Matmul("canonical", spec.k), result);
+    EXPECT_EQ((*server)->Stop(), 0);
+  }
+  const auto tensors = [&](const std::string& name) {
+    return ReadFile(dir + "/" + name + ".nibble")
+        .substr(server::kWeightFileHeaderBytes + name.size(),
+                spec.canonical_bytes());
+  };
+  EXPECT_TRUE(tensors("columns") == tensors("canonical"));
+  auto server = StartNibbledLoggingTo(NIBBLED_PATH, log, {"--data_dir=" + dir});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->startup_line(),
+              HasSubstr(", 2 weights loaded from " + dir));
+  EXPECT_EQ(WeightClient((*server)->target()).Matmul("columns", spec.k),
+            result);
 }
 
 TEST(PersistenceTest, CorruptFileIsSkippedWithAMessage) {

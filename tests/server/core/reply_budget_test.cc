@@ -1,6 +1,6 @@
 // Tests the reply budget: bytes are counted over all connections and per
-// connection against its share, released with the last copy of a hold, and
-// only counted with a budget of 0.
+// connection against its share and what the budget keeps free, released with
+// the last copy of a hold, and only counted with a budget of 0.
 #include "server/core/reply_budget.h"
 
 #include <string>
@@ -32,19 +32,42 @@ TEST(ReplyBudgetTest, OneConnectionHoldsAtMostItsShare) {
   EXPECT_EQ(budget.held_bytes(), kShare - 1);
 }
 
-TEST(ReplyBudgetTest, AllConnectionsTogetherHoldAtMostTheBudget) {
+TEST(ReplyBudgetTest, AConnectionHoldsNoMoreThanTheBudgetKeepsFree) {
   ReplyBudget budget(kBudget);
   std::vector<ReplyBudget::Hold> held;
-  for (int connection = 0; connection < ReplyBudget::kConnectionShares;
-       ++connection) {
-    absl::StatusOr<ReplyBudget::Hold> hold =
-        budget.TryHold(std::to_string(connection), kShare);
+  for (const std::string connection : {"a", "b", "c"}) {
+    absl::StatusOr<ReplyBudget::Hold> hold = budget.TryHold(connection, kShare);
     ASSERT_TRUE(hold.ok()) << connection << ": " << hold.status();
     held.push_back(*hold);
   }
-  EXPECT_EQ(budget.held_bytes(), kBudget);
-  EXPECT_EQ(budget.TryHold("another", 1).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  // kShare is free: "d" may hold half of it, leaving as much to the others.
+  absl::StatusOr<ReplyBudget::Hold> refused =
+      budget.TryHold("d", kShare / 2 + 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("never more than the budget keeps free"));
+  absl::StatusOr<ReplyBudget::Hold> half = budget.TryHold("d", kShare / 2);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_EQ(budget.held_bytes(), 3 * kShare + kShare / 2);
+}
+
+TEST(ReplyBudgetTest, AFewConnectionsLeaveRoomForAnother) {
+  // Each of them holds as many small replies as it is let, the way a client
+  // that never reads its replies does.
+  constexpr int kConnections = 6;
+  constexpr int64_t kReply = 10;
+  ReplyBudget budget(kBudget);
+  std::vector<ReplyBudget::Hold> held;
+  for (int connection = 0; connection < kConnections; ++connection) {
+    while (true) {
+      absl::StatusOr<ReplyBudget::Hold> hold =
+          budget.TryHold(std::to_string(connection), kReply);
+      if (!hold.ok()) break;
+      held.push_back(*hold);
+    }
+  }
+  EXPECT_GE(kBudget - budget.held_bytes(), kBudget >> kConnections);
+  EXPECT_TRUE(budget.TryHold("bystander", kReply).ok());
 }
 
 TEST(ReplyBudgetTest, TheLastCopyOfAHoldReleasesIt) {

@@ -67,14 +67,47 @@ absl::Status SendWeightInChunks(UploadAssembler& upload,
 
 // Checks that `upload`, complete, hands over the panels that Pack makes of
 // `sent`, with its activation order.
+// The tensors WriteCanonicalTensors writes, and the sizes of its pieces.
+struct Written {
+  std::string bytes;
+  std::vector<size_t> pieces;
+};
+absl::StatusOr<Written> WriteCanonicalTensors(const UploadAssembler& upload,
+                                              const PackedWeight& packed) {
+  Written written;
+  if (absl::Status status =
+          upload.WriteCanonicalTensors(packed,
+                                       [&written](absl::string_view piece) {
+                                         written.bytes.append(piece.data(), piece.size());
+                                         written.pieces.push_back(piece.size());
+                                         return absl::OkStatus();
+                                       });
+      !status.ok()) {
+    return status;
+  }
+  return written;
+}
+
+std::string FileTensors(const QuantizedWeight& weight) {
+  return Bytes(weight.qweight) + Bytes(weight.scales) + Bytes(weight.zeros);
+}
+
+// FinishPacked gives what PackedWeight::Pack makes of `sent`, and
+// WriteCanonicalTensors its tensors as `sent` holds them.
 void ExpectPacksAsPackDoes(UploadAssembler& upload,
                            const QuantizedWeight& sent) {
-  absl::StatusOr<PackedWeight> received = upload.FinishPacked();
-  ASSERT_TRUE(received.ok()) << received.status();
   absl::StatusOr<PackedWeight> want = PackedWeight::Pack(sent);
   ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(WriteCanonicalTensors(upload, *want).status().code(),
+            absl::StatusCode::kInternal)
+      << "before FinishPacked";
+  absl::StatusOr<PackedWeight> received = upload.FinishPacked();
+  ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_TRUE(nibble::testing::SamePanels(*received, *want));
   EXPECT_EQ(received->activation_order(), want->activation_order());
+  absl::StatusOr<Written> written = WriteCanonicalTensors(upload, *received);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_TRUE(written->bytes == FileTensors(sent));
 }
 
 class UploadAssemblerRoundTripTest
@@ -108,20 +141,14 @@ TEST_P(UploadAssemblerRoundTripTest, PacksTheCodesAsTheyArrive) {
   const WeightSpec spec{GetParam(), 256, 40, 64};
   QuantizedWeight sent = RandomQuantizedWeight(spec, seed);
   sent.activation_order = RandomActivationOrder(spec.k, seed);
-  // kCanonicalLayout packs an upload in the canonical layout as kAll does.
-  for (CodePacking packing :
-       {CodePacking::kAll, CodePacking::kCanonicalLayout}) {
-    SCOPED_TRACE(::testing::Message()
-                 << "packing " << static_cast<int>(packing));
-    std::mt19937_64 rng(seed);
-    UploadAssembler upload(packing);
-    ASSERT_TRUE(upload.OnHeader("w", spec, sent.activation_order).ok());
-    EXPECT_TRUE(upload.packs_codes());
-    // Chunks up to three rows of qweight, ending inside words and rows.
-    ASSERT_TRUE(SendWeightInChunks(upload, sent, rng, 3 * 4 * spec.n).ok());
-    EXPECT_EQ(upload.Finish().status().code(), absl::StatusCode::kInternal);
-    ExpectPacksAsPackDoes(upload, sent);
-  }
+  std::mt19937_64 rng(seed);
+  UploadAssembler upload(CodePacking::kAll);
+  ASSERT_TRUE(upload.OnHeader("w", spec, sent.activation_order).ok());
+  EXPECT_TRUE(upload.packs_codes());
+  // Chunks up to three rows of qweight, ending inside words and rows.
+  ASSERT_TRUE(SendWeightInChunks(upload, sent, rng, 3 * 4 * spec.n).ok());
+  EXPECT_EQ(upload.Finish().status().code(), absl::StatusCode::kInternal);
+  ExpectPacksAsPackDoes(upload, sent);
 }
 
 TEST(UploadAssemblerTest, TakesTensorBytesInFileOrderAcrossTensors) {
@@ -231,9 +258,7 @@ TEST_P(UploadAssemblerColumnsTest, TakesTheCheckpointsColumns) {
   const nibble::testing::ColumnLayout columns =
       nibble::testing::ToColumns(sent);
   std::mt19937_64 rng(seed);
-  // kCanonicalLayout keeps columns as they arrive, as kNone does.
-  UploadAssembler upload(pack_codes ? CodePacking::kAll
-                                    : CodePacking::kCanonicalLayout);
+  UploadAssembler upload(pack_codes ? CodePacking::kAll : CodePacking::kNone);
   ASSERT_TRUE(
       upload.OnHeader("w", spec, sent.activation_order, CodeLayout::kColumns)
           .ok());
@@ -280,6 +305,41 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(WeightFormatName(std::get<0>(info.param)), "_",
                           ColumnsFinishName(std::get<1>(info.param)));
     });
+
+TEST(UploadAssemblerTest, WritesALargeColumnUploadsFileInPieces) {
+  constexpr uint64_t kSeed = 37;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  // 1.5 MiB of codes: two pieces, the last one short; N = 1560 ends in a
+  // short panel.
+  const WeightSpec spec{WeightFormat::kMxfp4, 2048, 1560, 32};
+  const QuantizedWeight sent = RandomQuantizedWeight(spec, kSeed);
+  const nibble::testing::ColumnLayout columns =
+      nibble::testing::ToColumns(sent);
+  UploadAssembler upload(CodePacking::kAll);
+  ASSERT_TRUE(upload.OnHeader("w", spec, {}, CodeLayout::kColumns).ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kQweight, 0, Bytes(columns.codes)).ok());
+  ASSERT_TRUE(
+      upload.OnChunk(WeightTensorKind::kScales, 0, Bytes(columns.scale_codes))
+          .ok());
+  absl::StatusOr<PackedWeight> packed = upload.FinishPacked();
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  absl::StatusOr<Written> written = WriteCanonicalTensors(upload, *packed);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_TRUE(written->bytes == FileTensors(sent));
+  // Two pieces of codes, then the scales and the (empty) zero points.
+  ASSERT_EQ(written->pieces.size(), 4u);
+  for (size_t piece : written->pieces) EXPECT_LE(piece, size_t{1} << 20);
+  // The sink's first error ends the writing.
+  int calls = 0;
+  const absl::Status failed =
+      upload.WriteCanonicalTensors(*packed, [&calls](absl::string_view) {
+        ++calls;
+        return absl::ResourceExhaustedError("disk full");
+      });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(calls, 1);
+}
 
 class UploadAssemblerErrorTest : public ::testing::Test {
  protected:
