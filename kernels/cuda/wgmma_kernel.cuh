@@ -75,6 +75,10 @@ struct WgmmaTile {
   static constexpr int kScaleRows = kWgmmaStepK / ScaleRowK(kFormat);
   static constexpr bool kZeros = HasZeros(kFormat);
   static constexpr int kAcc = kWeightTiles * kRows / 2;
+  // Parts of a stage whose MMAs overlap the next part's dequantization
+  // (ConsumeStages): two from 128 rows, where the MMAs of a part take
+  // longer than dequantizing the next; one below, where they do not.
+  static constexpr int kParts = kRows >= 128 ? 2 : 1;
   // Stage layout: A, codes [block][lane][4 words], scales [group][block][8
   // pairs], zero points [group][block][8 byte pairs], room for a group per
   // scale row.
@@ -194,16 +198,17 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
 #pragma unroll
       for (int e = 0; e < Tile::kRows / 2; ++e) FenceRegister(acc[t][e]);
   };
-  clear();
-  int tile = iterations.begin / p.k_steps;
-  int step = iterations.begin % p.k_steps;
-#pragma unroll 1
-  for (int iter = iterations.begin, i = 0; iter < iterations.end; ++iter, ++i) {
-    const int s = i % Tile::kStages;
-    WaitBarrier(&full[s], (i / Tile::kStages) & 1);
-    const unsigned char* stage = stages + s * Tile::kStageBytes;
-    // a[t][kk]: the A fragment of weight tile t for rows 16 kk.. of K.
-    uint32_t a[kWeightTiles][4][4];
+  // Each stage goes in kParts parts of K, each with its own fragments, and
+  // kParts - 1 groups of MMAs stay in flight while the next part is
+  // dequantized: the group that last read a part's fragments must have
+  // finished before they are written again, and a stage is freed when its
+  // last part's group has.
+  constexpr int kParts = Tile::kParts;
+  constexpr int kPartKk = 4 / kParts;  // 16-row blocks of K per part
+  // fragments[part][t][j]: weight tile t's A fragment for rows
+  // 16 (part * kPartKk + j).. of the stage's K.
+  uint32_t fragments[kParts][kWeightTiles][kPartKk][4];
+  auto dequantize_part = [&](const unsigned char* stage, int part) {
 #pragma unroll
     for (int t = 0; t < kWeightTiles; ++t) {
       const int block = (consumer * kWeightTiles + t) * 4 + warp;
@@ -211,7 +216,8 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
           stage + Tile::kABytes)[block * 32 + lane];
       const uint32_t word[4] = {words.x, words.y, words.z, words.w};
 #pragma unroll
-      for (int row = 0; row < kScaleRows; ++row) {
+      for (int row = part * kScaleRows / kParts;
+           row < (part + 1) * kScaleRows / kParts; ++row) {
         const int pair = block * 8 + lane / 4;
         const int group = Tile::GroupOf(row, p.group_step_shift);
         const uint32_t scales =
@@ -226,10 +232,10 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
         uint32_t scale[2];
         uint32_t zero[2];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          scale[half] = Broadcast(scales, half);
-          const uint32_t z = (zeros >> (8 * half)) & 0xffu;
-          zero[half] = z | (z << 16);
+        for (int column = 0; column < 2; ++column) {
+          scale[column] = Broadcast(scales, column);
+          const uint32_t z = (zeros >> (8 * column)) & 0xffu;
+          zero[column] = z | (z << 16);
         }
 #pragma unroll
         for (int kk = row * 4 / kScaleRows; kk < (row + 1) * 4 / kScaleRows;
@@ -238,27 +244,52 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
           Dequantize<Tile::kFormat, typename Tile::T>(word[kk], scale, zero, b);
           // mma.sync's B fragments of columns g and g + 8 are wgmma's A
           // fragment rows g and g + 8.
-          a[t][kk][0] = b[0];
-          a[t][kk][1] = b[2];
-          a[t][kk][2] = b[1];
-          a[t][kk][3] = b[3];
+          uint32_t(&fragment)[4] = fragments[part][t][kk - part * kPartKk];
+          fragment[0] = b[0];
+          fragment[1] = b[2];
+          fragment[2] = b[1];
+          fragment[3] = b[3];
         }
       }
     }
+  };
+  auto multiply_part = [&](const unsigned char* stage, int part) {
     fence_accumulators();
     FenceMmaOperands();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int j = 0; j < kPartKk; ++j)
 #pragma unroll
       for (int t = 0; t < kWeightTiles; ++t) {
         MmaM64K16<typename Tile::T, Tile::kRows>(
-            acc[t], a[t][kk], SwizzledOperand(stage + kk * 32));
+            acc[t], fragments[part][t][j],
+            SwizzledOperand(stage + (part * kPartKk + j) * 32));
       }
     CommitMmas();
-    WaitMmas<0>();
-    fence_accumulators();
-    ArriveBarrier(&empty[s]);
+  };
+  int in_flight = -1;  // the stage whose last groups may still run
+  clear();
+  int tile = iterations.begin / p.k_steps;
+  int step = iterations.begin % p.k_steps;
+#pragma unroll 1
+  for (int iter = iterations.begin, i = 0; iter < iterations.end; ++iter, ++i) {
+    const int s = i % Tile::kStages;
+    WaitBarrier(&full[s], (i / Tile::kStages) & 1);
+    const unsigned char* stage = stages + s * Tile::kStageBytes;
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+      WaitMmas<kParts - 1>();
+      if (part == kParts - 1 && in_flight >= 0) {
+        ArriveBarrier(&empty[in_flight]);
+      }
+      dequantize_part(stage, part);
+      multiply_part(stage, part);
+    }
+    in_flight = s;
     if (++step == p.k_steps || iter + 1 == iterations.end) {
+      WaitMmas<0>();
+      fence_accumulators();
+      ArriveBarrier(&empty[s]);
+      in_flight = -1;
       StoreTile<Tile>(p, tile, iterations, acc, last_block);
       clear();
       step = 0;
