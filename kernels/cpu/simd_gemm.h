@@ -510,15 +510,19 @@ void RunDoubleBuffered(const Context<V>& ctx, float* c, ThreadPool& pool,
 template <class V, WeightFormat kFormat>
 void RunVariant(KernelVariant variant, const Context<V>& ctx, float* c,
                 ThreadPool& pool, int threads) {
+  // The small-M variants stream the weight once: on a small weight a second
+  // thread costs more to wake than it saves.
+  const int streaming_threads =
+      ThreadsForWork(ctx.b.resident_bytes() * ctx.m, threads);
   switch (variant) {
     case KernelVariant::kDoubleBuffered:
       RunDoubleBuffered<V, kFormat>(ctx, c, pool, threads);
       break;
     case KernelVariant::kStriped:
-      RunStriped<V, kFormat>(ctx, c, pool, threads);
+      RunStriped<V, kFormat>(ctx, c, pool, streaming_threads);
       break;
     default:
-      RunFused<V, kFormat>(ctx, c, pool, threads);
+      RunFused<V, kFormat>(ctx, c, pool, streaming_threads);
       break;
   }
 }

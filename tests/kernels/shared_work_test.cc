@@ -51,6 +51,15 @@ TEST(SharedWorkTest, RunsEveryIndexOnceInPiecesOfTheStatedSize) {
   }
 }
 
+TEST(SharedWorkTest, ThreadsForWorkGivesEachThreadItsShare) {
+  EXPECT_EQ(ThreadsForWork(0, 2), 1);
+  EXPECT_EQ(ThreadsForWork(kMinBytesPerThread - 1, 2), 1);
+  EXPECT_EQ(ThreadsForWork(2 * kMinBytesPerThread - 1, 4), 1);
+  EXPECT_EQ(ThreadsForWork(2 * kMinBytesPerThread, 4), 2);
+  EXPECT_EQ(ThreadsForWork(100 * kMinBytesPerThread, 4), 4);
+  EXPECT_EQ(ThreadsForWork(100 * kMinBytesPerThread, 0), 1);
+}
+
 TEST(SharedWorkTest, NothingToDoCallsNothing) {
   ThreadPool pool(2);
   int calls = 0;
