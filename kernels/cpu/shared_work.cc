@@ -4,8 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 
 namespace nibble::cpu {
+namespace {
+
+// How long a thread out of pieces waits awake for the others' last ones:
+// longer than a piece of a 16 MB weight at M = 1 takes (about 70 us).
+constexpr std::chrono::microseconds kAwakeWait(100);
+
+}  // namespace
 
 int ThreadsForWork(int64_t work, int threads) {
   return static_cast<int>(
@@ -33,10 +41,15 @@ void ParallelForShared(ThreadPool& pool, int64_t n, int threads,
           fn(begin, end);
           done.fetch_add(end - begin, std::memory_order_release);
         }
-        // The pieces still running started on other threads and end within
-        // a piece's time: waiting for them here, awake, spares the caller
-        // the pool's sleep and wake-up at the end of ParallelFor.
-        while (done.load(std::memory_order_acquire) < n) _mm_pause();
+        // The pieces still running started on other threads and usually end
+        // within a piece's time: waiting for them here, awake, spares the
+        // caller the pool's sleep and wake-up at the end of ParallelFor. A
+        // thread that lost its core takes longer; then ParallelFor waits.
+        const auto give_up = std::chrono::steady_clock::now() + kAwakeWait;
+        while (done.load(std::memory_order_acquire) < n &&
+               std::chrono::steady_clock::now() < give_up) {
+          _mm_pause();
+        }
       },
       threads);
 }

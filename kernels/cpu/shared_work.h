@@ -3,7 +3,8 @@
 // starts late (a pool worker still waking up, or one whose core runs another
 // process) takes fewer pieces rather than holding up the whole call. The
 // caller starts at once, a worker that wakes after the last piece is taken
-// finds nothing to do, and the threads wait for the last pieces awake.
+// finds nothing to do, and the threads wait for the last pieces awake (for
+// up to 100 us).
 //
 // Example:
 //   nibble::cpu::ParallelForShared(pool, tiles, /*threads=*/2,
