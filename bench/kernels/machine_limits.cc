@@ -9,6 +9,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -210,6 +212,37 @@ FmaPeak MeasureFmaPeak(ThreadPool& pool) {
   return peak;
 }
 
+double MeasureWakeUpMicros(ThreadPool& pool, int calls) {
+  const int threads = pool.threads();
+  if (threads <= 1 || calls <= 0) return 0;
+  std::vector<double> micros;
+  for (int call = 0; call < calls; ++call) {
+    // Long enough for every worker to block waiting for work.
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::atomic<int> started{0};
+    double all_started_us = 0;
+    const Clock::time_point start = Clock::now();
+    pool.ParallelFor(
+        threads,
+        [&](int64_t, int64_t) {
+          if (started.fetch_add(1) + 1 == threads) {
+            all_started_us =
+                std::chrono::duration<double, std::micro>(Clock::now() - start)
+                    .count();
+          }
+          // Each piece holds its thread until all have started, so that no
+          // thread runs two pieces and every worker has to wake.
+          while (started.load() < threads) {
+          }
+        },
+        threads);
+    micros.push_back(all_started_us);
+  }
+  std::nth_element(micros.begin(), micros.begin() + micros.size() / 2,
+                   micros.end());
+  return micros[micros.size() / 2];
+}
+
 MachineLimits MeasureMachineLimits(ThreadPool& pool) {
   MachineLimits limits;
   limits.cpu_model = CpuModelName();
@@ -221,6 +254,7 @@ MachineLimits MeasureMachineLimits(ThreadPool& pool) {
   const FmaPeak peak = MeasureFmaPeak(pool);
   limits.fma_peak_gflops = peak.gflops;
   limits.fma_isa = peak.isa;
+  limits.wake_us = MeasureWakeUpMicros(pool, kWakeUpCalls);
   return limits;
 }
 

@@ -1,7 +1,8 @@
 // What the machine can do at best, measured once, so that kernel timings can
 // be read as a fraction of it: the DRAM read bandwidth (the floor of a
-// small-M matmul, which streams the weight once) and the fp32 FMA peak (the
-// ceiling of a large-M one).
+// small-M matmul, which streams the weight once), the fp32 FMA peak (the
+// ceiling of a large-M one) and what waking the pool's idle threads costs
+// (a fixed price of every multi-threaded call, which small weights feel).
 //
 // Example:
 //   nibble::ThreadPool pool(2);
@@ -31,6 +32,9 @@ struct MachineLimits {
   // AVX2 and FMA.
   double fma_peak_gflops = 0;
   std::string fma_isa;  // "avx512", "avx2" or "none"
+  // Median microseconds from the start of a ParallelFor until every thread
+  // runs its piece, the workers idle before it; 0 with one thread.
+  double wake_us = 0;
 };
 
 // A cache size as sysfs writes it: "48K", "2048K", "32M" or plain bytes; 0
@@ -62,6 +66,14 @@ struct FmaPeak {
 // fp32 FMA throughput on every thread of the pool: AVX-512 when the CPU has
 // it, else AVX2 with FMA, else none (0 GFLOP/s).
 FmaPeak MeasureFmaPeak(ThreadPool& pool);
+
+// Calls of ParallelFor that MeasureWakeUpMicros makes; the median counts.
+inline constexpr int kWakeUpCalls = 200;
+
+// Microseconds from the start of a ParallelFor over every thread of the pool
+// until the last of them starts its piece, after the workers have gone idle,
+// as they do between requests: the median of `calls`.
+double MeasureWakeUpMicros(ThreadPool& pool, int calls);
 
 // All of the above, once.
 MachineLimits MeasureMachineLimits(ThreadPool& pool);

@@ -57,6 +57,7 @@ std::string MachineJson(const ReportContext& context) {
       ",\"read_buffer_bytes\":", limits.read_buffer_bytes,
       ",\"fma_peak_gflops\":", Number(limits.fma_peak_gflops),
       ",\"fma_isa\":", JsonString(limits.fma_isa),
+      ",\"wake_us\":", Number(limits.wake_us),
       ",\"kernel_isa\":", JsonString(context.kernel_isa), ",\"openblas\":",
       context.openblas ? JsonString(context.openblas_description) : "null",
       ",\"tuning_table\":", JsonString(context.tuning_table),
@@ -88,6 +89,10 @@ std::string TableHeader(const ReportContext& context) {
       limits.llc_bytes > 0 ? Mebibytes(limits.llc_bytes) : "unknown");
   absl::StrAppendFormat(&header, "  fp32 FMA peak   %.1f GFLOP/s (%s)\n",
                         limits.fma_peak_gflops, limits.fma_isa);
+  absl::StrAppendFormat(&header,
+                        "  wake-up         %.1f us until every thread runs its "
+                        "piece (median of %d calls after idle)\n",
+                        limits.wake_us, kWakeUpCalls);
   absl::StrAppendFormat(&header, "  baseline        OpenBLAS sgemm: %s\n",
                         context.openblas_description);
   absl::StrAppendFormat(

@@ -44,6 +44,7 @@
 #include "format/weight_format.h"
 #include "kernels/cpu/float_operands.h"
 #include "kernels/cpu/format_kernel.h"
+#include "kernels/cpu/shared_work.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
 
@@ -289,16 +290,14 @@ void RunFused(const Context<V>& ctx, float* c, ThreadPool& pool, int threads) {
     constexpr int kPanels = decltype(panels_tag)::value;
     const int64_t panels = ctx.b.panels();
     const int64_t tiles = (panels + kPanels - 1) / kPanels;
-    pool.ParallelFor(
-        tiles,
-        [&](int64_t first_tile, int64_t end_tile) {
+    ParallelForShared(
+        pool, tiles, threads, [&](int64_t first_tile, int64_t end_tile) {
           const int64_t first_panel = first_tile * kPanels;
           const int64_t end_panel = std::min(panels, end_tile * kPanels);
           FusedPanels<V, kFormat, kPanels>(ctx, first_panel, end_panel, 0,
                                            ctx.k, c + first_panel * kWidth,
                                            ctx.n, ctx.n - first_panel * kWidth);
-        },
-        threads);
+        });
   });
 }
 
@@ -324,8 +323,8 @@ void RunStriped(const Context<V>& ctx, float* c, ThreadPool& pool,
     const int64_t stripes = (units + units_per_stripe - 1) / units_per_stripe;
     const int64_t stride = panels * kWidth;
     std::vector<float> partial(stripes * ctx.m * stride);
-    pool.ParallelFor(
-        tiles * stripes,
+    ParallelForShared(
+        pool, tiles * stripes, threads,
         [&](int64_t first_piece, int64_t end_piece) {
           for (int64_t piece = first_piece; piece < end_piece; ++piece) {
             const int64_t tile = piece / stripes;
@@ -340,8 +339,7 @@ void RunStriped(const Context<V>& ctx, float* c, ThreadPool& pool,
                 partial.data() + stripe * ctx.m * stride + first_panel * kWidth,
                 stride, (end_panel - first_panel) * kWidth);
           }
-        },
-        threads);
+        });
     pool.ParallelFor(
         ctx.m,
         [&](int64_t first_row, int64_t end_row) {
@@ -512,15 +510,19 @@ void RunDoubleBuffered(const Context<V>& ctx, float* c, ThreadPool& pool,
 template <class V, WeightFormat kFormat>
 void RunVariant(KernelVariant variant, const Context<V>& ctx, float* c,
                 ThreadPool& pool, int threads) {
+  // The small-M variants stream the weight once: on a small weight a second
+  // thread costs more to wake than it saves.
+  const int streaming_threads =
+      ThreadsForWork(ctx.b.resident_bytes() * ctx.m, threads);
   switch (variant) {
     case KernelVariant::kDoubleBuffered:
       RunDoubleBuffered<V, kFormat>(ctx, c, pool, threads);
       break;
     case KernelVariant::kStriped:
-      RunStriped<V, kFormat>(ctx, c, pool, threads);
+      RunStriped<V, kFormat>(ctx, c, pool, streaming_threads);
       break;
     default:
-      RunFused<V, kFormat>(ctx, c, pool, threads);
+      RunFused<V, kFormat>(ctx, c, pool, streaming_threads);
       break;
   }
 }

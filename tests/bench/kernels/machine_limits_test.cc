@@ -33,6 +33,9 @@ TEST(MachineLimitsTest, MeasurementsArePositive) {
   if (peak.isa != "none") {
     EXPECT_GT(peak.gflops, 0);
   }
+  EXPECT_GT(MeasureWakeUpMicros(pool, 3), 0);
+  ThreadPool caller_only(1);
+  EXPECT_EQ(MeasureWakeUpMicros(caller_only, 3), 0);
   EXPECT_FALSE(CpuModelName().empty());
   EXPECT_GE(LastLevelCacheBytes(), 0);
 }

@@ -21,7 +21,8 @@ ReportContext Context() {
                                   .read_gbps = 10,
                                   .read_buffer_bytes = 512 << 20,
                                   .fma_peak_gflops = 200,
-                                  .fma_isa = "avx512"},
+                                  .fma_isa = "avx512",
+                                  .wake_us = 20},
                        .kernel_isa = "avx512",
                        .openblas = true,
                        .openblas_description = "OpenBLAS 0.3.21",
@@ -72,7 +73,8 @@ TEST(ReportTest, JsonLinesHaveTheMachineThenOneObjectPerTiming) {
             "{\"machine\":{\"cpu\":\"Test \\\"CPU\\\"\",\"threads\":2,"
             "\"llc_bytes\":104857600,\"read_gbps\":10.000,"
             "\"read_buffer_bytes\":536870912,\"fma_peak_gflops\":200.000,"
-            "\"fma_isa\":\"avx512\",\"kernel_isa\":\"avx512\","
+            "\"fma_isa\":\"avx512\",\"wake_us\":20.000,"
+            "\"kernel_isa\":\"avx512\","
             "\"openblas\":\"OpenBLAS 0.3.21\",\"tuning_table\":\"built-in\","
             "\"repeats\":10}}");
   EXPECT_EQ(lines[1],
@@ -99,6 +101,7 @@ TEST(ReportTest, TableHasTheLimitsAndOneLinePerPoint) {
   const std::string table = FormatTable(Context(), {Result()}, Sgemm());
   EXPECT_THAT(table, HasSubstr("read bandwidth  10.0 GB/s"));
   EXPECT_THAT(table, HasSubstr("fp32 FMA peak   200.0 GFLOP/s (avx512)"));
+  EXPECT_THAT(table, HasSubstr("wake-up         20.0 us until every thread"));
   EXPECT_THAT(table, HasSubstr("OpenBLAS 0.3.21"));
   // fused 1000 us, no double_buffered, striped 2000 us; fused picked at 1.00
   // of the best; floor 800 us; 8 GB/s, 134.2 GFLOP/s, 67.1% of the peak;
