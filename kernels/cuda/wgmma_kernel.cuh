@@ -15,8 +15,10 @@
 //     barrier (the copy engine takes a copy every ~100 cycles whatever its
 //     size, so a copy per 16-column block would starve the consumers);
 //   two consumers (ConsumeStages): each owns kWeightTiles 64-column tiles of
-//     the block's columns, dequantizes them per stage and issues wgmma
-//     m64nNk16 over all N rows of A, then frees the stage (`empty`);
+//     the block's columns, dequantizes them per stage, in one or two parts
+//     of K, and issues wgmma m64nNk16 over all N rows of A, keeping one
+//     part's MMAs in flight while it dequantizes the next, then frees the
+//     stage (`empty`);
 //   epilogue (StoreTile): at a tile's end the consumers write C, through the
 //     workspace when blocks share the tile (gemm_common.cuh).
 // Blocks walk the (tile, k step) sequence as gemm_common.cuh says: whole
