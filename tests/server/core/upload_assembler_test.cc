@@ -75,13 +75,13 @@ struct Written {
 absl::StatusOr<Written> WriteCanonicalTensors(const UploadAssembler& upload,
                                               const PackedWeight& packed) {
   Written written;
-  if (absl::Status status =
-          upload.WriteCanonicalTensors(packed,
-                                       [&written](absl::string_view piece) {
-                                         written.bytes.append(piece.data(), piece.size());
-                                         written.pieces.push_back(piece.size());
-                                         return absl::OkStatus();
-                                       });
+  if (absl::Status status = upload.WriteCanonicalTensors(
+          packed,
+          [&written](absl::string_view piece) {
+            written.bytes.append(piece.data(), piece.size());
+            written.pieces.push_back(piece.size());
+            return absl::OkStatus();
+          });
       !status.ok()) {
     return status;
   }
