@@ -29,8 +29,15 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// nibbled has one model repository, without a name.
-absl::Status CheckRepositoryName(absl::string_view repository_name) {
+// A model repository RPC: authorized for `access`, and naming nibbled's one
+// model repository, which has no name.
+absl::Status CheckRepositoryCall(const TokenAuthenticator* auth,
+                                 const grpc::CallbackServerContext& context,
+                                 RpcAccess access,
+                                 absl::string_view repository_name) {
+  if (absl::Status status = Authorize(auth, context, access); !status.ok()) {
+    return status;
+  }
   if (repository_name.empty()) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat(
       "repository \"", repository_name,
@@ -258,11 +265,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryIndex(
     grpc::CallbackServerContext* context,
     const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
-  if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
-      !status.ok()) {
-    return FinishNow(context, status);
-  }
-  if (absl::Status status = CheckRepositoryName(request->repository_name());
+  if (absl::Status status = CheckRepositoryCall(
+          auth_, *context, RpcAccess::kReadsOnly, request->repository_name());
       !status.ok()) {
     return FinishNow(context, status);
   }
@@ -291,11 +295,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryModelLoad(
     const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
   if (absl::Status status =
-          Authorize(auth_, *context, RpcAccess::kChangesWeights);
-      !status.ok()) {
-    return FinishNow(context, status);
-  }
-  if (absl::Status status = CheckRepositoryName(request->repository_name());
+          CheckRepositoryCall(auth_, *context, RpcAccess::kChangesWeights,
+                              request->repository_name());
       !status.ok()) {
     return FinishNow(context, status);
   }
@@ -324,11 +325,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryModelUnload(
     const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
   if (absl::Status status =
-          Authorize(auth_, *context, RpcAccess::kChangesWeights);
-      !status.ok()) {
-    return FinishNow(context, status);
-  }
-  if (absl::Status status = CheckRepositoryName(request->repository_name());
+          CheckRepositoryCall(auth_, *context, RpcAccess::kChangesWeights,
+                              request->repository_name());
       !status.ok()) {
     return FinishNow(context, status);
   }
