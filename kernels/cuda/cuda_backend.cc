@@ -421,21 +421,18 @@ std::vector<const GemmKernel*> CudaKernels() {
 }
 
 KernelVariant PreferredVariant(const GemmProblem& problem) {
-  // On an H100 (make gpu-check, docs/performance.md): on Hopper from 32 rows
-  // double_buffered runs wgmma, each tile's K split evenly to fill one wave
-  // (striped, whose blocks all end on a tile they share, reduces ~130 tiles
-  // through L2 at once at the end); up to 8 rows fused, its codes never
-  // through shared memory, streams the weight fastest; in between the weight
-  // read dominates and stream-K keeps every multiprocessor streaming to the
-  // end; before Hopper, above 64 rows, fused keeps the codes out of shared
-  // memory, which the larger A tile needs.
+  // On an H200 (make gpu-check, docs/performance.md): on Hopper
+  // double_buffered at every M: from 32 rows it runs wgmma with each tile's
+  // K split evenly to fill one wave (striped, whose blocks all end on a tile
+  // they share, reduces ~130 tiles through L2 at once at the end); below, the
+  // blocks that split a tile sum it in a thread block cluster, which beats
+  // fused (up to 0.8x its time at M = 1) and stream-K (0.8x at M = 16) and
+  // is within 3 % of them where a tile would need more than
+  // internal::kMaxClusterSplit blocks. Before Hopper, above 64 rows, fused
+  // keeps the codes out of shared memory, which the larger A tile needs.
   absl::StatusOr<DeviceInfo> device = CurrentDevice();
   if (device.ok() && device->compute_capability == 90) {
-    if (UsesWgmma(KernelVariant::kDoubleBuffered, problem.m,
-                  device->compute_capability)) {
-      return KernelVariant::kDoubleBuffered;
-    }
-    if (problem.m <= 8) return KernelVariant::kFused;
+    return KernelVariant::kDoubleBuffered;
   }
   return problem.m <= 64 ? KernelVariant::kStriped : KernelVariant::kFused;
 }

@@ -8,6 +8,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -105,6 +106,63 @@ absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
   return blocks;
 }
 
+// A launch of `blocks` blocks of `kernel`, in clusters of `cluster_size`
+// blocks from 2 on; `cluster` holds the attribute the config points to.
+cudaLaunchConfig_t LaunchConfig(const KernelChoice& kernel, int64_t blocks,
+                                int64_t cluster_size, cudaStream_t stream,
+                                cudaLaunchAttribute& cluster) {
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(static_cast<unsigned>(kernel.threads));
+  config.dynamicSmemBytes = static_cast<size_t>(kernel.shared_bytes);
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = cluster_size >= 2 ? 1 : 0;
+  return config;
+}
+
+// How many clusters of `size` blocks of `kernel` the GPU runs at once (0 for
+// a size it does not run), once per kernel and size.
+int ActiveClusters(const KernelChoice& kernel, int64_t size) {
+  static absl::Mutex mutex;
+  static auto* known =
+      new absl::flat_hash_map<std::pair<const void*, int64_t>, int>();
+  const void* function = FunctionOf(kernel);
+  absl::MutexLock lock(&mutex);
+  if (auto it = known->find({function, size}); it != known->end()) {
+    return it->second;
+  }
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config =
+      LaunchConfig(kernel, size, size, nullptr, cluster);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, function, &config) !=
+      cudaSuccess) {
+    cudaGetLastError();  // the workspace serves instead
+    clusters = 0;
+  }
+  known->emplace(std::make_pair(function, size), clusters);
+  return clusters;
+}
+
+// Blocks per tile for a cluster (Params::cluster_split): the most that
+// divide the tile's K steps evenly, at most `split`, and more than half of
+// it, with every tile's cluster running at once; 0 for none.
+int64_t ClusterSplit(const KernelChoice& kernel, int64_t split,
+                     int64_t steps_per_tile, int64_t tiles) {
+  if (split > internal::kMaxClusterSplit) return 0;
+  for (int64_t size = split; size >= 2 && 2 * size > split; --size) {
+    if (steps_per_tile % size == 0 && ActiveClusters(kernel, size) >= tiles) {
+      return size;
+    }
+  }
+  return 0;
+}
+
 // How a launch divides a problem: rows per tile, thread blocks, and output
 // tiles, which blocks share when there are more blocks.
 struct LaunchPlan {
@@ -112,6 +170,7 @@ struct LaunchPlan {
   int64_t blocks = 0;
   int64_t tiles = 0;
   int64_t steps_per_tile = 0;
+  int64_t cluster_split = 0;  // Params::cluster_split
 };
 
 struct Plan {
@@ -123,7 +182,7 @@ struct Plan {
 
 absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
                               const WeightSpec& spec, DType a_dtype,
-                              int sm_count) {
+                              const DeviceInfo& device) {
   Plan plan;
   plan.kernel = Choose(variant, wgmma, spec.format, a_dtype, m);
   absl::StatusOr<int> blocks_per_sm = BlocksPerSm(plan.kernel);
@@ -140,7 +199,7 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
         absl::StrCat("m=", m, " with ", spec.DebugString(),
                      " has too many tiles for one launch: split the rows"));
   }
-  const int64_t slots = int64_t{std::max(1, *blocks_per_sm)} * sm_count;
+  const int64_t slots = int64_t{std::max(1, *blocks_per_sm)} * device.sm_count;
   if (variant == KernelVariant::kStriped) {
     launch.blocks = std::min(iterations, slots);
   } else {
@@ -150,6 +209,12 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
     if (launch.tiles < slots) {
       split = std::min(slots / launch.tiles,
                        std::max<int64_t>(1, launch.steps_per_tile / 4));
+    }
+    // The wgmma kernel sums through the workspace (gemm_common.cuh).
+    if (split > 1 && !wgmma && device.compute_capability >= 90) {
+      const int64_t cluster =
+          ClusterSplit(plan.kernel, split, launch.steps_per_tile, launch.tiles);
+      if (cluster > 0) split = launch.cluster_split = cluster;
     }
     launch.blocks = launch.tiles * split;
   }
@@ -295,11 +360,11 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   const bool wgmma =
       UsesWgmma(gemm.variant, gemm.m, device->compute_capability) &&
       reinterpret_cast<uintptr_t>(gemm.a) % 16 == 0;
-  absl::StatusOr<Plan> plan = MakePlan(gemm.variant, wgmma, gemm.m, spec,
-                                       gemm.a_dtype, device->sm_count);
+  absl::StatusOr<Plan> plan =
+      MakePlan(gemm.variant, wgmma, gemm.m, spec, gemm.a_dtype, *device);
   if (!plan.ok()) return plan.status();
   const LaunchPlan& launch = plan->launch;
-  if (launch.blocks != launch.tiles) {
+  if (launch.blocks != launch.tiles && launch.cluster_split == 0) {
     if (absl::Status status = workspace.Reserve(
             launch.tiles * launch.rows * plan->kernel.columns, launch.tiles);
         !status.ok()) {
@@ -325,21 +390,24 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   params.iters_extra = plan->iters_extra;
   params.out = OutTypeOf(gemm.c_dtype);
   params.output_scale = gemm.b->output_scale();
-  const dim3 grid(static_cast<unsigned>(launch.blocks));
+  params.cluster_split = static_cast<int>(launch.cluster_split);
   const KernelChoice& kernel = plan->kernel;
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = LaunchConfig(
+      kernel, launch.blocks, launch.cluster_split, stream, cluster);
+  cudaError_t launched = cudaSuccess;
   if (wgmma) {
     absl::StatusOr<WgmmaParams> wgmma_params =
         MakeWgmmaParams(gemm, params, kernel);
     if (!wgmma_params.ok()) return wgmma_params.status();
-    kernel
-        .wgmma_function<<<grid, kernel.threads, kernel.shared_bytes, stream>>>(
-            *wgmma_params);
+    launched =
+        cudaLaunchKernelEx(&config, kernel.wgmma_function, *wgmma_params);
   } else {
-    kernel.function<<<grid, kernel.threads, kernel.shared_bytes, stream>>>(
-        params);
+    launched = cudaLaunchKernelEx(&config, kernel.function, params);
   }
+  if (launched == cudaSuccess) launched = cudaGetLastError();
   return CudaStatus(
-      cudaGetLastError(),
+      launched,
       absl::StrCat("launching ",
                    LaunchedKernelName(gemm.variant, spec.format,
                                       device->compute_capability, gemm.m)));

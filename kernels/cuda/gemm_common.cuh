@@ -7,9 +7,20 @@
 // covers rows of C from (t % tiles_m) * rows and columns from
 // (t / tiles_m) * columns, for the kernel's rows and columns. Block b runs
 // iterations [begin, end) of IterationsOf(p, b). Whenever a block covers only
-// part of a tile's K steps, it adds its fp32 partial sums into the workspace;
-// the last block to finish a tile (a counter per tile) writes C and zeroes
-// the workspace behind it.
+// part of a tile's K steps, the blocks of the tile sum their fp32 partial
+// sums in one of two ways:
+//   in a cluster (Params::cluster_split > 1: the mma.sync kernel on Hopper,
+//     at most kMaxClusterSplit blocks per tile): the tile's blocks are one
+//     thread block cluster, one K slice each; after its loop each leaves its
+//     sums in its shared memory and, after a cluster barrier, adds a share
+//     of the tile's elements from all of them (distributed shared memory) in
+//     a fixed order and stores it (FinishTileInCluster): no round trips
+//     through L2, the same sums every run;
+//   through global memory otherwise (stream-K ranges that cross tiles, the
+//     wgmma kernel, older GPUs): each adds its sums into the workspace with
+//     atomics, which need not wait for a reply, and the last block to finish
+//     a tile (a counter per tile) writes C and zeroes the workspace behind
+//     it (FinishTile).
 #ifndef NIBBLE_KERNELS_CUDA_GEMM_COMMON_CUH_
 #define NIBBLE_KERNELS_CUDA_GEMM_COMMON_CUH_
 
@@ -52,7 +63,16 @@ struct Params {
   // Multiplies C: the weight's global scale, or the power of two that the
   // device layout took out of E8M0 scales; 1 otherwise.
   float output_scale;
+  // Blocks per tile, launched as one cluster of this many blocks with one K
+  // slice each; 0 where tiles are shared through the workspace.
+  int cluster_split;
 };
+
+// The most blocks of a cluster that share a tile. Larger clusters measured
+// slower on an H200 (28672 x 8192 at M = 1: eight blocks per tile lost 5 %
+// against the workspace), and each block's sums are read once per block of
+// its cluster.
+inline constexpr int kMaxClusterSplit = 4;
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
@@ -157,6 +177,75 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
     Store(p, e.row, e.col, sums[i]);
   }
   if (thread == 0) p.counters[tile] = 0;
+}
+
+// Thread block clusters (sm_90): the barrier over every thread of the
+// cluster, with release/acquire order for shared memory, this block's rank,
+// and a float of block `rank`'s shared memory at this block's `local`
+// address.
+__device__ __forceinline__ void SyncCluster() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+#endif
+}
+__device__ __forceinline__ int ClusterRank() {
+  uint32_t rank = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#endif
+  return static_cast<int>(rank);
+}
+__device__ __forceinline__ float LoadFromClusterBlock(const float* local,
+                                                      int rank) {
+  float value = 0.0f;
+#if __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(SharedAddress(local)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+               : "=f"(value)
+               : "r"(remote));
+#endif
+  return value;
+}
+
+// Finishes the tile of a block launched in a cluster of Params::cluster_split
+// blocks, one K slice of the tile each (see above), after the block's loop:
+// FinishTile's arguments, with `cluster_sums` kAcc * threads floats of shared
+// memory that the block no longer reads. Every thread of the block calls it.
+template <bool kSkipRowsPastM, int kAcc, typename Sync, typename ElementOf>
+__device__ __forceinline__ void FinishTileInCluster(
+    const Params& p, const float (&acc)[kAcc], int thread, int threads,
+    Sync sync, float* cluster_sums, ElementOf element) {
+  sync();  // the last stage is read: its memory takes the sums
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) cluster_sums[i * threads + thread] = acc[i];
+  SyncCluster();
+  // Block r of the cluster adds and stores accumulators r, r + split, ...,
+  // loading from all blocks before adding, so that the loads overlap.
+  const int rank = ClusterRank();
+#pragma unroll 1
+  for (int i = rank; i < kAcc; i += p.cluster_split) {
+    const Element e = element(i);
+    if (kSkipRowsPastM && e.row >= p.m) continue;
+    float parts[kMaxClusterSplit];
+#pragma unroll
+    for (int r = 0; r < kMaxClusterSplit; ++r) {
+      parts[r] =
+          r < p.cluster_split
+              ? LoadFromClusterBlock(&cluster_sums[i * threads + thread], r)
+              : 0.0f;
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMaxClusterSplit; ++r) sum += parts[r];
+    Store(p, e.row, e.col, sum);
+  }
+  SyncCluster();  // no block leaves while others read its sums
 }
 
 struct WgmmaParams;  // wgmma_kernel.cuh

@@ -88,34 +88,45 @@ __device__ __forceinline__ void LoadMatrixPair(uint32_t (&a)[4],
                : "r"(SharedAddress(shared)));
 }
 
+// Where a block's accumulators of tile `tile` go in C: acc[rt][nb][r], that
+// is accumulator (rt * kNBlocks + nb) * 4 + r, is row 8 rt + 2 (lane % 4)
+// (+ 1 for odd r) of the tile and column lane / 4 (+ 8 for r >= 2) of the
+// warp's 16-column block nb.
+template <int kRowTiles, int kNBlocks>
+__device__ __forceinline__ auto ElementsOf(const Params& p, int tile) {
+  constexpr int kRows = 8 * kRowTiles;
+  constexpr int kColumns = kWarps * 16 * kNBlocks;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int row0 = (tile % p.tiles_m) * kRows + (lane % 4) * 2;
+  const int col0 =
+      (tile / p.tiles_m) * kColumns + warp * 16 * kNBlocks + lane / 4;
+  return [=](int i) {
+    const int rt = i / (kNBlocks * 4);
+    const int nb = i / 4 % kNBlocks;
+    const int r = i % 4;
+    return Element{row0 + rt * 8 + r % 2, col0 + nb * 16 + (r / 2) * 8};
+  };
+}
+
+// A block's accumulators as the flat array FinishTile takes.
+template <int kRowTiles, int kNBlocks>
+__device__ __forceinline__ auto& Flat(
+    const float (&acc)[kRowTiles][kNBlocks][4]) {
+  return *reinterpret_cast<const float(*)[kRowTiles * kNBlocks * 4]>(
+      &acc[0][0][0]);
+}
+
 // Writes tile `tile` of C from a block's accumulators for its iterations
-// (FinishTile). Every thread of the block calls it. acc[rt][nb][r] is row
-// 8 rt + 2 (lane % 4) (+ 1 for odd r) of the tile and column lane / 4 (+ 8
-// for r >= 2) of the warp's 16-column block nb.
+// (FinishTile). Every thread of the block calls it.
 template <int kRowTiles, int kNBlocks>
 __device__ __forceinline__ void StoreTile(
     const Params& p, int tile, Iterations iterations,
     const float (&acc)[kRowTiles][kNBlocks][4], int& last_block) {
-  constexpr int kRows = 8 * kRowTiles;
-  constexpr int kColumns = kWarps * 16 * kNBlocks;
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int row0 = (tile % p.tiles_m) * kRows + (lane % 4) * 2;
-  const int col0 =
-      (tile / p.tiles_m) * kColumns + warp * 16 * kNBlocks + lane / 4;
-  // Accumulator i is acc[rt][nb][r] for i = (rt * kNBlocks + nb) * 4 + r.
   FinishTile<true>(
-      p, tile, iterations,
-      *reinterpret_cast<const float(*)[kRowTiles * kNBlocks * 4]>(
-          &acc[0][0][0]),
-      tid, kThreads, [] { __syncthreads(); }, last_block,
-      [&](int i) {
-        const int rt = i / (kNBlocks * 4);
-        const int nb = i / 4 % kNBlocks;
-        const int r = i % 4;
-        return Element{row0 + rt * 8 + r % 2, col0 + nb * 16 + (r / 2) * 8};
-      });
+      p, tile, iterations, Flat(acc), threadIdx.x, kThreads,
+      [] { __syncthreads(); }, last_block,
+      ElementsOf<kRowTiles, kNBlocks>(p, tile));
 }
 
 template <int kRowTiles, int kNBlocks, int kScaleRows>
@@ -411,6 +422,9 @@ __global__ void __launch_bounds__(kThreads)
   auto finish_tile = [&](int tile) {
     StoreTile<kRowTiles, kNBlocks>(p, tile, iterations, acc, last_block);
   };
+  // A block of a cluster has one tile, finished after the loop, apart from
+  // it, so that the loop keeps the registers it has without clusters.
+  const bool in_cluster = p.cluster_split > 1;
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -431,7 +445,7 @@ __global__ void __launch_bounds__(kThreads)
     CommitAsync();
     compute(s);
     ++iter;
-    if (++step == p.k_steps || iter == end) {
+    if ((++step == p.k_steps || iter == end) && !in_cluster) {
       finish_tile(tile);
       clear(acc);
       step = 0;
@@ -451,6 +465,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int s = 0; iter < end; s = s + 1 == kStages ? 0 : s + 1) {
       run_iteration(s);
     }
+  }
+  if (in_cluster) {
+    static_assert(sizeof(acc) * kThreads <= kStages * kStageBytes,
+                  "the stages hold the cluster's partial sums");
+    FinishTileInCluster<true>(
+        p, Flat(acc), tid, kThreads, [] { __syncthreads(); },
+        reinterpret_cast<float*>(shared),
+        ElementsOf<kRowTiles, kNBlocks>(p, first_tile));
   }
 }
 
