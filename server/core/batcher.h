@@ -8,7 +8,7 @@
 //   nibble::server::MatmulBatcher batcher(
 //       {.max_batch_rows = 64}, nibble::server::BackendOf(&runner));
 //   batcher.Submit({.weight = weight, .dtype = nibble::DType::kF32, .m = 1,
-//                   .a = std::move(a),
+//                   .a = a,  // alive until done is called
 //                   .done = [](absl::StatusOr<MatmulResult> c) { ... }});
 //
 // Threads: Submit only queues and never waits for kernels, so gRPC's callback
@@ -95,7 +95,9 @@ struct MatmulWork {
   int64_t m = 0;
   // The request's K, 0 for the weight's.
   int64_t k = 0;
-  std::string a;  // [m, K] in dtype
+  // [m, K] in dtype. Not copied: the bytes (the RPC's request message)
+  // must stay alive and unchanged until `done` has been called.
+  absl::string_view a;
   // The lossiest treatment of A the request accepts; empty for
   // BatcherOptions::activation_precision.
   std::optional<ActivationPrecision> activation_precision;

@@ -52,8 +52,8 @@ RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit) {
 }
 
 void SubmitMatmulRpc(
-    const WeightStore& store, MatmulBatcher& batcher, v1::MatmulRequest request,
-    RpcCall call,
+    const WeightStore& store, MatmulBatcher& batcher,
+    const v1::MatmulRequest& request, RpcCall call,
     std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
         done) {
   absl::StatusOr<DType> dtype = FromProto(request.dtype());
@@ -92,7 +92,7 @@ void SubmitMatmulRpc(
        .dtype = *dtype,
        .m = request.m(),
        .k = request.k(),
-       .a = std::move(*request.mutable_a()),
+       .a = request.a(),
        .activation_precision = *precision,
        .deadline = call.deadline,
        .is_cancelled = std::move(call.is_cancelled),

@@ -6,7 +6,7 @@
 // Example:
 //   auto* reactor = new nibble::server::HeldReplyReactor();
 //   nibble::server::SubmitMatmulRpc(
-//       store, batcher, std::move(request),
+//       store, batcher, *request,
 //       nibble::server::CallOf(context, {.max_bytes = 64 << 20,
 //                                        .budget = &reply_budget}),
 //       [reactor, response](absl::StatusOr<v1::MatmulResponse> result,
@@ -68,9 +68,11 @@ RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit);
 // thread with the response. With the response comes its hold on the reply
 // budget (null without a budget or with an error), which the caller keeps
 // until the reply has been sent.
+// `request` is read in place, A not copied: it must stay alive and unchanged
+// until `done` has been called.
 void SubmitMatmulRpc(
-    const WeightStore& store, MatmulBatcher& batcher, v1::MatmulRequest request,
-    RpcCall call,
+    const WeightStore& store, MatmulBatcher& batcher,
+    const v1::MatmulRequest& request, RpcCall call,
     std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
         done);
 

@@ -1,5 +1,6 @@
 #include "server/edge/matmul_stream.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -101,14 +102,16 @@ void BasicMatmulStreamReactor<Protocol>::OnReadDone(bool ok) {
     return;
   }
   const int64_t envelope_bytes = Protocol::EnvelopeBytes(pending);
-  SubmitMatmulRpc(*store_, *batcher_, *std::move(matmul),
+  // Kept until answered: the batcher reads A from it in place.
+  auto kept = std::make_shared<const v1::MatmulRequest>(*std::move(matmul));
+  SubmitMatmulRpc(*store_, *batcher_, *kept,
                   {.deadline = deadline_,
                    .is_cancelled = [this] { return Failed(); },
                    .reply_limit = {.max_bytes = max_reply_bytes_,
                                    .envelope_bytes = envelope_bytes,
                                    .budget = reply_budget_},
                    .connection = connection_},
-                  [this, pending = std::move(pending)](
+                  [this, pending = std::move(pending), kept](
                       absl::StatusOr<v1::MatmulResponse> result,
                       ReplyBudget::Hold hold) mutable {
                     Complete(std::move(pending), std::move(result),

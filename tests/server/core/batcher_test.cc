@@ -102,6 +102,7 @@ struct Submitted {
   const TestWeight* weight = nullptr;
   DType dtype = DType::kF32;
   int64_t m = 0;
+  std::string a;             // the request's A, alive until answered
   std::vector<double> want;  // C by the reference
 
   absl::Mutex mu;
@@ -200,18 +201,17 @@ class BatcherTest : public ::testing::Test {
     submitted->weight = &weight;
     submitted->dtype = dtype;
     submitted->m = m;
-    std::string a;
     {
       absl::MutexLock lock(&mu_);
       auto [bytes, values] =
           RandomActivations(m, weight.canonical.spec.k, dtype, rng_);
-      a = std::move(bytes);
+      submitted->a = std::move(bytes);
       submitted->want = ReferenceMatmul(values, m, weight.canonical);
     }
     batcher.Submit({.weight = weight.resident,
                     .dtype = dtype,
                     .m = m,
-                    .a = std::move(a),
+                    .a = submitted->a,
                     .activation_precision = precision,
                     .deadline = deadline,
                     .is_cancelled = std::move(is_cancelled),
