@@ -2,11 +2,15 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "format/dtype.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "server/core/matmul_runner.h"
 #include "server/edge/proto_conversions.h"
 
@@ -109,6 +113,29 @@ void SubmitMatmulRpc(
          response.set_compute_time_ns(result->compute_time_ns);
          done(std::move(response), hold);
        }});
+}
+
+grpc::ByteBuffer MatmulResponseBytes(v1::MatmulResponse response) {
+  // Owned by its slice from here on.
+  auto* c = new std::string(std::move(*response.mutable_c()));
+  response.clear_c();
+  // The other fields, then C's tag and length; a parser takes fields in any
+  // order.
+  std::string head = response.SerializeAsString();
+  {
+    google::protobuf::io::StringOutputStream stream(&head);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+        v1::MatmulResponse::kCFieldNumber,
+        google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint64(c->size());
+  }
+  const grpc::Slice slices[] = {
+      grpc::Slice(head),
+      grpc::Slice(
+          c->data(), c->size(),
+          [](void* owner) { delete static_cast<std::string*>(owner); }, c)};
+  return grpc::ByteBuffer(slices, 2);
 }
 
 }  // namespace nibble::server

@@ -76,6 +76,11 @@ void SubmitMatmulRpc(
     std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
         done);
 
+// The wire bytes of `response`, for a call whose reply is a raw ByteBuffer:
+// C is not copied but moved into the buffer's last slice, which frees it once
+// gRPC is done sending. They parse as `response`.
+grpc::ByteBuffer MatmulResponseBytes(v1::MatmulResponse response);
+
 // The reactor of a unary matmul call: it keeps the reply's hold on the reply
 // budget until gRPC is done with the call, that is until the reply has been
 // sent or the call has failed, and then deletes itself.

@@ -49,7 +49,7 @@ struct UploadLimits {
 
 class NibbleServiceImpl final
     : public v1::NibbleService::WithCallbackMethod_UploadWeight<
-          v1::NibbleService::WithCallbackMethod_Matmul<
+          v1::NibbleService::WithRawCallbackMethod_Matmul<
               v1::NibbleService::WithCallbackMethod_MatmulStream<
                   v1::NibbleService::Service>>> {
  public:
@@ -116,9 +116,12 @@ class NibbleServiceImpl final
   grpc::Status DeleteWeight(grpc::ServerContext* context,
                             const v1::DeleteWeightRequest* request,
                             v1::DeleteWeightResponse* response) override;
+  // Raw bytes in and out, so that the reply's C is sent without a copy
+  // (MatmulResponseBytes); the wire messages are MatmulRequest and
+  // MatmulResponse.
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
-                                   const v1::MatmulRequest* request,
-                                   v1::MatmulResponse* response) override;
+                                   const grpc::ByteBuffer* request_bytes,
+                                   grpc::ByteBuffer* response_bytes) override;
   grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
   MatmulStream(grpc::CallbackServerContext* context) override;
 
