@@ -46,6 +46,42 @@ absl::Status CheckReplyFits(const ReplyLimit& limit, int64_t m, int64_t n,
       reply_bytes, m, n, DTypeName(dtype), limit.max_bytes, max_rows));
 }
 
+// Appends the tag of length-delimited field `field` and `length` to `out`.
+void AppendTagAndLength(int field, size_t length, std::string* out) {
+  google::protobuf::io::StringOutputStream stream(out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+      field,
+      google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+  coded.WriteVarint64(length);
+}
+
+// C of `response`, moved out of it to the heap; owned by the caller.
+std::string* TakeC(v1::MatmulResponse& response) {
+  auto* c = new std::string(std::move(*response.mutable_c()));
+  response.clear_c();
+  return c;
+}
+
+// The wire bytes of `response` (its C taken out) up to `c_bytes` of C: its
+// other fields, then C's tag and length; a parser takes fields in any order.
+std::string HeadBeforeC(const v1::MatmulResponse& response, size_t c_bytes) {
+  std::string head = response.SerializeAsString();
+  AppendTagAndLength(v1::MatmulResponse::kCFieldNumber, c_bytes, &head);
+  return head;
+}
+
+// `head` (copied) and then `c`'s own memory, which the buffer takes and frees
+// once gRPC is done with it.
+grpc::ByteBuffer BytesEndingInC(const std::string& head, std::string* c) {
+  const grpc::Slice slices[] = {
+      grpc::Slice(head),
+      grpc::Slice(
+          c->data(), c->size(),
+          [](void* owner) { delete static_cast<std::string*>(owner); }, c)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
 }  // namespace
 
 RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit) {
@@ -116,26 +152,21 @@ void SubmitMatmulRpc(
 }
 
 grpc::ByteBuffer MatmulResponseBytes(v1::MatmulResponse response) {
-  // Owned by its slice from here on.
-  auto* c = new std::string(std::move(*response.mutable_c()));
-  response.clear_c();
-  // The other fields, then C's tag and length; a parser takes fields in any
-  // order.
-  std::string head = response.SerializeAsString();
-  {
-    google::protobuf::io::StringOutputStream stream(&head);
-    google::protobuf::io::CodedOutputStream out(&stream);
-    out.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
-        v1::MatmulResponse::kCFieldNumber,
-        google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-    out.WriteVarint64(c->size());
-  }
-  const grpc::Slice slices[] = {
-      grpc::Slice(head),
-      grpc::Slice(
-          c->data(), c->size(),
-          [](void* owner) { delete static_cast<std::string*>(owner); }, c)};
-  return grpc::ByteBuffer(slices, 2);
+  std::string* c = TakeC(response);
+  return BytesEndingInC(HeadBeforeC(response, c->size()), c);
+}
+
+grpc::ByteBuffer MatmulStreamResponseBytes(uint64_t id,
+                                           v1::MatmulResponse response) {
+  std::string* c = TakeC(response);
+  const std::string response_head = HeadBeforeC(response, c->size());
+  v1::MatmulStreamResponse envelope;
+  envelope.set_id(id);
+  std::string head = envelope.SerializeAsString();
+  AppendTagAndLength(v1::MatmulStreamResponse::kResponseFieldNumber,
+                     response_head.size() + c->size(), &head);
+  head += response_head;
+  return BytesEndingInC(head, c);
 }
 
 }  // namespace nibble::server

@@ -80,6 +80,9 @@ void SubmitMatmulRpc(
 // C is not copied but moved into the buffer's last slice, which frees it once
 // gRPC is done sending. They parse as `response`.
 grpc::ByteBuffer MatmulResponseBytes(v1::MatmulResponse response);
+// The same for the MatmulStreamResponse of request `id` carrying `response`.
+grpc::ByteBuffer MatmulStreamResponseBytes(uint64_t id,
+                                           v1::MatmulResponse response);
 
 // The reactor of a unary matmul call: it keeps the reply's hold on the reply
 // budget until gRPC is done with the call, that is until the reply has been

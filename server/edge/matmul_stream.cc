@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/edge/matmul_rpc.h"
 
 namespace nibble::server {
@@ -17,9 +18,17 @@ constexpr int64_t kReplyEnvelopeBytes = 32;
 
 }  // namespace
 
-absl::StatusOr<v1::MatmulRequest> NibbleStreamProtocol::Take(const WeightStore&,
-                                                             Request& request,
-                                                             Pending* pending) {
+absl::StatusOr<v1::MatmulRequest> NibbleStreamProtocol::Take(
+    const WeightStore&, Request& request_bytes, Pending* pending) {
+  v1::MatmulStreamRequest request;
+  if (!grpc::SerializationTraits<v1::MatmulStreamRequest>::Deserialize(
+           &request_bytes, &request)
+           .ok()) {
+    *pending = 0;
+    return absl::InvalidArgumentError(
+        "a stream message is not a nibble.v1.MatmulStreamRequest; send one "
+        "per message");
+  }
   *pending = request.id();
   if (!request.has_request()) {
     return absl::InvalidArgumentError(
@@ -31,16 +40,16 @@ absl::StatusOr<v1::MatmulRequest> NibbleStreamProtocol::Take(const WeightStore&,
 
 NibbleStreamProtocol::Reply NibbleStreamProtocol::Answer(
     Pending pending, absl::StatusOr<v1::MatmulResponse> result) {
-  Reply reply;
-  reply.set_id(pending);
   if (result.ok()) {
-    *reply.mutable_response() = *std::move(result);
-  } else {
-    // absl::StatusCode and grpc::StatusCode share their values.
-    reply.mutable_error()->set_code(static_cast<int>(result.status().code()));
-    reply.mutable_error()->set_message(std::string(result.status().message()));
+    return MatmulStreamResponseBytes(pending, *std::move(result));
   }
-  return reply;
+  v1::MatmulStreamResponse reply;
+  reply.set_id(pending);
+  // absl::StatusCode and grpc::StatusCode share their values.
+  reply.mutable_error()->set_code(static_cast<int>(result.status().code()));
+  reply.mutable_error()->set_message(std::string(result.status().message()));
+  const grpc::Slice bytes(reply.SerializeAsString());
+  return grpc::ByteBuffer(&bytes, 1);
 }
 
 int64_t NibbleStreamProtocol::EnvelopeBytes(const Pending&) {

@@ -606,7 +606,7 @@ grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
   return reactor;
 }
 
-grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
       !status.ok()) {

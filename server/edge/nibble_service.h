@@ -50,7 +50,7 @@ struct UploadLimits {
 class NibbleServiceImpl final
     : public v1::NibbleService::WithCallbackMethod_UploadWeight<
           v1::NibbleService::WithRawCallbackMethod_Matmul<
-              v1::NibbleService::WithCallbackMethod_MatmulStream<
+              v1::NibbleService::WithRawCallbackMethod_MatmulStream<
                   v1::NibbleService::Service>>> {
  public:
   // All must outlive the service. Without `data_dir` weights live only in
@@ -122,8 +122,9 @@ class NibbleServiceImpl final
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request_bytes,
                                    grpc::ByteBuffer* response_bytes) override;
-  grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
-  MatmulStream(grpc::CallbackServerContext* context) override;
+  // Raw bytes too (NibbleStreamProtocol).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* MatmulStream(
+      grpc::CallbackServerContext* context) override;
 
  private:
   // One UploadWeight call (nibble_service.cc).
