@@ -12,7 +12,9 @@
 #     replies of the two smaller weights are checked against the float64
 #     reference (nibble-load --verify).
 # It writes results.json (every run, with nibble-load's JSON) and report.md
-# (the table and issue 26's targets, each PASS or FAIL) and prints the report.
+# (the table and issue 26's targets, each PASS or FAIL) and prints the report;
+# under each matmul run it prints where its requests' time went, from
+# nibbled's /metrics (stage_means.py, also in stages_*.txt).
 #
 #   bench/server/gpu_serve_bench.sh [BIN_DIR] [OUT_DIR]
 #     (build/portable/bin, build/gpu-serve-bench)
@@ -33,7 +35,7 @@ gpu_bench=${NIBBLE_GPU_BENCH:-$bin/nibble-gpu-bench}
 python=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-rm -f "$out"/load_*.json "$out/kernels.jsonl" "$out/runs.tsv"
+rm -f "$out"/load_*.json "$out"/stages_*.txt "$out/kernels.jsonl" "$out/runs.tsv"
 work=$(mktemp -d)
 source "$here/../../deploy/nibbled_lib.sh"
 trap 'stop_nibbled || true; rm -rf "$work"' EXIT
@@ -54,9 +56,19 @@ if ! "$gpu_bench" --m=1,64 --shapes="${shapes%,}" \
   echo "$0: nibble-gpu-bench failed; the report will have no kernel times" >&2
 fi
 
+# scrape FILE: nibbled's /metrics into FILE (bash's /dev/tcp: no curl
+# needed).
+scrape() {
+  exec 3<>"/dev/tcp/${metrics%:*}/${metrics##*:}"
+  printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$metrics" >&3
+  cat <&3 >"$1"
+  exec 3<&-
+}
+
 # load BATCHING NAME API CONCURRENCY [FLAGS...]: one nibble-load run into
-# $out/load_BATCHING_NAME_API_CONCURRENCY.json, listed in runs.tsv; its
-# errors are counted by the report, not fatal here.
+# $out/load_BATCHING_NAME_API_CONCURRENCY.json, listed in runs.tsv, and the
+# per-stage means of its requests (stage_means.py) into the matching
+# stages_*.txt; its errors are counted by the report, not fatal here.
 load() {
   local batching=$1 name=$2 api=$3 c=$4
   local json="$out/load_${batching}_${name}_${api}_${c}.json"
@@ -66,12 +78,17 @@ load() {
   # Every connection carries its share of the load; 256 clients on 4
   # connections would measure gRPC's per-connection limits.
   args+=(--connections=$((c < 16 ? c : 16)))
+  scrape "$work/before.prom"
   if "$bin/nibble-load" "${args[@]}" >"$work/load.out" 2>&1; then
+    scrape "$work/after.prom"
     printf '%s\t%s\t%s\t%s\t%s\n' "$batching" "$name" "$api" "$c" "$json" \
       >>"$out/runs.tsv"
     printf '   %-8s %-5s %-12s c=%-4s %10s req/s  p50 %8s us  errors %s\n' \
       "$batching" "$name" "$api" "$c" "$(json_number throughput_rps "$json")" \
       "$(json_number p50 "$json")" "$(json_number errors "$json")"
+    [[ $api == Check ]] ||
+      "$python" "$here/stage_means.py" "$work/before.prom" "$work/after.prom" |
+      tee "$out/stages_${batching}_${name}_${api}_${c}.txt" | sed 's/^/      /'
   else
     echo "   $batching $name $api c=$c: nibble-load failed:" >&2
     tail -n 5 "$work/load.out" >&2
@@ -79,9 +96,10 @@ load() {
 }
 
 for batching in on off; do
-  flags=(--backend="$backend")
+  flags=(--backend="$backend" --metrics_listen=127.0.0.1:0)
   [[ $batching == on ]] || flags+=(--max_batch_rows=1)
   start_nibbled "${flags[@]}"
+  metrics=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$work/nibbled.out")
   echo "== batching $batching: $(cat "$work/nibbled.out")"
   for w in "${weights[@]}"; do
     set -- $w

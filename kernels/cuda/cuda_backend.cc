@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -119,6 +121,31 @@ class LanePool {
   std::vector<std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(mutex_);
   std::vector<Lane*> free_ ABSL_GUARDED_BY(mutex_);
 };
+
+// RunStageTimes, added to by every run without a lock.
+struct RunStageCounters {
+  std::atomic<int64_t> runs{0};
+  std::atomic<int64_t> lane_wait_ns{0};
+  std::atomic<int64_t> gather_ns{0};
+  std::atomic<int64_t> device_ns{0};
+  std::atomic<int64_t> scatter_ns{0};
+};
+
+RunStageCounters& StageCounters() {
+  static RunStageCounters* counters = new RunStageCounters();
+  return *counters;
+}
+
+// Adds the time since `*since` to `total` and moves `*since` to now.
+void AddElapsed(std::atomic<int64_t>& total,
+                std::chrono::steady_clock::time_point* since) {
+  const auto now = std::chrono::steady_clock::now();
+  total.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - *since)
+          .count(),
+      std::memory_order_relaxed);
+  *since = now;
+}
 
 LanePool& Lanes() {
   static LanePool* pool = new LanePool();
@@ -268,7 +295,10 @@ class CudaGemmKernel final : public GemmKernel {
           absl::StrCat(name_, ": the blocks hold ", batch.rows(),
                        " rows of A but the problem has m=", problem.m));
     }
+    RunStageCounters& stages = StageCounters();
+    auto stage_start = std::chrono::steady_clock::now();
     absl::StatusOr<Lane*> acquired = Lanes().Acquire();
+    AddElapsed(stages.lane_wait_ns, &stage_start);
     if (!acquired.ok()) return acquired.status();
     const HeldLane held(*acquired);
     Lane& lane = *held;
@@ -283,7 +313,9 @@ class CudaGemmKernel final : public GemmKernel {
           lane.a.Reserve(a_bytes, "A"), lane.c.Reserve(c_bytes, "C")}) {
       if (!status.ok()) return status;
     }
+    stage_start = std::chrono::steady_clock::now();
     GatherRows(batch, problem.dtype, problem.k, lane.host_a.data(), pool);
+    AddElapsed(stages.gather_ns, &stage_start);
     const absl::Status enqueued =
         Enqueue(lane, *weight, problem, a_dtype, a_bytes, c_bytes);
     // Waits for this lane's stream alone, other runs going on meanwhile;
@@ -291,9 +323,12 @@ class CudaGemmKernel final : public GemmKernel {
     // lane's buffers once another run has it.
     const absl::Status ran = CudaStatus(cudaStreamSynchronize(lane.stream),
                                         absl::StrCat("running ", name_));
+    AddElapsed(stages.device_ns, &stage_start);
     if (!enqueued.ok()) return enqueued;
     if (!ran.ok()) return ran;
     ScatterRows(batch, lane.host_c.data(), c_row_bytes, pool);
+    AddElapsed(stages.scatter_ns, &stage_start);
+    stages.runs.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();
   }
 
@@ -376,6 +411,15 @@ absl::StatusOr<GpuMemory> DeviceMemory() {
 }
 
 StagingStats Staging() { return Lanes().Stats(); }
+
+RunStageTimes RunStages() {
+  const RunStageCounters& stages = StageCounters();
+  return {.runs = stages.runs.load(std::memory_order_relaxed),
+          .lane_wait_ns = stages.lane_wait_ns.load(std::memory_order_relaxed),
+          .gather_ns = stages.gather_ns.load(std::memory_order_relaxed),
+          .device_ns = stages.device_ns.load(std::memory_order_relaxed),
+          .scatter_ns = stages.scatter_ns.load(std::memory_order_relaxed)};
+}
 
 namespace {
 

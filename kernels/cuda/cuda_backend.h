@@ -73,6 +73,20 @@ struct StagingStats {
 };
 StagingStats Staging();
 
+// Where the runs of the kernels below spent their host time, summed since the
+// program started: waiting for a free lane, gathering A into the lane's pinned
+// staging, waiting for the GPU (the stream's copy in, kernel and copy out,
+// until cudaStreamSynchronize returns) and scattering C out of staging. What
+// a run took beyond their sum went to its checks and buffer growth.
+struct RunStageTimes {
+  int64_t runs = 0;
+  int64_t lane_wait_ns = 0;
+  int64_t gather_ns = 0;
+  int64_t device_ns = 0;
+  int64_t scatter_ns = 0;
+};
+RunStageTimes RunStages();
+
 // fused, double_buffered (cp.async pipeline) and striped (stream-K) for each
 // format; empty without a GPU. They live for the whole program. Their Run
 // needs GemmOperands::device from UploadWeight and takes host A and C; runs

@@ -10,6 +10,7 @@ std::string DeviceDescription() { return ""; }
 bool SupportsSpec(const WeightSpec&) { return false; }
 int64_t DeviceBytes(const WeightSpec&) { return 0; }
 StagingStats Staging() { return {}; }
+RunStageTimes RunStages() { return {}; }
 
 namespace {
 

@@ -287,7 +287,8 @@ void MatmulBatcher::RunBatch(Batch batch) {
   const absl::Time compute_start = absl::Now();
   absl::StatusOr<MatmulRun> run = backend_.run(
       weight, dtype, *batch.run.front().activation_precision, blocks);
-  const absl::Duration compute_time = absl::Now() - compute_start;
+  const absl::Time compute_end = absl::Now();
+  const absl::Duration compute_time = compute_end - compute_start;
   {
     const int64_t requests = static_cast<int64_t>(batch.run.size());
     absl::MutexLock lock(&mu_);
@@ -296,6 +297,9 @@ void MatmulBatcher::RunBatch(Batch batch) {
     stats_.rows_run += rows;
     stats_.batch_rows.Record(static_cast<double>(rows));
     stats_.compute_seconds.Record(absl::ToDoubleSeconds(compute_time));
+    for (int64_t i = 0; i < requests; ++i) {
+      stats_.kernel_seconds.Record(absl::ToDoubleSeconds(compute_time));
+    }
     if (!batch.queue->forgotten) {
       WeightMatmulCounts& counts = stats_.run_by_weight[weight.name];
       counts.requests += requests;
@@ -308,20 +312,28 @@ void MatmulBatcher::RunBatch(Batch batch) {
       }
       counts.queue_time += batch.queue_time;
       counts.compute_time += compute_time * requests;
-      counts.last_run = compute_start + compute_time;
+      counts.last_run = compute_end;
       BatchSizeCounts& size = counts.batches_by_rows[rows];
       ++size.batches;
       size.compute_time += compute_time;
     }
   }
-  if (!run.ok()) {
-    for (MatmulWork& work : batch.run) work.done(run.status());
-    return;
-  }
+  // When each reply was handed over, recorded after the last one so that
+  // none waits for the lock.
+  std::vector<absl::Time> replied(batch.run.size());
   for (size_t i = 0; i < batch.run.size(); ++i) {
-    results[i].kernel = run->kernel;
-    results[i].compute_time_ns = run->compute_time_ns;
-    batch.run[i].done(std::move(results[i]));
+    if (run.ok()) {
+      results[i].kernel = run->kernel;
+      results[i].compute_time_ns = run->compute_time_ns;
+      batch.run[i].done(std::move(results[i]));
+    } else {
+      batch.run[i].done(run.status());
+    }
+    replied[i] = absl::Now();
+  }
+  absl::MutexLock lock(&mu_);
+  for (const absl::Time time : replied) {
+    stats_.reply_seconds.Record(absl::ToDoubleSeconds(time - compute_end));
   }
 }
 

@@ -8,7 +8,7 @@
 //   nibble::server::MatmulBatcher batcher(
 //       {.max_batch_rows = 64}, nibble::server::BackendOf(&runner));
 //   batcher.Submit({.weight = weight, .dtype = nibble::DType::kF32, .m = 1,
-//                   .a = std::move(a),
+//                   .a = a,  // alive until done is called
 //                   .done = [](absl::StatusOr<MatmulResult> c) { ... }});
 //
 // Threads: Submit only queues and never waits for kernels, so gRPC's callback
@@ -95,7 +95,9 @@ struct MatmulWork {
   int64_t m = 0;
   // The request's K, 0 for the weight's.
   int64_t k = 0;
-  std::string a;  // [m, K] in dtype
+  // [m, K] in dtype. Not copied: the bytes (the RPC's request message)
+  // must stay alive and unchanged until `done` has been called.
+  absl::string_view a;
   // The lossiest treatment of A the request accepts; empty for
   // BatcherOptions::activation_precision.
   std::optional<ActivationPrecision> activation_precision;
@@ -167,6 +169,12 @@ struct BatcherStats {
   Histogram queue_seconds{kLatencyBucketsSeconds};
   // Per batch: how long the kernel call took.
   Histogram compute_seconds{kLatencyBucketsSeconds};
+  // Per request run, the stages after queue_seconds: its batch's kernel call
+  // (the backend's whole run, on a GPU with the copies in and out), then
+  // from that call's end to its reply handed to the RPC layer (built and,
+  // for a unary call, serialized; a batch's replies go one after another).
+  Histogram kernel_seconds{kLatencyBucketsSeconds};
+  Histogram reply_seconds{kLatencyBucketsSeconds};
   // Requests and rows run, by weight name, until the weight is deleted
   // (ForgetWeight).
   std::map<std::string, WeightMatmulCounts> run_by_weight;

@@ -1,5 +1,6 @@
 #include "server/edge/kserve_service.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -177,14 +178,16 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
       MatmulRequestFromKServe(*request, (*weight)->packed.spec());
   if (!matmul.ok()) return FinishNow(context, matmul.status());
   auto* reactor = new HeldReplyReactor();
+  // Kept until answered: the batcher reads A from it in place.
+  auto kept = std::make_shared<const v1::MatmulRequest>(*std::move(matmul));
   SubmitMatmulRpc(
-      *store_, *batcher_, *std::move(matmul),
+      *store_, *batcher_, *kept,
       CallOf(context,
              {.max_bytes = max_reply_bytes_,
               .envelope_bytes = KServeInferReplyEnvelopeBytes(*request),
               .budget = reply_budget_}),
-      [reactor, request, response](absl::StatusOr<v1::MatmulResponse> result,
-                                   ReplyBudget::Hold hold) {
+      [reactor, request, response, kept](
+          absl::StatusOr<v1::MatmulResponse> result, ReplyBudget::Hold hold) {
         if (result.ok()) {
           FillKServeInferResponse(*request, *std::move(result), response);
         }

@@ -2,11 +2,15 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "format/dtype.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "server/core/matmul_runner.h"
 #include "server/edge/proto_conversions.h"
 
@@ -42,6 +46,42 @@ absl::Status CheckReplyFits(const ReplyLimit& limit, int64_t m, int64_t n,
       reply_bytes, m, n, DTypeName(dtype), limit.max_bytes, max_rows));
 }
 
+// Appends the tag of length-delimited field `field` and `length` to `out`.
+void AppendTagAndLength(int field, size_t length, std::string* out) {
+  google::protobuf::io::StringOutputStream stream(out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+      field,
+      google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+  coded.WriteVarint64(length);
+}
+
+// C of `response`, moved out of it to the heap; owned by the caller.
+std::string* TakeC(v1::MatmulResponse& response) {
+  auto* c = new std::string(std::move(*response.mutable_c()));
+  response.clear_c();
+  return c;
+}
+
+// The wire bytes of `response` (its C taken out) up to `c_bytes` of C: its
+// other fields, then C's tag and length; a parser takes fields in any order.
+std::string HeadBeforeC(const v1::MatmulResponse& response, size_t c_bytes) {
+  std::string head = response.SerializeAsString();
+  AppendTagAndLength(v1::MatmulResponse::kCFieldNumber, c_bytes, &head);
+  return head;
+}
+
+// `head` (copied) and then `c`'s own memory, which the buffer takes and frees
+// once gRPC is done with it.
+grpc::ByteBuffer BytesEndingInC(const std::string& head, std::string* c) {
+  const grpc::Slice slices[] = {
+      grpc::Slice(head),
+      grpc::Slice(
+          c->data(), c->size(),
+          [](void* owner) { delete static_cast<std::string*>(owner); }, c)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
 }  // namespace
 
 RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit) {
@@ -52,8 +92,8 @@ RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit) {
 }
 
 void SubmitMatmulRpc(
-    const WeightStore& store, MatmulBatcher& batcher, v1::MatmulRequest request,
-    RpcCall call,
+    const WeightStore& store, MatmulBatcher& batcher,
+    const v1::MatmulRequest& request, RpcCall call,
     std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
         done) {
   absl::StatusOr<DType> dtype = FromProto(request.dtype());
@@ -92,7 +132,7 @@ void SubmitMatmulRpc(
        .dtype = *dtype,
        .m = request.m(),
        .k = request.k(),
-       .a = std::move(*request.mutable_a()),
+       .a = request.a(),
        .activation_precision = *precision,
        .deadline = call.deadline,
        .is_cancelled = std::move(call.is_cancelled),
@@ -109,6 +149,24 @@ void SubmitMatmulRpc(
          response.set_compute_time_ns(result->compute_time_ns);
          done(std::move(response), hold);
        }});
+}
+
+grpc::ByteBuffer MatmulResponseBytes(v1::MatmulResponse response) {
+  std::string* c = TakeC(response);
+  return BytesEndingInC(HeadBeforeC(response, c->size()), c);
+}
+
+grpc::ByteBuffer MatmulStreamResponseBytes(uint64_t id,
+                                           v1::MatmulResponse response) {
+  std::string* c = TakeC(response);
+  const std::string response_head = HeadBeforeC(response, c->size());
+  v1::MatmulStreamResponse envelope;
+  envelope.set_id(id);
+  std::string head = envelope.SerializeAsString();
+  AppendTagAndLength(v1::MatmulStreamResponse::kResponseFieldNumber,
+                     response_head.size() + c->size(), &head);
+  head += response_head;
+  return BytesEndingInC(head, c);
 }
 
 }  // namespace nibble::server

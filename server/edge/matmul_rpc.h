@@ -6,7 +6,7 @@
 // Example:
 //   auto* reactor = new nibble::server::HeldReplyReactor();
 //   nibble::server::SubmitMatmulRpc(
-//       store, batcher, std::move(request),
+//       store, batcher, *request,
 //       nibble::server::CallOf(context, {.max_bytes = 64 << 20,
 //                                        .budget = &reply_budget}),
 //       [reactor, response](absl::StatusOr<v1::MatmulResponse> result,
@@ -68,11 +68,21 @@ RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit);
 // thread with the response. With the response comes its hold on the reply
 // budget (null without a budget or with an error), which the caller keeps
 // until the reply has been sent.
+// `request` is read in place, A not copied: it must stay alive and unchanged
+// until `done` has been called.
 void SubmitMatmulRpc(
-    const WeightStore& store, MatmulBatcher& batcher, v1::MatmulRequest request,
-    RpcCall call,
+    const WeightStore& store, MatmulBatcher& batcher,
+    const v1::MatmulRequest& request, RpcCall call,
     std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
         done);
+
+// The wire bytes of `response`, for a call whose reply is a raw ByteBuffer:
+// C is not copied but moved into the buffer's last slice, which frees it once
+// gRPC is done sending. They parse as `response`.
+grpc::ByteBuffer MatmulResponseBytes(v1::MatmulResponse response);
+// The same for the MatmulStreamResponse of request `id` carrying `response`.
+grpc::ByteBuffer MatmulStreamResponseBytes(uint64_t id,
+                                           v1::MatmulResponse response);
 
 // The reactor of a unary matmul call: it keeps the reply's hold on the reply
 // budget until gRPC is done with the call, that is until the reply has been

@@ -1,10 +1,12 @@
 #include "server/edge/matmul_stream.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/edge/matmul_rpc.h"
 
 namespace nibble::server {
@@ -16,9 +18,17 @@ constexpr int64_t kReplyEnvelopeBytes = 32;
 
 }  // namespace
 
-absl::StatusOr<v1::MatmulRequest> NibbleStreamProtocol::Take(const WeightStore&,
-                                                             Request& request,
-                                                             Pending* pending) {
+absl::StatusOr<v1::MatmulRequest> NibbleStreamProtocol::Take(
+    const WeightStore&, Request& request_bytes, Pending* pending) {
+  v1::MatmulStreamRequest request;
+  if (!grpc::SerializationTraits<v1::MatmulStreamRequest>::Deserialize(
+           &request_bytes, &request)
+           .ok()) {
+    *pending = 0;
+    return absl::InvalidArgumentError(
+        "a stream message is not a nibble.v1.MatmulStreamRequest; send one "
+        "per message");
+  }
   *pending = request.id();
   if (!request.has_request()) {
     return absl::InvalidArgumentError(
@@ -30,16 +40,16 @@ absl::StatusOr<v1::MatmulRequest> NibbleStreamProtocol::Take(const WeightStore&,
 
 NibbleStreamProtocol::Reply NibbleStreamProtocol::Answer(
     Pending pending, absl::StatusOr<v1::MatmulResponse> result) {
-  Reply reply;
-  reply.set_id(pending);
   if (result.ok()) {
-    *reply.mutable_response() = *std::move(result);
-  } else {
-    // absl::StatusCode and grpc::StatusCode share their values.
-    reply.mutable_error()->set_code(static_cast<int>(result.status().code()));
-    reply.mutable_error()->set_message(std::string(result.status().message()));
+    return MatmulStreamResponseBytes(pending, *std::move(result));
   }
-  return reply;
+  v1::MatmulStreamResponse reply;
+  reply.set_id(pending);
+  // absl::StatusCode and grpc::StatusCode share their values.
+  reply.mutable_error()->set_code(static_cast<int>(result.status().code()));
+  reply.mutable_error()->set_message(std::string(result.status().message()));
+  const grpc::Slice bytes(reply.SerializeAsString());
+  return grpc::ByteBuffer(&bytes, 1);
 }
 
 int64_t NibbleStreamProtocol::EnvelopeBytes(const Pending&) {
@@ -101,14 +111,16 @@ void BasicMatmulStreamReactor<Protocol>::OnReadDone(bool ok) {
     return;
   }
   const int64_t envelope_bytes = Protocol::EnvelopeBytes(pending);
-  SubmitMatmulRpc(*store_, *batcher_, *std::move(matmul),
+  // Kept until answered: the batcher reads A from it in place.
+  auto kept = std::make_shared<const v1::MatmulRequest>(*std::move(matmul));
+  SubmitMatmulRpc(*store_, *batcher_, *kept,
                   {.deadline = deadline_,
                    .is_cancelled = [this] { return Failed(); },
                    .reply_limit = {.max_bytes = max_reply_bytes_,
                                    .envelope_bytes = envelope_bytes,
                                    .budget = reply_budget_},
                    .connection = connection_},
-                  [this, pending = std::move(pending)](
+                  [this, pending = std::move(pending), kept](
                       absl::StatusOr<v1::MatmulResponse> result,
                       ReplyBudget::Hold hold) mutable {
                     Complete(std::move(pending), std::move(result),

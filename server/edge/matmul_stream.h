@@ -57,15 +57,18 @@
 namespace nibble::server {
 
 // nibble.v1 MatmulStream: each request carries an id and a MatmulRequest, and
-// each reply the id and a MatmulResponse or a RequestError.
+// each reply the id and a MatmulResponse or a RequestError. Both travel as raw
+// bytes, so that a reply's C is sent without a copy
+// (MatmulStreamResponseBytes).
 struct NibbleStreamProtocol {
-  using Request = v1::MatmulStreamRequest;
-  using Reply = v1::MatmulStreamResponse;
+  using Request = grpc::ByteBuffer;  // a MatmulStreamRequest
+  using Reply = grpc::ByteBuffer;    // a MatmulStreamResponse
   // What a request's reply needs from it, kept while it runs.
   using Pending = uint64_t;
 
   // The matmul `request` asks for, taken out of it, or why there is none;
-  // `pending` is set either way.
+  // `pending` is set either way (0 for bytes that are no
+  // MatmulStreamRequest).
   static absl::StatusOr<v1::MatmulRequest> Take(const WeightStore& store,
                                                 Request& request,
                                                 Pending* pending);

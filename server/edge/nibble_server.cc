@@ -285,6 +285,8 @@ std::string NibbleServer::RenderMetrics() const {
                            .gpu_resident_bytes = store_.device_bytes(),
                            .max_gpu_bytes = store_.max_device_bytes(),
                            .gpu_free_bytes = GpuFreeBytes(),
+                           .backend = std::string(BackendName(backend_)),
+                           .gpu_run_stages = cuda::RunStages(),
                            .serving = serving_.load(),
                            .weight_labels = metrics_weight_labels_};
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "format/weight_name.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "kernels/packed_weight.h"
 #include "server/core/upload_assembler.h"
 #include "server/edge/matmul_rpc.h"
@@ -573,26 +574,39 @@ absl::Status NibbleServiceImpl::LoadFromDataDir(absl::string_view name) {
 }
 
 grpc::ServerUnaryReactor* NibbleServiceImpl::Matmul(
-    grpc::CallbackServerContext* context, const v1::MatmulRequest* request,
-    v1::MatmulResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
   auto* reactor = new HeldReplyReactor();
   if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
       !status.ok()) {
     reactor->Finish(ToGrpcStatus(status), nullptr);
     return reactor;
   }
+  // Kept until answered: the batcher reads A from it in place. Parsed as
+  // gRPC parses a MatmulRequest, from a copy that shares the received slices.
+  auto request = std::make_shared<v1::MatmulRequest>();
+  grpc::ByteBuffer received(*request_bytes);
+  if (grpc::Status parsed =
+          grpc::SerializationTraits<v1::MatmulRequest>::Deserialize(
+              &received, request.get());
+      !parsed.ok()) {
+    reactor->Finish(parsed, nullptr);
+    return reactor;
+  }
   SubmitMatmulRpc(
       *store_, *batcher_, *request,
       CallOf(context, {.max_bytes = max_reply_bytes_, .budget = reply_budget_}),
-      [reactor, response](absl::StatusOr<v1::MatmulResponse> result,
-                          ReplyBudget::Hold hold) {
-        if (result.ok()) *response = *std::move(result);
+      [reactor, response_bytes, request](
+          absl::StatusOr<v1::MatmulResponse> result, ReplyBudget::Hold hold) {
+        if (result.ok()) {
+          MatmulResponseBytes(*std::move(result)).Swap(response_bytes);
+        }
         reactor->Finish(ToGrpcStatus(result.status()), std::move(hold));
       });
   return reactor;
 }
 
-grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NibbleServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   if (absl::Status status = Authorize(auth_, *context, RpcAccess::kReadsOnly);
       !status.ok()) {

@@ -49,8 +49,8 @@ struct UploadLimits {
 
 class NibbleServiceImpl final
     : public v1::NibbleService::WithCallbackMethod_UploadWeight<
-          v1::NibbleService::WithCallbackMethod_Matmul<
-              v1::NibbleService::WithCallbackMethod_MatmulStream<
+          v1::NibbleService::WithRawCallbackMethod_Matmul<
+              v1::NibbleService::WithRawCallbackMethod_MatmulStream<
                   v1::NibbleService::Service>>> {
  public:
   // All must outlive the service. Without `data_dir` weights live only in
@@ -116,11 +116,15 @@ class NibbleServiceImpl final
   grpc::Status DeleteWeight(grpc::ServerContext* context,
                             const v1::DeleteWeightRequest* request,
                             v1::DeleteWeightResponse* response) override;
+  // Raw bytes in and out, so that the reply's C is sent without a copy
+  // (MatmulResponseBytes); the wire messages are MatmulRequest and
+  // MatmulResponse.
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
-                                   const v1::MatmulRequest* request,
-                                   v1::MatmulResponse* response) override;
-  grpc::ServerBidiReactor<v1::MatmulStreamRequest, v1::MatmulStreamResponse>*
-  MatmulStream(grpc::CallbackServerContext* context) override;
+                                   const grpc::ByteBuffer* request_bytes,
+                                   grpc::ByteBuffer* response_bytes) override;
+  // Raw bytes too (NibbleStreamProtocol).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* MatmulStream(
+      grpc::CallbackServerContext* context) override;
 
  private:
   // One UploadWeight call (nibble_service.cc).

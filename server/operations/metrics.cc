@@ -209,7 +209,7 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
 }
 
 void RenderBatcher(const BatcherStats& stats, bool weight_labels,
-                   Exposition& out) {
+                   absl::string_view backend, Exposition& out) {
   // Without weight labels, one series of all weights.
   WeightMatmulCounts all_weights;
   for (const auto& [weight, counts] : stats.run_by_weight) {
@@ -271,11 +271,40 @@ void RenderBatcher(const BatcherStats& stats, bool weight_labels,
              "Time a matmul request waited before its kernel call started; 0 "
              "for one run at once.");
   out.HistogramSamples("nibble_matmul_queue_seconds", {}, stats.queue_seconds);
+  out.Family("nibble_matmul_kernel_seconds", "histogram",
+             "Per matmul request run: its kernel call, which may serve several "
+             "merged requests (on a GPU with the copies of A and C).");
+  out.HistogramSamples("nibble_matmul_kernel_seconds", {{"backend", backend}},
+                       stats.kernel_seconds);
+  out.Family("nibble_matmul_reply_seconds", "histogram",
+             "Per matmul request run: from its kernel call's end to its reply "
+             "handed to gRPC, built and (unary) serialized; the replies of a "
+             "batch are handed over one after another.");
+  out.HistogramSamples("nibble_matmul_reply_seconds", {{"backend", backend}},
+                       stats.reply_seconds);
   out.Family("nibble_batch_compute_seconds", "histogram",
              "Wall time of one kernel call, which may serve several merged "
              "requests.");
   out.HistogramSamples("nibble_batch_compute_seconds", {},
                        stats.compute_seconds);
+}
+
+void RenderGpuRunStages(const cuda::RunStageTimes& stages, Exposition& out) {
+  out.Family("nibble_gpu_runs_total", "counter",
+             "Runs of the CUDA kernels (one per kernel call on the GPU).");
+  out.Sample("nibble_gpu_runs_total", {}, stages.runs);
+  out.Family("nibble_gpu_run_stage_seconds_total", "counter",
+             "Host time of the CUDA kernels' runs by stage: waiting for a "
+             "lane, gathering A into pinned staging, waiting for the GPU's "
+             "copy in, kernel and copy out, scattering C into the replies.");
+  for (const auto& [stage, nanoseconds] :
+       {std::pair<absl::string_view, int64_t>{"lane_wait", stages.lane_wait_ns},
+        {"gather", stages.gather_ns},
+        {"device", stages.device_ns},
+        {"scatter", stages.scatter_ns}}) {
+    out.Sample("nibble_gpu_run_stage_seconds_total", {{"stage", stage}},
+               FormatDouble(nanoseconds * 1e-9));
+  }
 }
 
 }  // namespace
@@ -290,7 +319,9 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
             snapshot.serving ? 1 : 0);
   RenderRpcs(snapshot.rpcs, out);
   RenderWeights(snapshot, out);
-  RenderBatcher(snapshot.batcher, snapshot.weight_labels, out);
+  RenderBatcher(snapshot.batcher, snapshot.weight_labels, snapshot.backend,
+                out);
+  RenderGpuRunStages(snapshot.gpu_run_stages, out);
   return out.Take();
 }
 

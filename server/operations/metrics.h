@@ -45,7 +45,16 @@
 //   weight_queued_rows{weight}             gauge, weights with rows waiting
 //   batch_rows                             histogram, rows per kernel call
 //   matmul_queue_seconds                   histogram, per request run
+//   matmul_kernel_seconds{backend}         histogram, per request run: its
+//                                          kernel call; backend is "cpu" or
+//                                          "cuda"
+//   matmul_reply_seconds{backend}          histogram, per request run: the
+//                                          kernel call's end to its reply
+//                                          handed to gRPC
 //   batch_compute_seconds                  histogram, per kernel call
+//   gpu_runs_total                         counter, CUDA kernel runs
+//   gpu_run_stage_seconds_total{stage}     counter, their host time by stage:
+//                                          lane_wait, gather, device, scatter
 #ifndef NIBBLE_SERVER_OPERATIONS_METRICS_H_
 #define NIBBLE_SERVER_OPERATIONS_METRICS_H_
 
@@ -54,6 +63,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "server/core/batcher.h"
 #include "server/edge/rpc_metrics.h"
 
@@ -87,6 +97,10 @@ struct MetricsSnapshot {
   int64_t max_gpu_bytes = 0;
   // The GPU's free memory as its driver reports it; 0 on the CPU backend.
   int64_t gpu_free_bytes = 0;
+  // Where matmuls run (BackendName): "cpu" or "cuda".
+  std::string backend = "cpu";
+  // The CUDA kernels' runs by stage; none on the CPU backend.
+  cuda::RunStageTimes gpu_run_stages = {};
   // False once the server is shutting down.
   bool serving = false;
   // Whether series may name weights (--metrics_weight_labels): without,

@@ -102,6 +102,7 @@ struct Submitted {
   const TestWeight* weight = nullptr;
   DType dtype = DType::kF32;
   int64_t m = 0;
+  std::string a;             // the request's A, alive until answered
   std::vector<double> want;  // C by the reference
 
   absl::Mutex mu;
@@ -200,18 +201,17 @@ class BatcherTest : public ::testing::Test {
     submitted->weight = &weight;
     submitted->dtype = dtype;
     submitted->m = m;
-    std::string a;
     {
       absl::MutexLock lock(&mu_);
       auto [bytes, values] =
           RandomActivations(m, weight.canonical.spec.k, dtype, rng_);
-      a = std::move(bytes);
+      submitted->a = std::move(bytes);
       submitted->want = ReferenceMatmul(values, m, weight.canonical);
     }
     batcher.Submit({.weight = weight.resident,
                     .dtype = dtype,
                     .m = m,
-                    .a = std::move(a),
+                    .a = submitted->a,
                     .activation_precision = precision,
                     .deadline = deadline,
                     .is_cancelled = std::move(is_cancelled),
@@ -366,6 +366,9 @@ TEST_F(BatcherTest, StatsCountEveryRequestRowAndBatchByWeight) {
   Release();
   held->ExpectCorrect();
   for (const auto& request : submitted) request->ExpectCorrect();
+  // A reply is counted once it has been handed over, so after its answer:
+  // Shutdown waits for the dispatchers to finish.
+  batcher->Shutdown();
 
   const BatcherStats stats = batcher->Stats();
   const int64_t calls = static_cast<int64_t>(Calls().size());
@@ -407,9 +410,20 @@ TEST_F(BatcherTest, StatsCountEveryRequestRowAndBatchByWeight) {
   EXPECT_EQ(stats.queue_seconds.count(), 51);
   // Everything queued behind the held call waited for it.
   EXPECT_GT(stats.queue_seconds.sum(), 0);
+  // One kernel and one reply observation per request run, a request's kernel
+  // time being its batch's.
+  EXPECT_EQ(stats.kernel_seconds.count(), 51);
+  EXPECT_EQ(stats.reply_seconds.count(), 51);
+  absl::Duration compute_time_by_request;
+  for (const auto& [name, counts] : stats.run_by_weight) {
+    compute_time_by_request += counts.compute_time;
+  }
+  EXPECT_NEAR(stats.kernel_seconds.sum(),
+              absl::ToDoubleSeconds(compute_time_by_request), 1e-6);
   EXPECT_EQ(BatchesOfAtMost(stats, 8), calls) << "a batch passed 8 rows";
   for (const Histogram* histogram :
-       {&stats.batch_rows, &stats.compute_seconds, &stats.queue_seconds}) {
+       {&stats.batch_rows, &stats.compute_seconds, &stats.queue_seconds,
+        &stats.kernel_seconds, &stats.reply_seconds}) {
     int64_t total = 0;
     for (const int64_t count : histogram->bucket_counts()) total += count;
     EXPECT_EQ(total, histogram->count());
@@ -489,6 +503,35 @@ TEST_F(BatcherTest, RequestsOfOtherActivationPrecisionsNeverShareABatch) {
   EXPECT_EQ(calls[1].precision, ActivationPrecision::kExact);
   EXPECT_EQ(calls[2].m, 2);
   EXPECT_EQ(calls[2].precision, ActivationPrecision::kInt8);
+}
+
+TEST_F(BatcherTest, ReplyStageTimesEachRequestsHandOver) {
+  std::unique_ptr<MatmulBatcher> batcher = Start({}, /*hold_first=*/false);
+  constexpr absl::Duration kHandOver = absl::Milliseconds(20);
+  const std::string a(weight_a_.canonical.spec.k * sizeof(float), '\0');
+  int answers = 0;
+  // An idle weight: it runs inline, so its stats are in before Submit
+  // returns.
+  batcher->Submit(
+      {.weight = weight_a_.resident,
+       .dtype = DType::kF32,
+       .m = 1,
+       .a = a,
+       .activation_precision = std::nullopt,
+       .deadline = absl::InfiniteFuture(),
+       .is_cancelled = nullptr,
+       .done = [&answers, kHandOver](absl::StatusOr<MatmulResult> result) {
+         EXPECT_TRUE(result.ok()) << result.status();
+         ++answers;
+         absl::SleepFor(kHandOver);
+       }});
+  EXPECT_EQ(answers, 1);
+  const BatcherStats stats = batcher->Stats();
+  EXPECT_EQ(stats.kernel_seconds.count(), 1);
+  EXPECT_GT(stats.kernel_seconds.sum(), 0);
+  ASSERT_EQ(stats.reply_seconds.count(), 1);
+  // The reply stage holds the whole hand-over, and a sleep is never shorter.
+  EXPECT_GE(stats.reply_seconds.sum(), absl::ToDoubleSeconds(kHandOver));
 }
 
 TEST_F(BatcherTest, IdleWeightRunsASmallRequestOnTheSubmittingThread) {

@@ -26,6 +26,7 @@
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "nibble/v1/nibble.grpc.pb.h"
@@ -532,6 +533,32 @@ TEST_F(MatmulStreamTest, CancelledStreamLeavesTheServerServing) {
   const Expected& want = expected[after.front().id()];
   ASSERT_EQ(response.c().size(), want.m * want.n * DTypeSize(want.dtype));
   EXPECT_LE(MaxRelativeError(Values(response.c(), want.dtype), want.c), 1e-4);
+}
+
+// A message that does not parse as a MatmulStreamRequest is one failed
+// request, answered under id 0 like any other error reply.
+TEST(NibbleStreamProtocolTest, BytesThatAreNoRequestGetAnErrorReply) {
+  // Field 1 (id) as a varint that never ends.
+  const std::string garbage = "\x08\xff\xff\xff";
+  const grpc::Slice slice(garbage);
+  grpc::ByteBuffer bytes(&slice, 1);
+  server::WeightStore store;
+  uint64_t pending = 99;
+  const absl::StatusOr<v1::MatmulRequest> taken =
+      server::NibbleStreamProtocol::Take(store, bytes, &pending);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pending, 0u);
+
+  grpc::ByteBuffer reply_bytes =
+      server::NibbleStreamProtocol::Answer(pending, taken.status());
+  v1::MatmulStreamResponse reply;
+  ASSERT_TRUE(grpc::SerializationTraits<v1::MatmulStreamResponse>::Deserialize(
+                  &reply_bytes, &reply)
+                  .ok());
+  EXPECT_EQ(reply.id(), 0u);
+  ASSERT_TRUE(reply.has_error());
+  EXPECT_EQ(reply.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(reply.error().message(), taken.status().message());
 }
 
 }  // namespace

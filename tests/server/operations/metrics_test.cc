@@ -344,6 +344,8 @@ MetricsSnapshot RandomSnapshot(std::mt19937_64& rng) {
     batcher.batch_rows.Record(static_cast<double>(rows));
     batcher.compute_seconds.Record(seconds(rng) / 1000);
     batcher.queue_seconds.Record(i % 3 == 0 ? 0 : seconds(rng));
+    batcher.kernel_seconds.Record(seconds(rng) / 1000);
+    batcher.reply_seconds.Record(seconds(rng) / 5000);
     ++batcher.batches_run;
     batcher.rows_run += rows;
     WeightMatmulCounts& counts =
@@ -367,6 +369,12 @@ MetricsSnapshot RandomSnapshot(std::mt19937_64& rng) {
       .gpu_resident_bytes = static_cast<int64_t>(rng() >> 16),
       .max_gpu_bytes = static_cast<int64_t>(rng() >> 12),
       .gpu_free_bytes = static_cast<int64_t>(rng() >> 14),
+      .backend = rng() % 2 == 0 ? "cpu" : "cuda",
+      .gpu_run_stages = {.runs = static_cast<int64_t>(rng() >> 40),
+                         .lane_wait_ns = static_cast<int64_t>(rng() >> 20),
+                         .gather_ns = static_cast<int64_t>(rng() >> 20),
+                         .device_ns = static_cast<int64_t>(rng() >> 20),
+                         .scatter_ns = static_cast<int64_t>(rng() >> 20)},
       .serving = rng() % 2 == 0};
   for (const std::string& weight : weights) {
     snapshot.weights.push_back(
@@ -460,6 +468,25 @@ TEST(RenderPrometheusTextTest, RandomStatsRenderValidExpositionText) {
     EXPECT_NEAR(Value(*families, "nibble_batch_compute_seconds",
                       "nibble_batch_compute_seconds_sum"),
                 batcher.compute_seconds.sum(), 1e-9);
+    EXPECT_EQ(Value(*families, "nibble_matmul_kernel_seconds",
+                    "nibble_matmul_kernel_seconds_count",
+                    {{"backend", snapshot.backend}}),
+              batcher.kernel_seconds.count());
+    EXPECT_NEAR(Value(*families, "nibble_matmul_reply_seconds",
+                      "nibble_matmul_reply_seconds_sum",
+                      {{"backend", snapshot.backend}}),
+                batcher.reply_seconds.sum(), 1e-9);
+    EXPECT_EQ(
+        Value(*families, "nibble_gpu_runs_total", "nibble_gpu_runs_total"),
+        snapshot.gpu_run_stages.runs);
+    EXPECT_NEAR(
+        Value(*families, "nibble_gpu_run_stage_seconds_total",
+              "nibble_gpu_run_stage_seconds_total", {{"stage", "device"}}),
+        snapshot.gpu_run_stages.device_ns * 1e-9, 1e-9);
+    EXPECT_NEAR(
+        Value(*families, "nibble_gpu_run_stage_seconds_total",
+              "nibble_gpu_run_stage_seconds_total", {{"stage", "scatter"}}),
+        snapshot.gpu_run_stages.scatter_ns * 1e-9, 1e-9);
   }
 }
 
@@ -501,15 +528,28 @@ TEST(RenderPrometheusTextTest, EmptySnapshotRendersEveryFamily) {
   absl::StatusOr<std::map<std::string, Family>> families =
       ParseExposition(RenderPrometheusText({}));
   ASSERT_TRUE(families.ok()) << families.status();
-  for (const char* name :
-       {"nibble_build_info", "nibble_serving", "nibble_rpc_requests_total",
-        "nibble_rpc_duration_seconds", "nibble_weights",
-        "nibble_resident_weight_bytes", "nibble_weight_bytes",
-        "nibble_gpu_resident_bytes", "nibble_max_gpu_bytes",
-        "nibble_gpu_free_bytes", "nibble_matmul_requests_total",
-        "nibble_matmul_rows_total", "nibble_matmul_dropped_total",
-        "nibble_queued_rows", "nibble_weight_queued_rows", "nibble_batch_rows",
-        "nibble_matmul_queue_seconds", "nibble_batch_compute_seconds"}) {
+  for (const char* name : {"nibble_build_info",
+                           "nibble_serving",
+                           "nibble_rpc_requests_total",
+                           "nibble_rpc_duration_seconds",
+                           "nibble_weights",
+                           "nibble_resident_weight_bytes",
+                           "nibble_weight_bytes",
+                           "nibble_gpu_resident_bytes",
+                           "nibble_max_gpu_bytes",
+                           "nibble_gpu_free_bytes",
+                           "nibble_matmul_requests_total",
+                           "nibble_matmul_rows_total",
+                           "nibble_matmul_dropped_total",
+                           "nibble_queued_rows",
+                           "nibble_weight_queued_rows",
+                           "nibble_batch_rows",
+                           "nibble_matmul_queue_seconds",
+                           "nibble_matmul_kernel_seconds",
+                           "nibble_matmul_reply_seconds",
+                           "nibble_batch_compute_seconds",
+                           "nibble_gpu_runs_total",
+                           "nibble_gpu_run_stage_seconds_total"}) {
     EXPECT_TRUE(families->contains(name)) << name;
   }
   EXPECT_EQ(Value(*families, "nibble_queued_rows", "nibble_queued_rows"), 0);
@@ -849,6 +889,27 @@ TEST(NibbleServerMetricsTest, ScrapeParsesAndCountsTheServersWork) {
   EXPECT_EQ(Value(*families, "nibble_matmul_queue_seconds",
                   "nibble_matmul_queue_seconds_count"),
             kMatmuls);
+  EXPECT_EQ(Value(*families, "nibble_matmul_kernel_seconds",
+                  "nibble_matmul_kernel_seconds_count", {{"backend", "cpu"}}),
+            kMatmuls);
+  // A reply is counted just after it was handed to gRPC, so the last one may
+  // reach the client before its count; scrape until it is in.
+  for (int scrapes = 1;
+       scrapes < 500 && Value(*families, "nibble_matmul_reply_seconds",
+                              "nibble_matmul_reply_seconds_count",
+                              {{"backend", "cpu"}}) < kMatmuls;
+       ++scrapes) {
+    absl::SleepFor(absl::Milliseconds(10));
+    scrape = http.Get("/metrics");
+    ASSERT_TRUE(scrape) << httplib::to_string(scrape.error());
+    families = ParseExposition(scrape->body);
+    ASSERT_TRUE(families.ok()) << families.status();
+  }
+  EXPECT_EQ(Value(*families, "nibble_matmul_reply_seconds",
+                  "nibble_matmul_reply_seconds_count", {{"backend", "cpu"}}),
+            kMatmuls);
+  EXPECT_EQ(Value(*families, "nibble_gpu_runs_total", "nibble_gpu_runs_total"),
+            0);
 
   (*server)->Shutdown(absl::ZeroDuration());
   scrape = http.Get("/metrics");
