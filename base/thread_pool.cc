@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace nibble {
 
 ThreadPool::ThreadPool(int threads) {
@@ -22,13 +26,32 @@ ThreadPool::~ThreadPool() {
   for (std::thread& worker : workers_) worker.join();
 }
 
+void ThreadPool::SpinWhileIdle() const {
+  const auto give_up = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+  while (queued_.load(std::memory_order_relaxed) == 0) {
+    if (stopping_.load(std::memory_order_relaxed) ||
+        std::chrono::steady_clock::now() >= give_up) {
+      return;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+  }
+}
+
 void ThreadPool::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
+    if (queue_.empty() && !stopping_) {
+      lock.unlock();
+      SpinWhileIdle();
+      lock.lock();
+    }
     work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and nothing left to run
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_relaxed);
     lock.unlock();
     task();
     lock.lock();
@@ -57,6 +80,7 @@ void ThreadPool::ParallelFor(int64_t n,
             if (--remaining == 0) work_done_.notify_all();
           });
     }
+    queued_.fetch_add(tasks - 1, std::memory_order_relaxed);
   }
   work_available_.notify_all();
   fn(piece(0), piece(1));
@@ -67,6 +91,7 @@ void ThreadPool::ParallelFor(int64_t n,
     if (!queue_.empty()) {
       std::function<void()> task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
       lock.unlock();
       task();
       lock.lock();

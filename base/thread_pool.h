@@ -1,6 +1,9 @@
 // A persistent pool of worker threads for the kernels. Several callers may run
 // ParallelFor at once (one per concurrent request); a waiting caller runs
 // queued work itself, so no call waits on threads that are idle elsewhere.
+// A worker that runs out of work stays awake for kSpinBeforeSleep before it
+// sleeps, so that back-to-back calls do not pay a wake-up each (15-25 us on
+// a VM, against a few hundred us for a small matmul).
 //
 // Example:
 //   nibble::ThreadPool pool(/*threads=*/4);
@@ -8,6 +11,8 @@
 #ifndef NIBBLE_BASE_THREAD_POOL_H_
 #define NIBBLE_BASE_THREAD_POOL_H_
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -22,6 +27,11 @@ namespace nibble {
 
 class ThreadPool {
  public:
+  // How long an idle worker polls for work before it blocks: several times
+  // the wake-up it saves, short enough that an idle server's workers soon
+  // leave the cores to other processes.
+  static constexpr std::chrono::microseconds kSpinBeforeSleep{100};
+
   // `threads` counts the caller: ThreadPool(1) starts no worker. 0 means one
   // per hardware thread.
   explicit ThreadPool(int threads = 0);
@@ -39,12 +49,16 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
+  // Returns when work is queued, the pool stops, or kSpinBeforeSleep passed.
+  void SpinWhileIdle() const;
 
   std::mutex mutex_;
   std::condition_variable work_available_;
   std::condition_variable work_done_;
   std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
+  // queue_.size() (written under mutex_), for workers polling without it.
+  std::atomic<int64_t> queued_{0};
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> workers_;
 };
 

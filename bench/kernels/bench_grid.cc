@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "format/dtype.h"
 #include "format/weight_format.h"
 #include "kernels/packed_weight.h"
 
@@ -46,8 +47,8 @@ std::vector<PointResult> MedianOverRounds(
 
 absl::StatusOr<std::vector<PointResult>> TimeWeight(
     const WeightKind& kind, const Shape& shape, const std::vector<int64_t>& ms,
-    ActivationPrecision precision, const Scheduler& scheduler, ThreadPool& pool,
-    int repeats, int64_t llc_bytes,
+    ActivationPrecision precision, DType dtype, const Scheduler& scheduler,
+    ThreadPool& pool, int repeats, int64_t llc_bytes,
     absl::FunctionRef<void(int64_t m)> before_each) {
   const WeightSpec spec{kind.format, shape.k, shape.n, kind.group_size};
   absl::StatusOr<PackedWeight> packed =
@@ -60,11 +61,13 @@ absl::StatusOr<std::vector<PointResult>> TimeWeight(
   for (int64_t m : ms) {
     before_each(m);
     const GemmProblem bf16_problem =
-        MakeGemmProblem(*packed, m, DType::kF32, pool.threads());
+        MakeGemmProblem(*packed, m, dtype, pool.threads());
     GemmProblem problem = bf16_problem;
     problem.activation_precision = precision;
-    const std::vector<float> a = RandomFloats(m * shape.k, /*seed=*/m);
-    std::vector<float> c(m * shape.n);
+    const std::vector<float> a_values = RandomFloats(m * shape.k, /*seed=*/m);
+    std::vector<uint8_t> a(a_values.size() * DTypeSize(dtype));
+    ConvertFromFloat(dtype, a_values.data(), a_values.size(), a.data());
+    std::vector<uint8_t> c(m * shape.n * DTypeSize(dtype));
     absl::StatusOr<const GemmKernel*> pick = scheduler.Pick(problem);
     if (!pick.ok()) return pick.status();
 

@@ -66,13 +66,14 @@ std::vector<const GemmKernel*> FastKernels(
 std::vector<PointResult> MedianOverRounds(
     const std::vector<std::vector<PointResult>>& rounds);
 
-// One result per m of `ms`, on a random weight of `kind` and `shape`, the
-// pick made for problems of `precision` (the fast variants as for bf16).
+// One result per m of `ms`, on a random weight of `kind` and `shape` and A
+// and C of `dtype`, the pick made for problems of `precision` (the fast
+// variants as for bf16).
 // Calls before_each(m) before timing each m. The first kernel error, if any.
 absl::StatusOr<std::vector<PointResult>> TimeWeight(
     const WeightKind& kind, const Shape& shape, const std::vector<int64_t>& ms,
-    ActivationPrecision precision, const Scheduler& scheduler, ThreadPool& pool,
-    int repeats, int64_t llc_bytes,
+    ActivationPrecision precision, DType dtype, const Scheduler& scheduler,
+    ThreadPool& pool, int repeats, int64_t llc_bytes,
     absl::FunctionRef<void(int64_t m)> before_each);
 
 }  // namespace nibble::bench

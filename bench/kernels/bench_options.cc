@@ -30,6 +30,7 @@ ABSL_FLAG(std::string, json, "",
           "JSON lines into this file; alone, JSON lines on stdout");
 ABSL_FLAG(std::string, activation_precision, "",
           "what the scheduler's pick may make of A: exact, bf16 or int8");
+ABSL_FLAG(std::string, dtype, "", "dtype of A and C: f32, f16 or bf16");
 ABSL_FLAG(std::string, write_tuning_table, "",
           "the fastest variant per shape and M, as a tuning table");
 
@@ -145,6 +146,10 @@ absl::Status ApplyValueFlag(absl::string_view name, absl::string_view value,
       return FlagError(name, value, precision.status().message());
     }
     options.activation_precision = *precision;
+  } else if (name == "dtype") {
+    absl::StatusOr<DType> dtype = ParseDType(value);
+    if (!dtype.ok()) return FlagError(name, value, dtype.status().message());
+    options.dtype = *dtype;
   } else if (name == "tuning_table") {
     options.tuning_table_path = std::string(value);
   } else if (name == "write_tuning_table") {
@@ -192,6 +197,12 @@ absl::Status BuildGrid(const GivenFlags& given, BenchOptions& options) {
         "--write_tuning_table measures the variants the scheduler picks "
         "among by default; drop --activation_precision=int8 to write one");
   }
+  if (options.dtype != DType::kF32 &&
+      !options.write_tuning_table_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--write_tuning_table measures f32 problems, as the table's rules "
+        "were measured; drop --dtype to write one");
+  }
   if (given.threads) options.threads = *given.threads;
   if (given.repeats) options.repeats = *given.repeats;
   if (given.rounds) options.rounds = *given.rounds;
@@ -224,6 +235,7 @@ absl::StatusOr<BenchOptions> ParseBenchCommandLine(int argc, char* argv[]) {
       "repeats",
       "rounds",
       "activation_precision",
+      "dtype",
       "tuning_table",
       "write_tuning_table"};
   absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
@@ -292,6 +304,8 @@ Usage: nibble-bench [flags]
   --activation_precision=exact|bf16|int8
                         what the scheduler's pick may make of A (default
                         bf16); int8 times the int8 kernel beside the others
+  --dtype=f32|f16|bf16  the dtype of A and C (default f32); the kernels
+                        that support it are timed
   --tuning_table=FILE   the scheduler's table (default: the built-in one)
   --json                JSON lines on stdout instead of the table
   --json=FILE           JSON lines into FILE, the table on stdout

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/kernels/bench_flags.h"
+#include "format/dtype.h"
 #include "kernels/gemm_kernel.h"
 
 namespace nibble::bench {
@@ -33,6 +34,8 @@ struct BenchOptions {
   // What the scheduler's pick may make of A; the fast variants are timed
   // as the default (bf16) picks them.
   ActivationPrecision activation_precision = ActivationPrecision::kBf16;
+  // The dtype of A and C in every timed problem.
+  DType dtype = DType::kF32;
   // Empty: TuningTable::Default().
   std::string tuning_table_path;
   std::string write_tuning_table_path;

@@ -127,7 +127,8 @@ int Run(const BenchOptions& options) {
       .openblas = HaveOpenBlas(),
       .openblas_description = OpenBlasDescription(),
       .tuning_table = table_name,
-      .repeats = options.repeats};
+      .repeats = options.repeats,
+      .dtype = options.dtype};
   const int64_t llc_bytes = context.limits.llc_bytes;
 
   std::vector<std::vector<PointResult>> rounds(options.rounds);
@@ -156,8 +157,8 @@ int Run(const BenchOptions& options) {
       }
       for (const WeightKind& kind : options.weights) {
         absl::StatusOr<std::vector<PointResult>> timed = TimeWeight(
-            kind, shape, options.ms, options.activation_precision, scheduler,
-            pool, options.repeats, llc_bytes,
+            kind, shape, options.ms, options.activation_precision,
+            options.dtype, scheduler, pool, options.repeats, llc_bytes,
             [&](int64_t m) { progress.Step(PointName(kind, shape, m)); });
         if (!timed.ok()) {
           progress.Finish();

@@ -61,7 +61,8 @@ std::string MachineJson(const ReportContext& context) {
       ",\"kernel_isa\":", JsonString(context.kernel_isa), ",\"openblas\":",
       context.openblas ? JsonString(context.openblas_description) : "null",
       ",\"tuning_table\":", JsonString(context.tuning_table),
-      ",\"repeats\":", context.repeats, "}}");
+      ",\"repeats\":", context.repeats,
+      ",\"dtype\":", JsonString(DTypeName(context.dtype)), "}}");
 }
 
 std::optional<double> SgemmMicros(const std::vector<SgemmResult>& sgemm,
@@ -98,8 +99,8 @@ std::string TableHeader(const ReportContext& context) {
   absl::StrAppendFormat(
       &header,
       "  times           median us of up to %d calls after a warm-up, each "
-      "reading a weight copy that is not in cache\n",
-      context.repeats);
+      "reading a weight copy that is not in cache; A and C in %s\n",
+      context.repeats, DTypeName(context.dtype));
   absl::StrAppend(
       &header,
       "  columns         pick = the scheduler's variant (int8: the int8 "

@@ -22,6 +22,7 @@
 #include "bench/kernels/bench_grid.h"
 #include "bench/kernels/machine_limits.h"
 #include "bench/kernels/timing.h"
+#include "format/dtype.h"
 
 namespace nibble::bench {
 
@@ -41,6 +42,7 @@ struct ReportContext {
   std::string openblas_description;
   std::string tuning_table;  // "built-in" or the file
   int repeats = 0;
+  DType dtype = DType::kF32;  // of A and C
 };
 
 // GB/s reading `bytes` in `micros`.

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -100,8 +101,9 @@ TEST(ThreadPoolTest, SingleThreadPoolRunsEverythingOnTheCaller) {
   }
 }
 
-TEST(ThreadPoolTest, RunsPiecesInParallel) {
-  ThreadPool pool(2);
+// Whether both pieces of a 2-piece call ran at the same time, the second on
+// a worker (waiting up to 10 s for it).
+bool BothPiecesOverlap(ThreadPool& pool) {
   std::atomic<int> started = 0;
   std::atomic<bool> overlapped = true;
   pool.ParallelFor(2, [&](int64_t, int64_t) {
@@ -116,8 +118,37 @@ TEST(ThreadPoolTest, RunsPiecesInParallel) {
       std::this_thread::yield();
     }
   });
-  EXPECT_TRUE(overlapped) << "the second piece never started while the first "
-                             "was running";
+  return overlapped;
+}
+
+TEST(ThreadPoolTest, WorkersTakeCallsWhileSpinningAndAfterSleeping) {
+  ThreadPool pool(2);
+  for (const std::chrono::microseconds idle :
+       {std::chrono::microseconds(0), ThreadPool::kSpinBeforeSleep / 2,
+        3 * ThreadPool::kSpinBeforeSleep}) {
+    for (int call = 0; call < 20; ++call) {
+      std::this_thread::sleep_for(idle);
+      ASSERT_TRUE(BothPiecesOverlap(pool))
+          << "call " << call << " after " << idle.count() << " us idle";
+    }
+  }
+}
+
+TEST(ThreadPoolTest, StopsWhileItsWorkersSpin) {
+  for (int pool_index = 0; pool_index < 20; ++pool_index) {
+    auto pool = std::make_unique<ThreadPool>(3);
+    ASSERT_TRUE(BothPiecesOverlap(*pool));
+    const auto start = std::chrono::steady_clock::now();
+    pool.reset();  // the workers are still spinning
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+        << "pool " << pool_index;
+  }
+}
+
+TEST(ThreadPoolTest, RunsPiecesInParallel) {
+  ThreadPool pool(2);
+  EXPECT_TRUE(BothPiecesOverlap(pool))
+      << "the second piece never started while the first was running";
 }
 
 TEST(ThreadPoolTest, ConcurrentCallersOnOnePoolAllComplete) {

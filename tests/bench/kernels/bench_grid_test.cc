@@ -73,6 +73,36 @@ TEST(MedianOverRoundsTest, TakesEachKernelsMedianAndSumsTheCalls) {
   EXPECT_TRUE(MedianOverRounds({}).empty());
 }
 
+// bf16 activations time the kernels that support them: the fused one is
+// the bf16 fused kernel where the CPU has AVX-512 BF16.
+TEST(TimeWeightDtypeTest, TimesTheKernelsOfTheDtype) {
+  ThreadPool pool(2);
+  const Scheduler scheduler(cpu::CpuKernels());
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const absl::StatusOr<std::vector<PointResult>> results =
+        TimeWeight({WeightFormat::kU4b8, 32}, {256, 64}, {1},
+                   ActivationPrecision::kBf16, dtype, scheduler, pool,
+                   /*repeats=*/2, /*llc_bytes=*/1 << 20, [](int64_t) {});
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->size(), 1u);
+    const std::vector<const GemmKernel*> fast =
+        FastKernels(scheduler.kernels(), {.m = 1,
+                                          .n = 64,
+                                          .k = 256,
+                                          .format = WeightFormat::kU4b8,
+                                          .group_size = 32,
+                                          .dtype = dtype,
+                                          .threads = 2});
+    ASSERT_FALSE(fast.empty());
+    EXPECT_EQ(results->front().kernels.front().kernel, fast.front()->name());
+    EXPECT_EQ(
+        results->front().kernels.front().kernel.find("_avx512_bf16") !=
+            std::string::npos,
+        dtype == DType::kBF16 && cpu::DetectIsa() >= cpu::Isa::kAvx512Bf16);
+  }
+}
+
 class TimeWeightTest : public ::testing::TestWithParam<ActivationPrecision> {};
 
 INSTANTIATE_TEST_SUITE_P(EveryPrecision, TimeWeightTest,
@@ -82,10 +112,11 @@ TEST_P(TimeWeightTest, TimesEveryFastVariantAndMarksThePick) {
   ThreadPool pool(2);
   const Scheduler scheduler(cpu::CpuKernels());
   std::vector<int64_t> announced;
-  const absl::StatusOr<std::vector<PointResult>> results = TimeWeight(
-      {WeightFormat::kU4, 32}, {256, 64}, {1, 9}, GetParam(), scheduler, pool,
-      /*repeats=*/2, /*llc_bytes=*/1 << 20,
-      [&](int64_t m) { announced.push_back(m); });
+  const absl::StatusOr<std::vector<PointResult>> results =
+      TimeWeight({WeightFormat::kU4, 32}, {256, 64}, {1, 9}, GetParam(),
+                 DType::kF32, scheduler, pool,
+                 /*repeats=*/2, /*llc_bytes=*/1 << 20,
+                 [&](int64_t m) { announced.push_back(m); });
   ASSERT_TRUE(results.ok()) << results.status();
   EXPECT_THAT(announced, ::testing::ElementsAre(1, 9));
   ASSERT_EQ(results->size(), 2u);

@@ -160,6 +160,15 @@ TEST(BenchOptionsTest, ActivationPrecision) {
       HasSubstr("drop --activation_precision=int8"));
 }
 
+TEST(BenchOptionsTest, Dtype) {
+  EXPECT_EQ(Parse({}).dtype, DType::kF32);
+  EXPECT_EQ(Parse({"--dtype=bf16"}).dtype, DType::kBF16);
+  EXPECT_EQ(Parse({"--dtype=f16"}).dtype, DType::kF16);
+  EXPECT_THAT(Error({"--dtype=f64"}), HasSubstr("--dtype=f64: "));
+  EXPECT_THAT(Error({"--dtype=bf16", "--write_tuning_table=out.txt"}),
+              HasSubstr("drop --dtype"));
+}
+
 TEST(BenchOptionsTest, UsageMistakesNameTheFlag) {
   EXPECT_EQ(Error({"--mm=1"}), "unknown flag --mm");
   EXPECT_EQ(Error({"stray"}),

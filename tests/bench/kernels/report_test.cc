@@ -76,7 +76,7 @@ TEST(ReportTest, JsonLinesHaveTheMachineThenOneObjectPerTiming) {
             "\"fma_isa\":\"avx512\",\"wake_us\":20.000,"
             "\"kernel_isa\":\"avx512\","
             "\"openblas\":\"OpenBLAS 0.3.21\",\"tuning_table\":\"built-in\","
-            "\"repeats\":10}}");
+            "\"repeats\":10,\"dtype\":\"f32\"}}");
   EXPECT_EQ(lines[1],
             "{\"backend\":\"cpu\",\"kernel\":\"fused_u4b8_avx512\","
             "\"variant\":\"fused\",\"pick\":true,\"format\":\"u4b8\","
