@@ -26,7 +26,9 @@ MatmulBackend BackendOf(const MatmulRunner* runner) {
 }
 
 MatmulBatcher::MatmulBatcher(BatcherOptions options, MatmulBackend backend)
-    : options_(std::move(options)), backend_(std::move(backend)) {
+    : options_(std::move(options)),
+      backend_(std::move(backend)),
+      reply_pool_(std::max(options_.reply_threads, 1)) {
   for (int i = 0; i < std::max(options_.dispatchers, 1); ++i) {
     dispatchers_.emplace_back([this] { DispatchLoop(); });
   }
@@ -321,16 +323,19 @@ void MatmulBatcher::RunBatch(Batch batch) {
   // When each reply was handed over, recorded after the last one so that
   // none waits for the lock.
   std::vector<absl::Time> replied(batch.run.size());
-  for (size_t i = 0; i < batch.run.size(); ++i) {
-    if (run.ok()) {
-      results[i].kernel = run->kernel;
-      results[i].compute_time_ns = run->compute_time_ns;
-      batch.run[i].done(std::move(results[i]));
-    } else {
-      batch.run[i].done(run.status());
-    }
-    replied[i] = absl::Now();
-  }
+  reply_pool_.ParallelFor(
+      static_cast<int64_t>(batch.run.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          if (run.ok()) {
+            results[i].kernel = run->kernel;
+            results[i].compute_time_ns = run->compute_time_ns;
+            batch.run[i].done(std::move(results[i]));
+          } else {
+            batch.run[i].done(run.status());
+          }
+          replied[i] = absl::Now();
+        }
+      });
   absl::MutexLock lock(&mu_);
   for (const absl::Time time : replied) {
     stats_.reply_seconds.Record(absl::ToDoubleSeconds(time - compute_end));

@@ -16,7 +16,8 @@
 // run it; a weight has at most max_running_batches batches running (one by
 // default), so that requests arriving meanwhile gather into its next one.
 // With more, a batch starts beside a running one of its weight only once it
-// is full (max_batch_rows).
+// is full (max_batch_rows). A batch's replies are handed to their callers by
+// reply_threads threads, its dispatcher among them.
 // Queueing: one FIFO per weight, bounded by max_queue_rows rows of A. A queue
 // is ready once it holds max_batch_rows rows or its oldest request has waited
 // max_batch_delay. A batch takes the oldest request and then, in order, every
@@ -57,6 +58,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/thread_pool.h"
 #include "format/dtype.h"
 #include "kernels/gemm_kernel.h"
 #include "server/core/matmul_runner.h"
@@ -84,6 +86,11 @@ struct BatcherOptions {
   // A request of at most kMaxInlineRows on an idle weight runs at once on
   // the submitting thread; off, every request goes through a dispatcher.
   bool run_idle_inline = true;
+  // Threads that hand a batch's replies to their callers, the dispatcher
+  // that ran it among them: with many requests per batch, each reply's
+  // hand-over to gRPC (which may write it to the socket) otherwise waits
+  // for all before it.
+  int reply_threads = 1;
   // For requests that name none (nibbled --activation_precision).
   ActivationPrecision activation_precision = ActivationPrecision::kBf16;
 };
@@ -272,6 +279,8 @@ class MatmulBatcher final {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   BatcherStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> dispatchers_;
+  // Hands over the replies of batches (BatcherOptions::reply_threads).
+  ThreadPool reply_pool_;
   // Lets concurrent Shutdown calls all wait for the one that joins.
   std::once_flag joined_;
 };

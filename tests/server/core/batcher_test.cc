@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -532,6 +533,49 @@ TEST_F(BatcherTest, ReplyStageTimesEachRequestsHandOver) {
   ASSERT_EQ(stats.reply_seconds.count(), 1);
   // The reply stage holds the whole hand-over, and a sleep is never shorter.
   EXPECT_GE(stats.reply_seconds.sum(), absl::ToDoubleSeconds(kHandOver));
+}
+
+// With reply_threads, a batch's replies are handed over from several threads
+// at once: the first reply's callback waits for another to begin, which a
+// single thread handing them over in turn would never do.
+TEST_F(BatcherTest, ReplyThreadsHandABatchsRepliesOverAtOnce) {
+  std::unique_ptr<MatmulBatcher> batcher =
+      Start({.max_batch_rows = 8, .reply_threads = 2});
+  std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
+  const std::string a(weight_a_.canonical.spec.k * sizeof(float), '\0');
+  absl::Mutex mu;
+  int begun = 0;
+  int met = 0;
+  absl::BlockingCounter answered(8);
+  for (int i = 0; i < 8; ++i) {
+    batcher->Submit({.weight = weight_a_.resident,
+                     .dtype = DType::kF32,
+                     .m = 1,
+                     .a = a,
+                     .activation_precision = std::nullopt,
+                     .deadline = absl::InfiniteFuture(),
+                     .is_cancelled = nullptr,
+                     .done = [&](absl::StatusOr<MatmulResult> result) {
+                       EXPECT_TRUE(result.ok()) << result.status();
+                       {
+                         absl::MutexLock lock(&mu);
+                         ++begun;
+                         if (mu.AwaitWithTimeout(
+                                 absl::Condition(
+                                     +[](int* n) { return *n >= 2; }, &begun),
+                                 kHang)) {
+                           ++met;
+                         }
+                       }
+                       answered.DecrementCount();
+                     }});
+  }
+  Release();
+  held->ExpectCorrect();
+  answered.Wait();
+  EXPECT_THAT(CallRows(), ElementsAre(1, 8));
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(met, 8) << "the first reply's hand-over never overlapped another";
 }
 
 TEST_F(BatcherTest, IdleWeightRunsASmallRequestOnTheSubmittingThread) {
