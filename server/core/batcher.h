@@ -179,7 +179,8 @@ struct BatcherStats {
   // Per request run, the stages after queue_seconds: its batch's kernel call
   // (the backend's whole run, on a GPU with the copies in and out), then
   // from that call's end to its reply handed to the RPC layer (built and,
-  // for a unary call, serialized; a batch's replies go one after another).
+  // for a unary call, serialized; a batch's replies go in turn on each of
+  // BatcherOptions::reply_threads).
   Histogram kernel_seconds{kLatencyBucketsSeconds};
   Histogram reply_seconds{kLatencyBucketsSeconds};
   // Requests and rows run, by weight name, until the weight is deleted

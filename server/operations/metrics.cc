@@ -278,8 +278,8 @@ void RenderBatcher(const BatcherStats& stats, bool weight_labels,
                        stats.kernel_seconds);
   out.Family("nibble_matmul_reply_seconds", "histogram",
              "Per matmul request run: from its kernel call's end to its reply "
-             "handed to gRPC, built and (unary) serialized; the replies of a "
-             "batch are handed over one after another.");
+             "handed to gRPC, built and (unary) serialized; a batch's replies "
+             "are handed over in turn by its reply threads.");
   out.HistogramSamples("nibble_matmul_reply_seconds", {{"backend", backend}},
                        stats.reply_seconds);
   out.Family("nibble_batch_compute_seconds", "histogram",

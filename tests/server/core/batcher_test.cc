@@ -230,6 +230,19 @@ class BatcherTest : public ::testing::Test {
     return held;
   }
 
+  // Submits one f32 row of `a` (zeros) for weight_a_, answered to `done`.
+  void SubmitRow(MatmulBatcher& batcher, const std::string& a,
+                 std::function<void(absl::StatusOr<MatmulResult>)> done) {
+    batcher.Submit({.weight = weight_a_.resident,
+                    .dtype = DType::kF32,
+                    .m = 1,
+                    .a = a,
+                    .activation_precision = std::nullopt,
+                    .deadline = absl::InfiniteFuture(),
+                    .is_cancelled = nullptr,
+                    .done = std::move(done)});
+  }
+
   void Release() { release_.Notify(); }
 
   std::vector<KernelCall> Calls() {
@@ -513,19 +526,12 @@ TEST_F(BatcherTest, ReplyStageTimesEachRequestsHandOver) {
   int answers = 0;
   // An idle weight: it runs inline, so its stats are in before Submit
   // returns.
-  batcher->Submit(
-      {.weight = weight_a_.resident,
-       .dtype = DType::kF32,
-       .m = 1,
-       .a = a,
-       .activation_precision = std::nullopt,
-       .deadline = absl::InfiniteFuture(),
-       .is_cancelled = nullptr,
-       .done = [&answers, kHandOver](absl::StatusOr<MatmulResult> result) {
-         EXPECT_TRUE(result.ok()) << result.status();
-         ++answers;
-         absl::SleepFor(kHandOver);
-       }});
+  SubmitRow(*batcher, a,
+            [&answers, kHandOver](absl::StatusOr<MatmulResult> result) {
+              EXPECT_TRUE(result.ok()) << result.status();
+              ++answers;
+              absl::SleepFor(kHandOver);
+            });
   EXPECT_EQ(answers, 1);
   const BatcherStats stats = batcher->Stats();
   EXPECT_EQ(stats.kernel_seconds.count(), 1);
@@ -548,27 +554,19 @@ TEST_F(BatcherTest, ReplyThreadsHandABatchsRepliesOverAtOnce) {
   int met = 0;
   absl::BlockingCounter answered(8);
   for (int i = 0; i < 8; ++i) {
-    batcher->Submit({.weight = weight_a_.resident,
-                     .dtype = DType::kF32,
-                     .m = 1,
-                     .a = a,
-                     .activation_precision = std::nullopt,
-                     .deadline = absl::InfiniteFuture(),
-                     .is_cancelled = nullptr,
-                     .done = [&](absl::StatusOr<MatmulResult> result) {
-                       EXPECT_TRUE(result.ok()) << result.status();
-                       {
-                         absl::MutexLock lock(&mu);
-                         ++begun;
-                         if (mu.AwaitWithTimeout(
-                                 absl::Condition(
-                                     +[](int* n) { return *n >= 2; }, &begun),
-                                 kHang)) {
-                           ++met;
-                         }
-                       }
-                       answered.DecrementCount();
-                     }});
+    SubmitRow(*batcher, a, [&](absl::StatusOr<MatmulResult> result) {
+      EXPECT_TRUE(result.ok()) << result.status();
+      {
+        absl::MutexLock lock(&mu);
+        ++begun;
+        if (mu.AwaitWithTimeout(absl::Condition(
+                                    +[](int* n) { return *n >= 2; }, &begun),
+                                kHang)) {
+          ++met;
+        }
+      }
+      answered.DecrementCount();
+    });
   }
   Release();
   held->ExpectCorrect();
