@@ -210,8 +210,9 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
       split = std::min(slots / launch.tiles,
                        std::max<int64_t>(1, launch.steps_per_tile / 4));
     }
-    // The wgmma kernel sums through the workspace (gemm_common.cuh).
-    if (split > 1 && !wgmma && device.compute_capability >= 90) {
+    // The wgmma kernel sums through the workspace (gemm_common.cuh), and
+    // only the sm_90a code of the mma.sync kernel has the cluster path.
+    if (split > 1 && !wgmma && device.compute_capability == 90) {
       const int64_t cluster =
           ClusterSplit(plan.kernel, split, launch.steps_per_tile, launch.tiles);
       if (cluster > 0) split = launch.cluster_split = cluster;
