@@ -225,7 +225,15 @@ load_and_verify
 
 step "deploy/compose.yaml with podman-compose: nibbled and the load job"
 compose=(podman-compose -p "$run_id" -f deploy/compose.yaml)
-LOAD_DURATION=3 "${compose[@]}" up --abort-on-container-exit \
+# Free host ports, so a busy 50051 or 9464 on this machine cannot fail the run.
+read -r grpc_port metrics_port < <(python3 -c '
+import socket
+held = [socket.socket() for _ in range(2)]
+for s in held:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in held))')
+NIBBLE_GRPC_PORT=$grpc_port NIBBLE_METRICS_PORT=$metrics_port \
+  LOAD_DURATION=3 "${compose[@]}" up --abort-on-container-exit \
   >"$work/compose.log" 2>&1 || true
 if ! grep -q "^errors: *none" "$work/compose.log" ||
   ! grep -q "^verified: .* 0 wrong" "$work/compose.log"; then
