@@ -1,20 +1,27 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
+#include "base/thread_name.h"
+
 namespace nibble {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, absl::string_view name) {
   if (threads <= 0) {
     threads = std::max(1u, std::thread::hardware_concurrency());
   }
   workers_.reserve(threads - 1);
-  for (int i = 1; i < threads; ++i)
-    workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 1; i < threads; ++i) {
+    workers_.emplace_back([this, name = std::string(name)] {
+      NameCurrentThread(name);
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

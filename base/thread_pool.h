@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 
 namespace nibble {
 
@@ -33,8 +34,8 @@ class ThreadPool {
   static constexpr std::chrono::microseconds kSpinBeforeSleep{100};
 
   // `threads` counts the caller: ThreadPool(1) starts no worker. 0 means one
-  // per hardware thread.
-  explicit ThreadPool(int threads = 0);
+  // per hardware thread. The workers are named `name` (base/thread_name.h).
+  explicit ThreadPool(int threads = 0, absl::string_view name = "nibble-pool");
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -14,7 +14,9 @@
 # It writes results.json (every run, with nibble-load's JSON) and report.md
 # (the table and issue 26's targets, each PASS or FAIL) and prints the report;
 # under each matmul run it prints where its requests' time went, from
-# nibbled's /metrics (stage_means.py, also in stages_*.txt).
+# nibbled's /metrics (stage_means.py, also in stages_*.txt), and under every
+# run where the CPU went, by process and thread name (thread_cpu.py, also in
+# cpu_*.txt).
 #
 #   bench/server/gpu_serve_bench.sh [BIN_DIR] [OUT_DIR]
 #     (build/portable/bin, build/gpu-serve-bench)
@@ -35,7 +37,7 @@ gpu_bench=${NIBBLE_GPU_BENCH:-$bin/nibble-gpu-bench}
 python=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-rm -f "$out"/load_*.json "$out"/stages_*.txt "$out/kernels.jsonl" "$out/runs.tsv"
+rm -f "$out"/load_*.json "$out"/stages_*.txt "$out"/cpu_*.txt "$out/kernels.jsonl" "$out/runs.tsv"
 work=$(mktemp -d)
 source "$here/../../deploy/nibbled_lib.sh"
 trap 'stop_nibbled || true; rm -rf "$work"' EXIT
@@ -79,7 +81,15 @@ load() {
   # connections would measure gRPC's per-connection limits.
   args+=(--connections=$((c < 16 ? c : 16)))
   scrape "$work/before.prom"
-  if "$bin/nibble-load" "${args[@]}" >"$work/load.out" 2>&1; then
+  "$bin/nibble-load" "${args[@]}" >"$work/load.out" 2>&1 &
+  local load_pid=$!
+  # Where the CPU goes, over the middle half of the measured seconds.
+  (sleep "$(awk "BEGIN { print $warmup + $duration / 4 }")" &&
+    "$python" "$here/thread_cpu.py" "$(awk "BEGIN { print $duration / 2 }")" \
+      "$server_pid" "$load_pid" >"$work/cpu.txt" 2>&1) &
+  local sampler_pid=$!
+  if wait "$load_pid"; then
+    wait "$sampler_pid" || true
     scrape "$work/after.prom"
     printf '%s\t%s\t%s\t%s\t%s\n' "$batching" "$name" "$api" "$c" "$json" \
       >>"$out/runs.tsv"
@@ -89,7 +99,10 @@ load() {
     [[ $api == Check ]] ||
       "$python" "$here/stage_means.py" "$work/before.prom" "$work/after.prom" |
       tee "$out/stages_${batching}_${name}_${api}_${c}.txt" | sed 's/^/      /'
+    tee "$out/cpu_${batching}_${name}_${api}_${c}.txt" <"$work/cpu.txt" |
+      sed 's/^/      /'
   else
+    wait "$sampler_pid" || true
     echo "   $batching $name $api c=$c: nibble-load failed:" >&2
     tail -n 5 "$work/load.out" >&2
   fi

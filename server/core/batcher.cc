@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/thread_name.h"
 
 namespace nibble::server {
 
@@ -28,9 +29,12 @@ MatmulBackend BackendOf(const MatmulRunner* runner) {
 MatmulBatcher::MatmulBatcher(BatcherOptions options, MatmulBackend backend)
     : options_(std::move(options)),
       backend_(std::move(backend)),
-      reply_pool_(std::max(options_.reply_threads, 1)) {
+      reply_pool_(std::max(options_.reply_threads, 1), "nibble-reply") {
   for (int i = 0; i < std::max(options_.dispatchers, 1); ++i) {
-    dispatchers_.emplace_back([this] { DispatchLoop(); });
+    dispatchers_.emplace_back([this] {
+      NameCurrentThread("nibble-batch");
+      DispatchLoop();
+    });
   }
 }
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "base/thread_name.h"
 #include "server/operations/metrics.h"
 
 namespace nibble::server {
@@ -177,7 +178,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (pipe2(server->wake_fds_, O_CLOEXEC) != 0) {
     return absl::InternalError("cannot create the metrics server's pipe");
   }
-  server->thread_ = std::thread([raw = server.get()] { raw->Serve(); });
+  server->thread_ = std::thread([raw = server.get()] {
+    NameCurrentThread("nibble-metrics");
+    raw->Serve();
+  });
   return server;
 }
 

@@ -1,4 +1,5 @@
-// Tests ThreadPool::ParallelFor: coverage, splitting, concurrency.
+// Tests ThreadPool::ParallelFor: coverage, splitting, concurrency; the
+// workers' name.
 #include "base/thread_pool.h"
 
 #include <algorithm>
@@ -7,11 +8,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/thread_name.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace nibble {
@@ -149,6 +153,25 @@ TEST(ThreadPoolTest, RunsPiecesInParallel) {
   ThreadPool pool(2);
   EXPECT_TRUE(BothPiecesOverlap(pool))
       << "the second piece never started while the first was running";
+}
+
+TEST(ThreadPoolTest, WorkersCarryThePoolsName) {
+  ThreadPool pool(2, "test-workers");
+  std::mutex mutex;
+  std::vector<std::string> names;
+  std::atomic<int> started = 0;
+  // Both pieces wait for each other, so one of them runs on the worker.
+  pool.ParallelFor(2, [&](int64_t, int64_t) {
+    started.fetch_add(1);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    names.push_back(CurrentThreadName());
+  });
+  EXPECT_THAT(names, ::testing::Contains("test-workers"));
 }
 
 TEST(ThreadPoolTest, ConcurrentCallersOnOnePoolAllComplete) {
