@@ -1,12 +1,20 @@
-// The double-buffered kernels for AVX-512 BF16 without AMX (AMD Zen 4, Intel
-// Cooper Lake): vdpbf16ps adds the products of 16 (k, k + 1) bf16 pairs into
-// 16 fp32 lanes, two multiply-adds per lane where an fp32 FMA does one.
+// The kernels for AVX-512 BF16 (AMD Zen 4, Intel Cooper Lake and later):
+// vdpbf16ps adds the products of 16 (k, k + 1) bf16 pairs into 16 fp32
+// lanes, two multiply-adds per lane where an fp32 FMA does one.
 //
-// The loop, the dequantization into bf16 pairs and the precision contract are
-// kernels/cpu/bf16_pairs.h's. Here A is rounded to bf16 row by row; a
-// microkernel keeps 8 rows x 48 columns of a segment's sums in 24 registers,
-// broadcasting one (k, k + 1) pair of A per row against one pair row of each
-// of 3 panels.
+// double_buffered: the loop, the dequantization into bf16 pairs and the
+// precision contract are kernels/cpu/bf16_pairs.h's. Here A is rounded to
+// bf16 row by row; a microkernel keeps 8 rows x 48 columns of a segment's
+// sums in 24 registers, broadcasting one (k, k + 1) pair of A per row against
+// one pair row of each of 3 panels.
+//
+// fused, for bf16 activations only: the codes become bf16 pairs in registers
+// (the same 16-bit shift and vpermw) and go straight into vdpbf16ps, so a
+// weight streams once at half the vector instructions per code of the fp32
+// fused loop, which one Zen 4 core cannot run at DRAM speed. A in bf16 needs
+// no rounding, so its products are exact, as in the fp32 kernels; f32 and
+// f16 problems are not supported and keep to those (f32 requests of few rows
+// stay exact).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -40,6 +48,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "kernels/cpu/bf16_pairs.h"
+#include "kernels/cpu/shared_work.h"
 
 namespace nibble::cpu {
 namespace {
@@ -137,10 +146,205 @@ struct DotProducts {
   }
 };
 
+// The fused tile: C[row .. row + kRows) of kPanels panels from first_panel,
+// over all of K, with the sums of each group (or, where the scales are in
+// the pair values, of all K) in registers.
+template <WeightFormat kFormat, int kRows, int kPanels>
+void FusedPairsTile(const Bf16Context& ctx, int64_t row, int64_t first_panel,
+                    float* out, int64_t columns) {
+  // How far ahead of the words it reads the loop prefetches its panels.
+  constexpr int64_t kPrefetchWords = 8;
+  const int64_t group_size = ctx.b.spec().group_size;
+  const int64_t sum_rows = bf16::ScalesInPairs(kFormat) ? ctx.k : group_size;
+  const uint16_t* a = ctx.a + row * ctx.k;
+  __m512 acc[kRows][kPanels];
+  for (auto& acc_row : acc) {
+    for (__m512& value : acc_row) value = _mm512_setzero_ps();
+  }
+  for (int64_t begin = 0; begin < ctx.k; begin += sum_rows) {
+    const int64_t end = std::min(ctx.k, begin + sum_rows);
+    // Each column's zero point in both 16-bit halves of its lane.
+    __m512i zero[kPanels];
+    if constexpr (HasZeros(kFormat)) {
+      for (int p = 0; p < kPanels; ++p) {
+        const __m512i z = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                ctx.b.panel_zeros(first_panel + p) +
+                begin / group_size * kWidth)));
+        zero[p] = _mm512_or_si512(z, _mm512_slli_epi32(z, 16));
+      }
+    }
+    __m512 sum[kRows][kPanels];
+    for (auto& sum_row : sum) {
+      for (__m512& value : sum_row) value = _mm512_setzero_ps();
+    }
+    for (int64_t word = begin / kCodesPerWord; word < end / kCodesPerWord;
+         ++word) {
+      __m512i words[kPanels];
+      __m512 pair_scale[kPanels];
+      for (int p = 0; p < kPanels; ++p) {
+        const uint32_t* codes = ctx.b.panel_codes(first_panel + p);
+        __builtin_prefetch(codes + (word + kPrefetchWords) * kWidth);
+        words[p] = _mm512_loadu_si512(codes + word * kWidth);
+        if constexpr (bf16::ScalesInPairs(kFormat)) {
+          pair_scale[p] = LoadPanelScales<kFormat>(
+              ctx.b.panel_scales(first_panel + p) +
+              word * kCodesPerWord / group_size * kWidth);
+        }
+      }
+      for (int pair = 0; pair < kCodesPerWord / 2; ++pair) {
+        for (int p = 0; p < kPanels; ++p) {
+          __m512i index = _mm512_srli_epi16(words[p], 4 * pair);
+          if constexpr (HasZeros(kFormat)) {
+            index = _mm512_sub_epi16(
+                _mm512_and_si512(index, _mm512_set1_epi16(0xf)), zero[p]);
+          }
+          __m512i values = _mm512_permutexvar_epi16(index, ctx.table);
+          if constexpr (bf16::ScalesInPairs(kFormat)) {
+            values = bf16::ScaleBf16Pairs(values, pair_scale[p]);
+          }
+          for (int r = 0; r < kRows; ++r) {
+            int32_t a_pair;
+            std::memcpy(&a_pair,
+                        a + r * ctx.k + word * kCodesPerWord + 2 * pair,
+                        sizeof(a_pair));
+            sum[r][p] = _mm512_dpbf16_ps(
+                sum[r][p], DotProducts::AsPairs(_mm512_set1_epi32(a_pair)),
+                DotProducts::AsPairs(values));
+          }
+        }
+      }
+    }
+    for (int p = 0; p < kPanels; ++p) {
+      const __m512 scale =
+          bf16::ScalesInPairs(kFormat)
+              ? _mm512_set1_ps(ctx.b.spec().global_scale)
+              : LoadPanelScales<kFormat>(ctx.b.panel_scales(first_panel + p) +
+                                         begin / group_size * kWidth);
+      for (int r = 0; r < kRows; ++r) {
+        acc[r][p] = _mm512_fmadd_ps(sum[r][p], scale, acc[r][p]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int p = 0; p < kPanels; ++p) {
+      const int64_t column = p * kWidth;
+      if (column >= columns) break;
+      const int count = static_cast<int>(std::min(kWidth, columns - column));
+      _mm512_mask_storeu_ps(out + r * ctx.n + column,
+                            static_cast<__mmask16>((1u << count) - 1),
+                            acc[r][p]);
+    }
+  }
+}
+
+// A fused tile's panels: 4 for problems of one or two rows, 2 for more, so
+// that the sums and accumulators of its largest row block fit the 32
+// registers (2 x 4 and 4 x 2). Every row block of a problem, the last one
+// too, takes the same panels: the tiles are cut by them.
+constexpr int FusedTilePanels(int64_t m) { return m <= 2 ? 4 : 2; }
+// Rows of A a fused tile takes at once, with kPanels panels.
+constexpr int FusedMaxRows(int panels) { return panels == 4 ? 2 : 4; }
+
+// FusedPairsTile for a run-time row count 1..kRows, over kPanels panels, or
+// one panel at a time for the last, partial tile.
+template <WeightFormat kFormat, int kPanels, int kRows = FusedMaxRows(kPanels)>
+void FusedPairsRows(const Bf16Context& ctx, int rows, int64_t row,
+                    int64_t first_panel, bool whole, float* out,
+                    int64_t columns) {
+  if constexpr (kRows > 0) {
+    if (rows != kRows) {
+      FusedPairsRows<kFormat, kPanels, kRows - 1>(ctx, rows, row, first_panel,
+                                                  whole, out, columns);
+    } else if (whole) {
+      FusedPairsTile<kFormat, kRows, kPanels>(ctx, row, first_panel, out,
+                                              columns);
+    } else {
+      FusedPairsTile<kFormat, kRows, 1>(ctx, row, first_panel, out, columns);
+    }
+  }
+}
+
+template <WeightFormat kFormat, int kPanels>
+void RunFusedPairTiles(const Bf16Context& ctx, float* c, ThreadPool& pool,
+                       int threads) {
+  constexpr int kRows = FusedMaxRows(kPanels);
+  const int64_t panels = ctx.b.panels();
+  const int64_t tiles = (panels + kPanels - 1) / kPanels;
+  ParallelForShared(
+      pool, tiles, ThreadsForWork(ctx.b.resident_bytes() * ctx.m, threads),
+      [&](int64_t first_tile, int64_t end_tile) {
+        for (int64_t tile = first_tile; tile < end_tile; ++tile) {
+          const int64_t first_panel = tile * kPanels;
+          const bool whole = first_panel + kPanels <= panels;
+          const int64_t end_panel = whole ? first_panel + kPanels : panels;
+          for (int64_t row = 0; row < ctx.m; row += kRows) {
+            const int rows =
+                static_cast<int>(std::min<int64_t>(kRows, ctx.m - row));
+            // A partial tile runs one panel at a time.
+            for (int64_t panel = first_panel; panel < end_panel;
+                 panel += whole ? kPanels : 1) {
+              const int64_t column = panel * kWidth;
+              FusedPairsRows<kFormat, kPanels>(ctx, rows, row, panel, whole,
+                                               c + row * ctx.n + column,
+                                               ctx.n - column);
+            }
+          }
+        }
+      });
+}
+
+template <WeightFormat kFormat>
+void RunFusedPairs(const Bf16Context& ctx, float* c, ThreadPool& pool,
+                   int threads) {
+  if (FusedTilePanels(ctx.m) == 4) {
+    RunFusedPairTiles<kFormat, 4>(ctx, c, pool, threads);
+  } else {
+    RunFusedPairTiles<kFormat, 2>(ctx, c, pool, threads);
+  }
+}
+
+// The fused kernel of one format, named "fused_<format>_avx512_bf16".
+class FusedPairsKernel final : public FormatKernel {
+ public:
+  explicit FusedPairsKernel(WeightFormat format)
+      : FormatKernel(KernelVariant::kFused, format, DotProducts::kIsa) {}
+
+  bool Supports(const GemmProblem& problem) const override {
+    return FormatKernel::Supports(problem) && problem.dtype == DType::kBF16;
+  }
+  bool RoundsActivationsToBf16(DType dtype) const override {
+    return dtype != DType::kBF16;
+  }
+
+  absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
+                   ThreadPool& pool) const override {
+    // Only C goes through fp32; A is read as the bf16 it is.
+    WithFloatOperands(problem, operands, [&](const float*, float* c) {
+      const Bf16Context ctx{*operands.b,
+                            bf16::Bf16Table(format()),
+                            static_cast<const uint16_t*>(operands.a),
+                            problem.m,
+                            problem.k,
+                            problem.n};
+      WithFormatConstant(format(), [&](auto format_tag) {
+        RunFusedPairs<decltype(format_tag)::value>(ctx, c, pool,
+                                                   problem.threads);
+      });
+    });
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Bf16Kernels() {
-  return bf16::MakeBf16PairKernels<DotProducts>();
+  std::vector<std::unique_ptr<GemmKernel>> kernels =
+      bf16::MakeBf16PairKernels<DotProducts>();
+  for (WeightFormat format : kAllWeightFormats) {
+    kernels.push_back(std::make_unique<FusedPairsKernel>(format));
+  }
+  return kernels;
 }
 
 }  // namespace nibble::cpu

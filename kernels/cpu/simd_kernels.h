@@ -25,8 +25,9 @@ std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Kernels();
 // ActivationPrecision::kInt8.
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx512VnniKernels();
 // AVX-512 BF16 dot products (vdpbf16ps), on top of MakeAvx512Kernels' sets:
-// double-buffered only, for large M. They round A to bf16 (fp32
-// accumulation); the 4-bit weights stay exact.
+// double-buffered, for large M, which rounds A to bf16 (fp32 accumulation;
+// the 4-bit weights stay exact), and fused, for small M, which supports only
+// bf16 A and so loses nothing.
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Bf16Kernels();
 // AMX-BF16 with AVX-512 BF16: double-buffered only, for large M, with the
 // precision of MakeAvx512Bf16Kernels.

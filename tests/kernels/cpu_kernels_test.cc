@@ -62,13 +62,16 @@ TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   EXPECT_EQ(vnni[3], "double_buffered_mxfp4_avx512_vnni_int8");
   EXPECT_EQ(vnni[4], "fused_fp4_avx512");
   const std::vector<std::string> bf16 = Names(CpuKernels(Isa::kAvx512Bf16));
-  ASSERT_EQ(bf16.size(), 44u);
+  ASSERT_EQ(bf16.size(), 49u);
   EXPECT_EQ(bf16.front(), "double_buffered_fp4_avx512_vnni_int8");
   EXPECT_EQ(bf16[4], "double_buffered_fp4_avx512_bf16");
   EXPECT_EQ(bf16[8], "double_buffered_nvfp4_avx512_bf16");
-  EXPECT_EQ(bf16[9], "fused_fp4_avx512");
+  // The bf16 fused kernels (bf16 A only) before the fp32 ones.
+  EXPECT_EQ(bf16[9], "fused_fp4_avx512_bf16");
+  EXPECT_EQ(bf16[13], "fused_nvfp4_avx512_bf16");
+  EXPECT_EQ(bf16[14], "fused_fp4_avx512");
   const std::vector<std::string> amx = Names(CpuKernels(Isa::kAmx));
-  ASSERT_EQ(amx.size(), 49u);
+  ASSERT_EQ(amx.size(), 54u);
   EXPECT_EQ(amx[4], "double_buffered_fp4_amx");
   EXPECT_EQ(amx[8], "double_buffered_nvfp4_amx");
   EXPECT_EQ(amx[9], "double_buffered_fp4_avx512_bf16");

@@ -73,8 +73,8 @@ TEST(MedianOverRoundsTest, TakesEachKernelsMedianAndSumsTheCalls) {
   EXPECT_TRUE(MedianOverRounds({}).empty());
 }
 
-// Each dtype times the fastest kernels that support it, as the scheduler
-// would run them for A and C in that dtype.
+// bf16 activations time the kernels that support them: the fused one is
+// the bf16 fused kernel where the CPU has AVX-512 BF16.
 TEST(TimeWeightDtypeTest, TimesTheKernelsOfTheDtype) {
   ThreadPool pool(2);
   const Scheduler scheduler(cpu::CpuKernels());
@@ -96,6 +96,10 @@ TEST(TimeWeightDtypeTest, TimesTheKernelsOfTheDtype) {
                                           .threads = 2});
     ASSERT_FALSE(fast.empty());
     EXPECT_EQ(results->front().kernels.front().kernel, fast.front()->name());
+    EXPECT_EQ(
+        results->front().kernels.front().kernel.find("_avx512_bf16") !=
+            std::string::npos,
+        dtype == DType::kBF16 && cpu::DetectIsa() >= cpu::Isa::kAvx512Bf16);
   }
 }
 
