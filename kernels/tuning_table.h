@@ -11,7 +11,8 @@
 // The first column names the level the rule was measured at: a CPU kernels'
 // ISA level (cpu::IsaName), or a GPU's, "sm" and its compute capability
 // (cuda::GpuLevelName), whose rules hold the GPU's SM count in the threads
-// column. A line of the 7 other columns alone holds at every level.
+// column. A line of the 7 other columns alone holds at every CPU level
+// (ForGpu keeps a GPU level's own rules only).
 // A table answers with the rules of one level, isa(): the first a table
 // lists, until ForIsas picks the nearest of the levels a scheduler's kernels
 // have, or ForGpu the GPU's own. A rule covers problems with m <= max_m (0:

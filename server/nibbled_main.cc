@@ -178,14 +178,15 @@ void AnnounceListening(const NibbledOptions& options,
         "AVX-512 VNNI; requests run as with --activation_precision=bf16",
         {{"kernels", nibble::cpu::IsaName(isa)}});
   }
-  // On the GPU, without rules of the GPU's level, cuda::PreferredVariant
-  // picks every variant.
+  // Without rules of the kernels' level the scheduler's default rule picks
+  // (on the GPU, cuda::PreferredVariant).
   const std::string& rules_level = server.scheduler().table().isa();
-  const std::string variants_from = absl::StrCat(
-      "tuning table ", tuning_table_name, " (",
-      rules_level.empty() && on_gpu ? std::string("no rules for this GPU")
-                                    : absl::StrCat(rules_level, " rules"),
-      ")");
+  const std::string variants_from =
+      absl::StrCat("tuning table ", tuning_table_name, " (",
+                   !rules_level.empty() ? absl::StrCat(rules_level, " rules")
+                   : on_gpu             ? std::string("no rules for this GPU")
+                                        : std::string("no rules for this CPU"),
+                   ")");
   const std::string& data_dir = options.server.data_dir;
   const LoadReport& loaded = server.data_dir_report();
   absl::PrintF(
