@@ -6,7 +6,9 @@
 // (GemmProblem::activation_precision) never runs. The
 // table answers with the rules of the first ISA level among the kernels' (in
 // their order: cpu::CpuKernels lists the CPU's own level first, then the ones
-// below) that it has rules for. Where the table has no rule, a rule function
+// below; the CUDA kernels' level is their GPU's, and cuda::ForThisGpu leaves
+// a table only that level's rules) that it has rules for. Where the table has
+// no rule, a rule function
 // given at construction decides (an accelerator backend's, by shape and
 // device), or by default M alone.
 //
@@ -19,8 +21,9 @@
 //   std::vector<const nibble::GemmKernel*> kernels =
 //       nibble::cuda::CudaKernels();
 //   kernels.insert(kernels.end(), cpu_kernels.begin(), cpu_kernels.end());
-//   nibble::Scheduler gpu_scheduler(std::move(kernels), nibble::TuningTable(),
-//                                   nibble::cuda::PreferredVariant);
+//   nibble::Scheduler gpu_scheduler(
+//       std::move(kernels), nibble::cuda::ForThisGpu(table),
+//       nibble::cuda::PreferredVariant);
 #ifndef NIBBLE_KERNELS_SCHEDULER_H_
 #define NIBBLE_KERNELS_SCHEDULER_H_
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/file_contents.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -24,6 +26,8 @@ constexpr char kRuleColumns[] = "format group k n threads max_m variant";
 
 constexpr char kDefaultTableText[] =
 #include "kernels/default_tuning_table.inc"
+// The GPU's rules after the CPU's, whose first level is the table's isa().
+#include "kernels/default_gpu_tuning_table.inc"
     ;
 
 absl::StatusOr<KernelVariant> ParseKernelVariant(absl::string_view name) {
@@ -55,10 +59,17 @@ absl::StatusOr<int64_t> ParseCount(absl::string_view column,
   return value;
 }
 
-// An ISA level's name: lower-case letters, digits and '_', not a format's.
-// One of cpu::kAllIsas by name: a misspelt level would make its rules
-// answer nowhere.
+// A GPU's level: "sm" and its compute capability in digits, as
+// cuda::GpuLevelName writes it.
+bool IsGpuLevel(absl::string_view text) {
+  return absl::ConsumePrefix(&text, "sm") && !text.empty() &&
+         std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
+}
+
+// A level's name: one of cpu::kAllIsas by name, or a GPU's level. A misspelt
+// level would make its rules answer nowhere.
 absl::StatusOr<std::string> ParseIsa(absl::string_view text) {
+  if (IsGpuLevel(text)) return std::string(text);
   std::vector<absl::string_view> names;
   for (const cpu::Isa level : cpu::kAllIsas) {
     if (cpu::IsaName(level) == text) return std::string(text);
@@ -66,7 +77,10 @@ absl::StatusOr<std::string> ParseIsa(absl::string_view text) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("the first of 8 columns must be an ISA level (",
-                   absl::StrJoin(names, ", "), "), got \"", text, "\""));
+                   absl::StrJoin(names, ", "),
+                   ") or a GPU level (sm and the compute capability, e.g. "
+                   "sm90), got \"",
+                   text, "\""));
 }
 
 absl::StatusOr<TuningRule> ParseRule(absl::string_view line) {
@@ -149,7 +163,7 @@ const TuningTable& TuningTable::Default() {
   static const TuningTable* const table = [] {
     absl::StatusOr<TuningTable> parsed = Parse(kDefaultTableText);
     if (!parsed.ok()) {
-      // Only an edit of default_tuning_table.inc gets here; the tests catch it.
+      // Only an edit of the .inc files gets here; the tests catch it.
       std::fprintf(stderr, "nibble: built-in tuning table is broken: %s\n",
                    std::string(parsed.status().message()).c_str());
       std::abort();
@@ -214,6 +228,17 @@ std::string TuningTable::Serialize() const {
   return text;
 }
 
+TuningTable TuningTable::ForGpu(absl::string_view level, int sm_count) const {
+  std::vector<TuningRule> rules;
+  if (!level.empty()) {
+    std::copy_if(rules_.begin(), rules_.end(), std::back_inserter(rules),
+                 [&](const TuningRule& rule) { return rule.isa == level; });
+  }
+  TuningTable table(std::move(rules));
+  table.sm_count_ = sm_count;
+  return table;
+}
+
 TuningTable TuningTable::ForIsas(
     std::span<const absl::string_view> levels) const {
   if (levels.empty()) return *this;
@@ -246,7 +271,7 @@ std::optional<KernelVariant> TuningTable::Lookup(
     const double distance[3] = {
         LogDistance(rule.group_size, problem.group_size),
         LogDistance(rule.k, problem.k) + LogDistance(rule.n, problem.n),
-        LogDistance(rule.threads, problem.threads)};
+        LogDistance(rule.threads, sm_count_ > 0 ? sm_count_ : problem.threads)};
     if (nearest == nullptr ||
         std::lexicographical_compare(distance, distance + 3, best, best + 3)) {
       nearest = &rule;

@@ -170,14 +170,6 @@ void AnnounceListening(const NibbledOptions& options,
   const std::string& tuning_table_path = options.tuning_table_path;
   const std::string tuning_table_name =
       tuning_table_path.empty() ? "built-in" : tuning_table_path;
-  // The CUDA backend picks variants by its own rule, not the table.
-  if (on_gpu && !tuning_table_path.empty()) {
-    absl::FPrintF(stderr,
-                  "nibbled: --tuning_table is not used on the cuda backend: "
-                  "the GPU's rule picks the kernel variants\n");
-    LogWarning("tuning table not used on the cuda backend",
-               {{"tuning_table", tuning_table_path}});
-  }
   if (options.server.batching.activation_precision ==
           nibble::ActivationPrecision::kInt8 &&
       (on_gpu || isa < nibble::cpu::Isa::kAvx512Vnni)) {
@@ -186,10 +178,15 @@ void AnnounceListening(const NibbledOptions& options,
         "AVX-512 VNNI; requests run as with --activation_precision=bf16",
         {{"kernels", nibble::cpu::IsaName(isa)}});
   }
+  // Without rules of the kernels' level the scheduler's default rule picks
+  // (on the GPU, cuda::PreferredVariant).
+  const std::string& rules_level = server.scheduler().table().isa();
   const std::string variants_from =
-      on_gpu ? std::string("GPU's variant rule")
-             : absl::StrCat("tuning table ", tuning_table_name, " (",
-                            server.scheduler().table().isa(), " rules)");
+      absl::StrCat("tuning table ", tuning_table_name, " (",
+                   !rules_level.empty() ? absl::StrCat(rules_level, " rules")
+                   : on_gpu             ? std::string("no rules for this GPU")
+                                        : std::string("no rules for this CPU"),
+                   ")");
   const std::string& data_dir = options.server.data_dir;
   const LoadReport& loaded = server.data_dir_report();
   absl::PrintF(
@@ -224,7 +221,7 @@ void AnnounceListening(const NibbledOptions& options,
        {"activation_precision",
         nibble::ActivationPrecisionName(
             options.server.batching.activation_precision)},
-       {"tuning_table", on_gpu ? "unused" : tuning_table_name},
+       {"tuning_table", tuning_table_name},
        {"data_dir", data_dir},
        {"weights_loaded", loaded.weights_loaded},
        {"layers_imported", imported.layers},

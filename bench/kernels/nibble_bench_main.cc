@@ -4,10 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -69,16 +67,6 @@ std::string PointName(const WeightKind& kind, const Shape& shape, int64_t m) {
                       " ", shape.k, "x", shape.n, " m=", m);
 }
 
-// Opens `path` for writing before the long run, so that a bad path is a
-// usage mistake found at once.
-bool OpenOutput(const std::string& path, std::ofstream& file) {
-  file.open(path, std::ios::trunc);
-  if (file) return true;
-  absl::FPrintF(stderr, "nibble-bench: cannot write %s: %s\n", path,
-                std::strerror(errno));
-  return false;
-}
-
 int Run(const BenchOptions& options) {
   TuningTable table = TuningTable::Default();
   if (!options.tuning_table_path.empty()) {
@@ -94,9 +82,10 @@ int Run(const BenchOptions& options) {
   std::ofstream json_file;
   std::ofstream tuning_file;
   if ((!options.json_path.empty() &&
-       !OpenOutput(options.json_path, json_file)) ||
+       !OpenOutput("nibble-bench", options.json_path, json_file)) ||
       (!options.write_tuning_table_path.empty() &&
-       !OpenOutput(options.write_tuning_table_path, tuning_file))) {
+       !OpenOutput("nibble-bench", options.write_tuning_table_path,
+                   tuning_file))) {
     return kExitUsage;
   }
 
@@ -190,7 +179,8 @@ int Run(const BenchOptions& options) {
                        "# nibble-bench on %s, %d threads, %s kernels\n",
                        context.limits.cpu_model, context.limits.threads,
                        context.kernel_isa)
-                << MeasuredTuningTable(results, context.kernel_isa).Serialize();
+                << MeasuredTuningTable(results, context.kernel_isa, kCpuNearTie)
+                       .Serialize();
   }
   std::cout.flush();
   for (std::ofstream* file : {&json_file, &tuning_file}) {

@@ -1,6 +1,9 @@
 #include "bench/kernels/report.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -179,6 +182,15 @@ double GigabytesPerSecond(int64_t bytes, double micros) {
 
 double Gflops(int64_t m, int64_t k, int64_t n, double micros) {
   return micros > 0 ? 2.0 * m * k * n / (micros * 1e3) : 0;
+}
+
+bool OpenOutput(absl::string_view program, const std::string& path,
+                std::ofstream& file) {
+  file.open(path, std::ios::trunc);
+  if (file) return true;
+  absl::FPrintF(stderr, "%s: cannot write %s: %s\n", program, path,
+                std::strerror(errno));
+  return false;
 }
 
 std::string JsonString(absl::string_view text) {

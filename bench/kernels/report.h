@@ -14,6 +14,7 @@
 #define NIBBLE_BENCH_KERNELS_REPORT_H_
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,12 @@ struct ReportContext {
 double GigabytesPerSecond(int64_t bytes, double micros);
 // GFLOP/s of an M x K x N product in `micros`.
 double Gflops(int64_t m, int64_t k, int64_t n, double micros);
+
+// Opens `path` for writing before a long run, so that a bad path is a usage
+// mistake found at once; false, having told stderr why (as `program`), when
+// it cannot.
+bool OpenOutput(absl::string_view program, const std::string& path,
+                std::ofstream& file);
 
 // `text` as a JSON string, quotes included.
 std::string JsonString(absl::string_view text);

@@ -7,9 +7,6 @@
 namespace nibble::bench {
 namespace {
 
-// Timings this close count as a tie: runs on a shared machine differ by more.
-constexpr double kNearTie = 0.05;
-
 bool SameKey(const PointResult& a, const PointResult& b) {
   return a.weight == b.weight && a.shape == b.shape && a.threads == b.threads;
 }
@@ -17,7 +14,7 @@ bool SameKey(const PointResult& a, const PointResult& b) {
 }  // namespace
 
 TuningTable MeasuredTuningTable(const std::vector<PointResult>& results,
-                                absl::string_view isa) {
+                                absl::string_view isa, double near_tie) {
   std::vector<TuningRule> rules;
   std::vector<bool> done(results.size(), false);
   for (size_t first = 0; first < results.size(); ++first) {
@@ -34,10 +31,7 @@ TuningTable MeasuredTuningTable(const std::vector<PointResult>& results,
                              return a.timing.median_us < b.timing.median_us;
                            });
       if (fastest == kernels.end()) continue;
-      // Within noise of the fastest, the first variant measured (fused before
-      // double_buffered before striped) wins, so near-ties do not flip the
-      // table from run to run.
-      const double near_fastest = fastest->timing.median_us * (1 + kNearTie);
+      const double near_fastest = fastest->timing.median_us * (1 + near_tie);
       const auto chosen = std::find_if(
           kernels.begin(), kernels.end(), [&](const KernelTiming& kernel) {
             return kernel.timing.median_us <= near_fastest;

@@ -1,13 +1,14 @@
-// Turns nibble-bench's measurements into the tuning table that nibbled and
-// the scheduler read: for each format, group, shape and thread count, the
-// fastest variant at each M of the grid. Consecutive Ms with the same winner
-// merge into one rule, and a winner at grid M_i covers m up to M_{i+1} - 1;
-// the last one covers any m (max_m 0). Every rule carries the ISA level the
-// kernels ran at.
+// Turns nibble-bench's or nibble-gpu-bench's measurements into the tuning
+// table that nibbled and the scheduler read: for each format, group, shape
+// and thread count (a GPU's: its SM count), the fastest variant at each M of
+// the grid. Consecutive Ms with the same winner merge into one rule, and a
+// winner at grid M_i covers m up to M_{i+1} - 1; the last one covers any m
+// (max_m 0). Every rule carries the level the kernels ran at: the CPU's ISA
+// level or the GPU's (cuda::GpuLevelName).
 //
 // Example:
-//   nibble::TuningTable table =
-//       nibble::bench::MeasuredTuningTable(results, "avx512_bf16");
+//   nibble::TuningTable table = nibble::bench::MeasuredTuningTable(
+//       results, "avx512_bf16", nibble::bench::kCpuNearTie);
 //   file << table.Serialize();
 #ifndef NIBBLE_BENCH_KERNELS_TUNING_WRITER_H_
 #define NIBBLE_BENCH_KERNELS_TUNING_WRITER_H_
@@ -20,10 +21,19 @@
 
 namespace nibble::bench {
 
-// Rules of level `isa` in the order the keys first appear in `results`.
-// Points without a timed kernel are left out.
+// Timings within this fraction of the fastest count as a tie, which the
+// first variant measured wins (fused before double_buffered before striped),
+// so that noise does not flip the table from run to run. CPU runs on a shared
+// machine differ by more than 5 %; the GPU's medians of back-to-back launches
+// on a card of its own are steadier, so there the fastest wins.
+inline constexpr double kCpuNearTie = 0.05;
+inline constexpr double kGpuNearTie = 0;
+
+// Rules of level `isa` in the order the keys first appear in `results`, the
+// winner of each point picked with `near_tie`. Points without a timed kernel
+// are left out.
 TuningTable MeasuredTuningTable(const std::vector<PointResult>& results,
-                                absl::string_view isa);
+                                absl::string_view isa, double near_tie);
 
 }  // namespace nibble::bench
 

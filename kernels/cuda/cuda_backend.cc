@@ -258,9 +258,11 @@ class CudaGemmKernel final : public GemmKernel {
                  int compute_capability)
       : variant_(variant),
         format_(format),
-        name_(KernelName(variant, format, compute_capability)) {}
+        name_(KernelName(variant, format, compute_capability)),
+        level_(GpuLevelName(compute_capability)) {}
 
   absl::string_view name() const override { return name_; }
+  absl::string_view isa() const override { return level_; }
   KernelVariant variant() const override { return variant_; }
   bool Supports(const GemmProblem& problem) const override {
     return problem.format == format_ && problem.m > 0 &&
@@ -365,6 +367,7 @@ class CudaGemmKernel final : public GemmKernel {
   KernelVariant variant_;
   WeightFormat format_;
   std::string name_;
+  std::string level_;
 };
 
 }  // namespace
@@ -383,6 +386,13 @@ std::string DeviceDescription() {
   return absl::StrFormat("%s, %d SMs, sm_%d, %.1f GiB", device->name,
                          device->sm_count, device->compute_capability,
                          device->memory_bytes / double{1 << 30});
+}
+
+TuningTable ForThisGpu(const TuningTable& table) {
+  absl::StatusOr<DeviceInfo> device = CurrentDevice();
+  if (!device.ok()) return table.ForGpu("", 0);
+  return table.ForGpu(GpuLevelName(device->compute_capability),
+                      device->sm_count);
 }
 
 bool SupportsSpec(const WeightSpec& spec) { return spec.k % kKMultiple == 0; }
@@ -452,9 +462,7 @@ std::vector<const GemmKernel*> CudaKernels() {
     absl::StatusOr<DeviceInfo> device = CurrentDevice();
     const int capability = device.ok() ? device->compute_capability : 0;
     auto* list = new std::vector<const GemmKernel*>();
-    for (KernelVariant variant :
-         {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
-          KernelVariant::kStriped}) {
+    for (KernelVariant variant : kVariants) {
       for (WeightFormat format : kAllWeightFormats) {
         list->push_back(new CudaGemmKernel(variant, format, capability));
       }

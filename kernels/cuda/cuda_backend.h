@@ -6,8 +6,10 @@
 //   if (nibble::cuda::DeviceCount() > 0) {
 //     absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
 //         nibble::cuda::UploadWeight(canonical);
-//     nibble::Scheduler scheduler(nibble::cuda::CudaKernels(), {},
-//                                 nibble::cuda::PreferredVariant);
+//     nibble::Scheduler scheduler(
+//         nibble::cuda::CudaKernels(),
+//         nibble::cuda::ForThisGpu(nibble::TuningTable::Default()),
+//         nibble::cuda::PreferredVariant);
 //   }
 #ifndef NIBBLE_KERNELS_CUDA_CUDA_BACKEND_H_
 #define NIBBLE_KERNELS_CUDA_CUDA_BACKEND_H_
@@ -18,10 +20,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "format/fp4_columns.h"
 #include "format/weight_format.h"
 #include "kernels/device_weight.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/tuning_table.h"
 
 namespace nibble::cuda {
 
@@ -31,6 +35,15 @@ bool CompiledIn();
 int DeviceCount();
 // e.g. "NVIDIA H100 80GB HBM3, 132 SMs, sm_90, 79.1 GiB"; empty with no GPU.
 std::string DeviceDescription();
+
+// The level a tuning table keys a GPU's rules by: "sm" and its compute
+// capability, e.g. "sm90" for 90. Also the isa() of the CUDA kernels.
+inline std::string GpuLevelName(int compute_capability) {
+  return absl::StrCat("sm", compute_capability);
+}
+// `table` as the scheduler reads it on this GPU: the rules of its level at
+// its SM count (TuningTable::ForGpu); no rules without a GPU.
+TuningTable ForThisGpu(const TuningTable& table);
 
 // Whether the CUDA kernels take weights of this shape (K a multiple of 128).
 bool SupportsSpec(const WeightSpec& spec);
@@ -87,13 +100,20 @@ struct RunStageTimes {
 };
 RunStageTimes RunStages();
 
-// fused, double_buffered (cp.async pipeline) and striped (stream-K) for each
-// format; empty without a GPU. They live for the whole program. Their Run
-// needs GemmOperands::device from UploadWeight and takes host A and C; runs
-// on several threads at once overlap on the GPU (kMaxLanes).
+// The variants the CUDA kernels come in: fused, double_buffered (cp.async
+// pipeline) and striped (stream-K).
+inline constexpr KernelVariant kVariants[] = {KernelVariant::kFused,
+                                              KernelVariant::kDoubleBuffered,
+                                              KernelVariant::kStriped};
+
+// Each of kVariants for each format; empty without a GPU. They live for the
+// whole program. Their Run needs GemmOperands::device from UploadWeight and
+// takes host A and C; runs on several threads at once overlap on the GPU
+// (kMaxLanes).
 std::vector<const GemmKernel*> CudaKernels();
 
-// The variant for a problem on this GPU, by shape and multiprocessor count.
+// The variant for a problem on this GPU, by shape and multiprocessor count:
+// what the scheduler takes where ForThisGpu's table has no rule.
 KernelVariant PreferredVariant(const GemmProblem& problem);
 
 }  // namespace nibble::cuda

@@ -11,6 +11,7 @@ bool SupportsSpec(const WeightSpec&) { return false; }
 int64_t DeviceBytes(const WeightSpec&) { return 0; }
 StagingStats Staging() { return {}; }
 RunStageTimes RunStages() { return {}; }
+TuningTable ForThisGpu(const TuningTable& table) { return table.ForGpu("", 0); }
 
 namespace {
 

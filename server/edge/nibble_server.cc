@@ -22,15 +22,17 @@
 namespace nibble::server {
 namespace {
 
-// The CPU backend schedules `kernels` by the tuning table; the CUDA backend
-// puts the GPU's kernels first, so that `kernels` run only the shapes those
-// refuse, and picks variants by the GPU's rule.
+// The CPU backend schedules `kernels` by the tuning table's rules for its ISA
+// level; the CUDA backend puts the GPU's kernels first, so that `kernels` run
+// only the shapes those refuse, and picks variants by the table's rules for
+// the GPU, or the GPU's rule where those are silent.
 Scheduler MakeScheduler(Backend backend, std::vector<const GemmKernel*> kernels,
                         const TuningTable& table) {
   if (backend != Backend::kCuda) return Scheduler(std::move(kernels), table);
   std::vector<const GemmKernel*> all = cuda::CudaKernels();
   all.insert(all.end(), kernels.begin(), kernels.end());
-  return Scheduler(std::move(all), TuningTable(), cuda::PreferredVariant);
+  return Scheduler(std::move(all), cuda::ForThisGpu(table),
+                   cuda::PreferredVariant);
 }
 
 // The GPU budget of `options` on `backend`; none off the GPU.

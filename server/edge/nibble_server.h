@@ -94,10 +94,11 @@ struct ServerOptions {
   int max_concurrent_streams = 256;
   // Where matmuls run and weights are kept (nibbled --backend): kAuto takes
   // the GPU when there is one. On kCuda the CUDA kernels run, with the given
-  // kernels for the shapes they refuse, and pick variants by the GPU's own
-  // rule rather than the tuning table.
+  // kernels for the shapes they refuse.
   Backend backend = Backend::kCpu;
-  // Which kernel variant wins for which shape (nibbled --tuning_table).
+  // Which kernel variant wins for which shape (nibbled --tuning_table): the
+  // rules of the CPU's ISA level, or on kCuda of the GPU's level
+  // (cuda::ForThisGpu), the GPU's own rule deciding where those are silent.
   TuningTable tuning_table = TuningTable::Default();
   // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
   // --max_batch_delay_us, --max_queue_rows). On the CUDA backend the server

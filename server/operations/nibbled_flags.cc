@@ -158,7 +158,8 @@ ABSL_FLAG(bool, metrics_weight_labels, true,
           "the weights");
 ABSL_FLAG(std::string, tuning_table, "",
           "Which kernel variant wins for which shape: a file written by "
-          "nibble-bench --write_tuning_table; empty for the built-in table.");
+          "nibble-bench --write_tuning_table (CPU) or nibble-gpu-bench "
+          "--write_tuning_table (GPU); empty for the built-in table.");
 ABSL_FLAG(std::vector<std::string>, import, {},
           "safetensors checkpoints, comma-separated (a sharded one by its "
           "*.index.json), whose linear layers are put in the weight store at "

@@ -208,6 +208,14 @@ int main(int argc, char** argv) {
                        "u4b8 128 4096 14336 2 0 double_buffered\n"
                        "\n"
                        "fp4 32 64 8 1 0 fused\r\n");
+  written &= WriteSeed(tables, "gpu",
+                       "# isa format group k n threads max_m variant\n"
+                       "sm90 u4b8 128 4096 14336 132 1023 double_buffered\n"
+                       "sm90 u4b8 128 4096 14336 132 0 striped\n"
+                       "sm90 fp4 32 4096 14336 78 63 fused\n"
+                       "sm80 u4b8 128 4096 14336 108 0 fused\n"
+                       "avx2 u4b8 128 4096 14336 2 15 striped\n"
+                       "u4b8 128 4096 14336 2 15 fused\n");
 
   // The indices are rpc_messages_fuzzer's Message enum.
   const fs::path rpcs = corpus / "rpc_messages_fuzzer";

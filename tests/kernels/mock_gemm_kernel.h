@@ -25,6 +25,7 @@ class MockGemmKernel : public GemmKernel {
  public:
   MOCK_METHOD(absl::string_view, name, (), (const, override));
   MOCK_METHOD(KernelVariant, variant, (), (const, override));
+  MOCK_METHOD(absl::string_view, isa, (), (const, override));
   MOCK_METHOD(bool, Supports, (const GemmProblem& problem), (const, override));
   MOCK_METHOD(bool, QuantizesActivationsToInt8, (), (const, override));
   MOCK_METHOD(absl::Status, Run,

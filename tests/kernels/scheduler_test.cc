@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/tuning_table.h"
 #include "tests/kernels/mock_gemm_kernel.h"
@@ -187,6 +188,42 @@ TEST_F(SchedulerTest, RuleKeepsRegistrationOrderAcrossBackends) {
   EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "gpu_fused");
   ON_CALL(gpu, Supports(_)).WillByDefault(Return(false));
   EXPECT_EQ(PickedName(scheduler, Problem(1, 4096)), "cpu_fused");
+}
+
+// As nibbled's cuda backend makes it: the GPU's kernels (of its level) before
+// the CPU's, the table narrowed to the GPU's rules (cuda::ForThisGpu), and the
+// GPU's rule where those are silent.
+TEST_F(SchedulerTest, OnTheGpuTheGpusRulesPickAndTheGpuRuleFillsIn) {
+  for (KernelVariant variant : cuda::kVariants) {
+    ON_CALL(AddKernel(KernelVariantName(variant), variant, true), isa())
+        .WillByDefault(Return("sm90"));
+  }
+  ON_CALL(AddKernel("cpu_fused", KernelVariant::kFused, true), isa())
+      .WillByDefault(Return("avx2"));
+  std::vector<int64_t> asked_m;
+  const Scheduler scheduler =
+      MakeScheduler(TuningTable::Default().ForGpu("sm90", 114),
+                    [&asked_m](const GemmProblem& problem) {
+                      asked_m.push_back(problem.m);
+                      return KernelVariant::kFused;
+                    });
+  EXPECT_EQ(scheduler.table().isa(), "sm90");
+  // The built-in sm90 rules for u4b8 K=4096 N=14336.
+  EXPECT_EQ(PickedName(scheduler, Problem(1024, 14336)), "striped");
+  EXPECT_EQ(PickedName(scheduler, Problem(16, 14336)), "double_buffered");
+  EXPECT_TRUE(asked_m.empty());
+  // No sm90 rules for u4, though the CPU's levels have some.
+  GemmProblem u4 = Problem(1024, 14336);
+  u4.format = WeightFormat::kU4;
+  EXPECT_EQ(PickedName(scheduler, u4), "fused");
+  EXPECT_THAT(asked_m, ElementsAre(1024));
+
+  // A table without rules for this GPU's level leaves every pick to the rule.
+  const Scheduler without_rules =
+      MakeScheduler(TuningTable::Default().ForGpu("sm80", 108),
+                    [](const GemmProblem&) { return KernelVariant::kStriped; });
+  EXPECT_EQ(without_rules.table().isa(), "");
+  EXPECT_EQ(PickedName(without_rules, Problem(16, 14336)), "striped");
 }
 
 TEST_F(SchedulerTest, PicksFusedForSmallM) {

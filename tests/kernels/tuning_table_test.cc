@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
@@ -102,12 +103,17 @@ TEST(TuningTableTest, ParseErrorsNameTheLineAndTheProblem) {
               HasSubstr("line 2: expected 7 columns"));
   EXPECT_EQ(ParseError("u4b8 128 4096 4096 2 8 fused 1\n"),
             "line 1: the first of 8 columns must be an ISA level (scalar, "
-            "avx2, avx512, avx512_vnni, avx512_bf16, amx), got \"u4b8\"");
-  EXPECT_EQ(ParseError("AVX2 u4b8 128 4096 4096 2 8 fused\n"),
-            "line 1: the first of 8 columns must be an ISA level (scalar, "
-            "avx2, avx512, avx512_vnni, avx512_bf16, amx), got \"AVX2\"");
+            "avx2, avx512, avx512_vnni, avx512_bf16, amx) or a GPU level (sm "
+            "and the compute capability, e.g. sm90), got \"u4b8\"");
+  EXPECT_THAT(ParseError("AVX2 u4b8 128 4096 4096 2 8 fused\n"),
+              HasSubstr("got \"AVX2\""));
   EXPECT_THAT(ParseError("avx512bf16 u4b8 128 4096 4096 2 8 fused\n"),
               HasSubstr("got \"avx512bf16\""));
+  for (absl::string_view level : {"sm", "sm_90", "SM90", "sm90a"}) {
+    EXPECT_THAT(
+        ParseError(absl::StrCat(level, " u4b8 128 4096 4096 2 8 fused")),
+        HasSubstr(absl::StrCat("got \"", level, "\"")));
+  }
   EXPECT_EQ(ParseError("int4 128 4096 4096 2 8 fused"),
             "line 1: unknown weight format \"int4\": use fp4, u4b8, u4, mxfp4 "
             "or nvfp4");

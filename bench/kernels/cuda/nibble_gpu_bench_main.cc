@@ -14,15 +14,16 @@
 // shorter than it cannot be served back to back. Each launch reads the next
 // of several uploaded copies of the weight, together more than 4x the L2, so
 // that the weight comes from HBM as a served weight does. The scheduler's
-// pick (PreferredVariant) is the row marked "pick", not timed again.
+// pick (the built-in tuning table's rules for this GPU, else
+// cuda::PreferredVariant) is the row marked "pick", not timed again.
+// --write_tuning_table writes the fastest variant at each point as tuning
+// rules of this GPU's level (bench/kernels/tuning_writer.h).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -48,11 +49,14 @@
 #include "bench/kernels/bench_flags.h"
 #include "bench/kernels/report.h"
 #include "bench/kernels/timing.h"
+#include "bench/kernels/tuning_writer.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_gemm.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/scheduler.h"
+#include "kernels/tuning_table.h"
 
 // Strings, empty when not given, so that ApplyValueFlag parses and checks
 // them and names the flag in every mistake. Usage() says more.
@@ -63,6 +67,8 @@ ABSL_FLAG(std::string, repeats, "", "timed launches per variant and point");
 ABSL_FLAG(bool, quick, false, "two shapes, 50 repeats");
 ABSL_FLAG(std::string, json, "",
           "JSON lines into this file; alone, JSON lines on stdout");
+ABSL_FLAG(std::string, write_tuning_table, "",
+          "the fastest variant at each point, as tuning rules, into this file");
 
 namespace nibble::bench {
 namespace {
@@ -99,6 +105,7 @@ struct GpuBenchOptions {
   int repeats = 200;
   bool json_to_stdout = false;
   std::string json_path;
+  std::string write_tuning_table_path;
   bool help = false;
 };
 
@@ -120,6 +127,10 @@ Usage: nibble-gpu-bench [flags]
                         flags above still apply)
   --json                JSON lines on stdout instead of the table
   --json=FILE           JSON lines into FILE, the table on stdout
+  --write_tuning_table=FILE
+                        the fastest variant at each point as tuning rules of
+                        this GPU's level and SM count, for nibbled
+                        --tuning_table (docs/performance.md)
   --help                this text
 )",
       FixedGroupSizesText());
@@ -186,8 +197,8 @@ absl::Status ApplyValueFlag(absl::string_view name, absl::string_view value,
 // Sets the flags from argv and reads them. --quick is applied first, wherever
 // it is, so that the other flags change its grid.
 absl::StatusOr<GpuBenchOptions> ParseOptions(int argc, char* argv[]) {
-  // The flags ApplyValueFlag reads; the others given are --quick, --json and
-  // absl's own (--flagfile, ...).
+  // The flags ApplyValueFlag reads; the others given are --quick, --json,
+  // --write_tuning_table and absl's own (--flagfile, ...).
   static const std::vector<absl::string_view> kValueFlags = {
       "m", "shapes", "formats", "repeats"};
   absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
@@ -207,6 +218,8 @@ absl::StatusOr<GpuBenchOptions> ParseOptions(int argc, char* argv[]) {
     if (name == "json") {
       options.json_path = absl::GetFlag(FLAGS_json);
       options.json_to_stdout = options.json_path.empty();
+    } else if (name == "write_tuning_table") {
+      options.write_tuning_table_path = absl::GetFlag(FLAGS_write_tuning_table);
     } else if (std::find(kValueFlags.begin(), kValueFlags.end(), name) !=
                kValueFlags.end()) {
       const std::string value = absl::FindCommandLineFlag(name)->CurrentValue();
@@ -485,6 +498,7 @@ absl::StatusOr<std::vector<std::unique_ptr<cuda::CudaWeight>>> UploadCopies(
 absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                         const GpuBenchOptions& options,
                         const cuda::DeviceInfo& device,
+                        const Scheduler& scheduler,
                         std::span<const Event> events,
                         cuda::Workspace& workspace, cudaStream_t stream,
                         int& step, int total, std::vector<GpuPoint>& points) {
@@ -516,7 +530,7 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                    .m = m,
                    .weight_bytes = spec.qweight_bytes() + spec.scales_bytes() +
                                    spec.zeros_bytes(),
-                   .pick = cuda::PreferredVariant(problem),
+                   .pick = scheduler.PreferredVariant(problem),
                    .variants = {}};
     for (const KernelVariant variant : kFastVariants) {
       absl::StatusOr<LaunchTiming> timing = TimeLaunches(
@@ -593,6 +607,29 @@ std::string RowJson(const GpuPoint& point, const VariantTiming& variant,
       ",\"floor_us\":", Number(FloorMicros(bytes, copy_gbps)), "}");
 }
 
+// The points as nibble-bench's, for its tuning table writer; threads is the
+// GPU's SM count.
+std::vector<PointResult> AsPointResults(const std::vector<GpuPoint>& points,
+                                        const cuda::DeviceInfo& device) {
+  std::vector<PointResult> results;
+  for (const GpuPoint& point : points) {
+    PointResult result;
+    result.weight = point.weight;
+    result.shape = point.shape;
+    result.m = point.m;
+    result.threads = device.sm_count;
+    result.weight_bytes = point.weight_bytes;
+    for (const VariantTiming& variant : point.variants) {
+      result.kernels.push_back({.kernel = variant.kernel,
+                                .variant = variant.variant,
+                                .pick = variant.variant == point.pick,
+                                .timing = variant.timing});
+    }
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
 std::string FormatTable(const std::vector<GpuPoint>& points,
                         const cuda::DeviceInfo& device,
                         const CopyBandwidth& copy, int repeats) {
@@ -662,13 +699,13 @@ std::string FormatTable(const std::vector<GpuPoint>& points,
 
 int Run(const GpuBenchOptions& options) {
   std::ofstream json_file;
-  if (!options.json_path.empty()) {
-    json_file.open(options.json_path, std::ios::trunc);
-    if (!json_file) {
-      absl::FPrintF(stderr, "nibble-gpu-bench: cannot write %s: %s\n",
-                    options.json_path, std::strerror(errno));
-      return kExitUsage;
-    }
+  std::ofstream tuning_file;
+  if ((!options.json_path.empty() &&
+       !OpenOutput("nibble-gpu-bench", options.json_path, json_file)) ||
+      (!options.write_tuning_table_path.empty() &&
+       !OpenOutput("nibble-gpu-bench", options.write_tuning_table_path,
+                   tuning_file))) {
+    return kExitUsage;
   }
   absl::StatusOr<cuda::DeviceInfo> device = cuda::CurrentDevice();
   if (!device.ok()) {
@@ -696,6 +733,9 @@ int Run(const GpuBenchOptions& options) {
       MeasureCopyBandwidth(*events, stream.get());
   if (!copy.ok()) return fail(copy.status());
 
+  const Scheduler scheduler(cuda::CudaKernels(),
+                            cuda::ForThisGpu(TuningTable::Default()),
+                            cuda::PreferredVariant);
   cuda::Workspace workspace;
   std::vector<GpuPoint> points;
   const int total = static_cast<int>(
@@ -704,8 +744,8 @@ int Run(const GpuBenchOptions& options) {
   for (const Shape& shape : options.shapes) {
     for (const WeightKind& kind : options.weights) {
       if (absl::Status status =
-              TimeWeight(kind, shape, options, *device, *events, workspace,
-                         stream.get(), step, total, points);
+              TimeWeight(kind, shape, options, *device, scheduler, *events,
+                         workspace, stream.get(), step, total, points);
           !status.ok()) {
         return fail(status);
       }
@@ -724,11 +764,26 @@ int Run(const GpuBenchOptions& options) {
   if (!options.json_to_stdout) {
     std::cout << FormatTable(points, *device, *copy, options.repeats);
   }
+  const std::string level = cuda::GpuLevelName(device->compute_capability);
+  const TuningTable measured =
+      MeasuredTuningTable(AsPointResults(points, *device), level, kGpuNearTie);
+  if (tuning_file.is_open()) {
+    tuning_file << absl::StrFormat("# nibble-gpu-bench on %s, %d SMs\n",
+                                   device->name, device->sm_count)
+                << measured.Serialize();
+  }
   std::cout.flush();
-  if (json_file.is_open()) json_file.close();
-  if (!std::cout || json_file.fail()) {
+  for (std::ofstream* file : {&json_file, &tuning_file}) {
+    if (file->is_open()) file->close();
+  }
+  if (!std::cout || json_file.fail() || tuning_file.fail()) {
     absl::FPrintF(stderr, "nibble-gpu-bench: writing the results failed\n");
     return kExitFailure;
+  }
+  if (!options.write_tuning_table_path.empty()) {
+    absl::FPrintF(stderr, "nibble-gpu-bench: wrote %d %s tuning rules to %s\n",
+                  measured.rules().size(), level,
+                  options.write_tuning_table_path);
   }
   return kExitOk;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/tuning_table.h"
 
@@ -63,7 +64,7 @@ TEST(MeasuredTuningTableTest, MergesConsecutiveWinnersAndBoundsByTheNextM) {
       Point(kU4b8, kSquare, 64, 90, 50, 40),
       Point(kU4b8, kSquare, 256, 400, 100, 200)};
   EXPECT_EQ(
-      MeasuredTuningTable(results, "avx2").rules(),
+      MeasuredTuningTable(results, "avx2", kCpuNearTie).rules(),
       (std::vector<TuningRule>{Rule(kU4b8, kSquare, 15, kFused),
                                Rule(kU4b8, kSquare, 63, kDoubleBuffered),
                                Rule(kU4b8, kSquare, 255, kStriped),
@@ -74,7 +75,7 @@ TEST(MeasuredTuningTableTest, OneWinnerIsOneUnboundedRule) {
   const std::vector<PointResult> results = {
       Point(kU4b8, kSquare, 1, 10, 30, 20),
       Point(kU4b8, kSquare, 64, 10, 30, 20)};
-  EXPECT_EQ(MeasuredTuningTable(results, "avx2").rules(),
+  EXPECT_EQ(MeasuredTuningTable(results, "avx2", kCpuNearTie).rules(),
             std::vector<TuningRule>{Rule(kU4b8, kSquare, 0, kFused)});
 }
 
@@ -82,7 +83,7 @@ TEST(MeasuredTuningTableTest, KeysStayApartInFirstSeenOrderWhateverTheMOrder) {
   const std::vector<PointResult> results = {
       Point(kFp4, kWide, 16, 40, 30, 50), Point(kU4b8, kSquare, 1, 10, 30, 20),
       Point(kFp4, kWide, 1, 10, 30, 20), Point(kU4b8, kSquare, 16, 40, 30, 50)};
-  const TuningTable table = MeasuredTuningTable(results, "avx2");
+  const TuningTable table = MeasuredTuningTable(results, "avx2", kCpuNearTie);
   EXPECT_EQ(table.rules(), (std::vector<TuningRule>{
                                Rule(kFp4, kWide, 15, kFused),
                                Rule(kFp4, kWide, 0, kDoubleBuffered),
@@ -100,19 +101,53 @@ TEST(MeasuredTuningTableTest, ANearTieGoesToTheFirstVariantMeasured) {
       Point(kU4b8, kSquare, 1, 100, 300, 97),
       Point(kU4b8, kSquare, 16, 100, 90, 200)};
   EXPECT_EQ(
-      MeasuredTuningTable(results, "avx2").rules(),
+      MeasuredTuningTable(results, "avx2", kCpuNearTie).rules(),
       (std::vector<TuningRule>{Rule(kU4b8, kSquare, 15, kFused),
                                Rule(kU4b8, kSquare, 0, kDoubleBuffered)}));
+}
+
+// As nibble-gpu-bench measures: threads is the SM count, the level the GPU's,
+// and the fastest wins however close the others come.
+TEST(MeasuredTuningTableTest, GpuPointsMakeRulesOfTheGpusLevelAndSmCount) {
+  std::vector<PointResult> results = {
+      Point(kU4b8, kWide, 1, 17.7, 16.9, 18.9),
+      Point(kU4b8, kWide, 256, 180.2, 51.1, 67.7),
+      Point(kU4b8, kWide, 1024, 605.5, 197.8, 193.2),
+      Point(kFp4, kWide, 64, 59.0, 34.1, 33.7)};
+  for (PointResult& result : results) result.threads = 132;
+  const TuningTable table = MeasuredTuningTable(results, "sm90", kGpuNearTie);
+  const auto sm90 = [](WeightKind weight, int64_t max_m,
+                       KernelVariant variant) {
+    TuningRule rule = Rule(weight, kWide, max_m, variant);
+    rule.isa = "sm90";
+    rule.threads = 132;
+    return rule;
+  };
+  EXPECT_EQ(table.rules(),
+            (std::vector<TuningRule>{sm90(kU4b8, 1023, kDoubleBuffered),
+                                     sm90(kU4b8, 0, kStriped),
+                                     sm90(kFp4, 0, kStriped)}));
+  const absl::StatusOr<TuningTable> reparsed =
+      TuningTable::Parse(table.Serialize());
+  ASSERT_TRUE(reparsed.ok()) << reparsed.status();
+  EXPECT_THAT(reparsed->ForGpu("sm90", 132)
+                  .Lookup({.m = 2048,
+                           .n = kWide.n,
+                           .k = kWide.k,
+                           .format = kU4b8.format,
+                           .group_size = kU4b8.group_size}),
+              ::testing::Optional(kStriped));
 }
 
 TEST(MeasuredTuningTableTest, PointsWithoutTimingsAreLeftOut) {
   PointResult untimed = Point(kU4b8, kSquare, 16, 1, 1, 1);
   untimed.kernels.clear();
   EXPECT_EQ(MeasuredTuningTable({Point(kU4b8, kSquare, 1, 10, 30, 20), untimed},
-                                "avx2")
+                                "avx2", kCpuNearTie)
                 .rules(),
             std::vector<TuningRule>{Rule(kU4b8, kSquare, 0, kFused)});
-  EXPECT_TRUE(MeasuredTuningTable({untimed}, "avx2").rules().empty());
+  EXPECT_TRUE(
+      MeasuredTuningTable({untimed}, "avx2", kCpuNearTie).rules().empty());
 }
 
 }  // namespace
