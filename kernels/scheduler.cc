@@ -48,6 +48,15 @@ KernelVariant Scheduler::PreferredVariant(const GemmProblem& problem) const {
 
 absl::StatusOr<const GemmKernel*> Scheduler::Pick(
     const GemmProblem& problem) const {
+  // A problem that accepts int8 (opt-in) runs an int8 kernel wherever one
+  // takes it, whatever variant the rules, measured on bf16 kernels, prefer.
+  if (problem.activation_precision == ActivationPrecision::kInt8) {
+    for (const GemmKernel* kernel : kernels_) {
+      if (kernel->QuantizesActivationsToInt8() && kernel->Supports(problem)) {
+        return kernel;
+      }
+    }
+  }
   const KernelVariant order[] = {
       PreferredVariant(problem), KernelVariant::kFused,
       KernelVariant::kDoubleBuffered, KernelVariant::kStriped,

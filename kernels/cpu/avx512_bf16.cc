@@ -8,13 +8,14 @@
 // sums in 24 registers, broadcasting one (k, k + 1) pair of A per row against
 // one pair row of each of 3 panels.
 //
-// fused, for bf16 activations only: the codes become bf16 pairs in registers
-// (the same 16-bit shift and vpermw) and go straight into vdpbf16ps, so a
-// weight streams once at half the vector instructions per code of the fp32
-// fused loop, which one Zen 4 core cannot run at DRAM speed. A in bf16 needs
-// no rounding, so its products are exact, as in the fp32 kernels; f32 and
-// f16 problems are not supported and keep to those (f32 requests of few rows
-// stay exact).
+// fused: the codes become bf16 pairs in registers (the same 16-bit shift and
+// vpermw) and go straight into vdpbf16ps, so a weight streams once at half
+// the vector instructions per code of the fp32 fused loop, which one Zen 4
+// core cannot run at DRAM speed, and no pairs go through memory, which at 16
+// to 256 rows makes it faster than double_buffered. A in bf16 needs no
+// rounding, so its products are exact, as in the fp32 kernels. f32 and f16 A
+// is rounded to bf16 once per call, as double_buffered does, and only from
+// kMinConvertedRows rows (format_kernel.h).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -311,7 +312,8 @@ class FusedPairsKernel final : public FormatKernel {
       : FormatKernel(KernelVariant::kFused, format, DotProducts::kIsa) {}
 
   bool Supports(const GemmProblem& problem) const override {
-    return FormatKernel::Supports(problem) && problem.dtype == DType::kBF16;
+    return FormatKernel::Supports(problem) &&
+           (problem.dtype == DType::kBF16 || problem.m >= kMinConvertedRows);
   }
   bool RoundsActivationsToBf16(DType dtype) const override {
     return dtype != DType::kBF16;
@@ -319,11 +321,17 @@ class FusedPairsKernel final : public FormatKernel {
 
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
                    ThreadPool& pool) const override {
-    // Only C goes through fp32; A is read as the bf16 it is.
-    WithFloatOperands(problem, operands, [&](const float*, float* c) {
+    WithFloatOperands(problem, operands, [&](const float* a, float* c) {
+      // bf16 A is read as it is; f32 and f16 A is rounded once.
+      std::vector<uint16_t> rounded;
+      if (problem.dtype != DType::kBF16) {
+        rounded = DotProducts::RoundActivations(a, problem.m, problem.k);
+      }
       const Bf16Context ctx{*operands.b,
                             bf16::Bf16Table(format()),
-                            static_cast<const uint16_t*>(operands.a),
+                            problem.dtype == DType::kBF16
+                                ? static_cast<const uint16_t*>(operands.a)
+                                : rounded.data(),
                             problem.m,
                             problem.k,
                             problem.n};

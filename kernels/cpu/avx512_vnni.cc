@@ -373,10 +373,12 @@ class Int8Kernel final : public FormatKernel {
         codes_(codes) {}
 
   // Only problems that accept int8, so that callers who pick kernels
-  // without the scheduler (benchmarks, tests) never quantize A unasked.
+  // without the scheduler (benchmarks, tests) never quantize A unasked, and
+  // of kMinConvertedRows rows or more.
   bool Supports(const GemmProblem& problem) const override {
     return FormatKernel::Supports(problem) &&
-           problem.activation_precision == ActivationPrecision::kInt8;
+           problem.activation_precision == ActivationPrecision::kInt8 &&
+           problem.m >= kMinConvertedRows;
   }
   bool QuantizesActivationsToInt8() const override { return true; }
 

@@ -15,6 +15,7 @@
 #ifndef NIBBLE_KERNELS_CPU_FORMAT_KERNEL_H_
 #define NIBBLE_KERNELS_CPU_FORMAT_KERNEL_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,13 @@
 #include "kernels/gemm_kernel.h"
 
 namespace nibble::cpu {
+
+// The fewest rows of A that the kernels the scheduler may pick unasked for
+// small M convert: the bf16 fused kernel rounds f32 and f16 A, and int8
+// kernels quantize it, only from this many rows. With fewer rows the
+// weight's read, not the products, sets the pace, so requests keep the exact
+// fp32 products of the fp32 fused kernels.
+inline constexpr int64_t kMinConvertedRows = 16;
 
 class FormatKernel : public GemmKernel {
  public:

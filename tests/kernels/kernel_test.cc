@@ -17,6 +17,7 @@
 #include "format/weight_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/format_kernel.h"
 #include "kernels/cpu/segments.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/packed_weight.h"
@@ -163,7 +164,9 @@ void ExpectWithinInt8Bound(const std::vector<double>& a,
   EXPECT_EQ(outside, 0) << "elements outside the int8 bound";
 
   // That rounding is all it may lose: on A quantized as the contract says
-  // (per row and segment, to nearest) it must be as close as an fp32 kernel.
+  // (per row and segment, to nearest, with the fp32 arithmetic of the
+  // kernels: a product a half step from a rounding boundary in double may
+  // round the other way in fp32) it must be as close as an fp32 kernel.
   std::vector<double> quantized = a;
   for (int64_t i = 0; i < problem.m; ++i) {
     for (const cpu::Segment& segment :
@@ -174,8 +177,10 @@ void ExpectWithinInt8Bound(const std::vector<double>& a,
         largest = std::max(largest, std::abs(values[k]));
       }
       const float scale = static_cast<float>(largest) / 127.0f;
+      const float inverse = 127.0f / static_cast<float>(largest);
       for (int64_t k = 0; k < segment.len && largest > 0; ++k) {
-        values[k] = scale * std::nearbyint(values[k] * 127.0 / largest);
+        values[k] =
+            scale * std::nearbyint(static_cast<float>(values[k]) * inverse);
       }
     }
   }
@@ -284,12 +289,15 @@ TEST(CpuKernelCoverageTest, EveryIsaHasOneKernelPerVariantAndFormat) {
       }
     }
     // Every format's codes are exact int8 (or the format would fall back);
-    // only groups shorter than 32 rows (nvfp4's) have no int8 kernel.
+    // only groups shorter than 32 rows (nvfp4's) have no int8 kernel. Int8
+    // kernels take problems of cpu::kMinConvertedRows rows or more.
+    GemmProblem int8_problem = problem;
+    int8_problem.m = cpu::kMinConvertedRows;
     int int8_kernels = 0;
     for (const cpu::CpuKernel& entry : cpu::AllCpuKernels()) {
       if (entry.isa == cpu::Isa::kAvx512Vnni &&
           entry.kernel->QuantizesActivationsToInt8() &&
-          entry.kernel->Supports(problem)) {
+          entry.kernel->Supports(int8_problem)) {
         ++int8_kernels;
       }
     }

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/format_kernel.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/tuning_table.h"
@@ -418,8 +419,8 @@ TEST(CpuSchedulerTest, NoCpuKernelTakesAWeightWithoutPanels) {
 }
 
 // A problem never runs on a kernel lossier than it accepts; one that accepts
-// int8 takes an int8 kernel wherever the scheduler picks double_buffered,
-// the CPU has VNNI and the format has one, and its name says so.
+// int8 takes an int8 kernel from cpu::kMinConvertedRows rows, where the CPU
+// has VNNI and the format has one, and its name says so.
 TEST(CpuSchedulerTest, PicksKernelsOfTheAcceptedActivationPrecision) {
   const Scheduler scheduler(cpu::CpuKernels());
   const bool has_vnni = cpu::DetectIsa() >= cpu::Isa::kAvx512Vnni;
@@ -437,8 +438,7 @@ TEST(CpuSchedulerTest, PicksKernelsOfTheAcceptedActivationPrecision) {
         // nvfp4's groups of 16 have no int8 kernel.
         const bool int8 = precision == ActivationPrecision::kInt8 && has_vnni &&
                           format != WeightFormat::kNvfp4 &&
-                          scheduler.PreferredVariant(problem) ==
-                              KernelVariant::kDoubleBuffered;
+                          m >= cpu::kMinConvertedRows;
         EXPECT_EQ((*kernel)->QuantizesActivationsToInt8(), int8)
             << (*kernel)->name();
         EXPECT_EQ(absl::EndsWith((*kernel)->name(), "_int8"), int8)
