@@ -83,6 +83,17 @@ void PrintTo(const KernelCase& kernel_case, std::ostream* os) {
       << kernel_case.problem.DebugString() << " seed=" << kernel_case.seed;
 }
 
+// A case's seed, from its kernel and problem alone (FNV-1a of their names,
+// the same in every run, unlike absl::Hash), so that adding or removing
+// kernels leaves every other case's data as it was.
+uint64_t SeedOf(const GemmKernel& kernel, const GemmProblem& problem) {
+  uint64_t hash = 14695981039346656037u;
+  for (const char c : absl::StrCat(kernel.name(), " ", problem.DebugString())) {
+    hash = (hash ^ static_cast<uint8_t>(c)) * 1099511628211u;
+  }
+  return hash;
+}
+
 std::vector<KernelCase> AllKernelCases() {
   std::vector<KernelCase> cases;
   for (const cpu::CpuKernel& entry : cpu::AllCpuKernels()) {
@@ -103,7 +114,7 @@ std::vector<KernelCase> AllKernelCases() {
               .threads = kThreads,
               .activation_precision = ActivationPrecision::kInt8};
           if (!entry.kernel->Supports(problem)) continue;
-          cases.push_back({&entry, problem, 1000 + cases.size()});
+          cases.push_back({&entry, problem, SeedOf(*entry.kernel, problem)});
         }
       }
     }
