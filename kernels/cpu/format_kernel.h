@@ -25,11 +25,11 @@
 
 namespace nibble::cpu {
 
-// The fewest rows of A that the kernels the scheduler may pick unasked for
-// small M convert: the bf16 fused kernel rounds f32 and f16 A, and int8
-// kernels quantize it, only from this many rows. With fewer rows the
-// weight's read, not the products, sets the pace, so requests keep the exact
-// fp32 products of the fp32 fused kernels.
+// The fewest rows of A that the bf16 fused kernel rounds (f32 and f16 A) and
+// the int8 kernels quantize. With fewer rows the weight's read, not the
+// products, sets the pace, so a request keeps the fp32 fused kernels' exact
+// products; the tuning rules keep double_buffered's bf16 kernels from those
+// rows as well.
 inline constexpr int64_t kMinConvertedRows = 16;
 
 class FormatKernel : public GemmKernel {
