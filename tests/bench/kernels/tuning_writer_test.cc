@@ -125,10 +125,9 @@ TEST(MeasuredTuningTableTest, GpuPointsMakeRulesOfTheGpusLevelAndSmCount) {
     return rule;
   };
   EXPECT_EQ(table.rules(),
-            (std::vector<TuningRule>{sm90(kU4b8, 1023, kDoubleBuffered),
-                                     sm90(kU4b8, 0, kStriped),
-                                     sm90(kFp4, 1023, kDoubleBuffered),
-                                     sm90(kFp4, 0, kStriped)}));
+            (std::vector<TuningRule>{
+                sm90(kU4b8, 1023, kDoubleBuffered), sm90(kU4b8, 0, kStriped),
+                sm90(kFp4, 1023, kDoubleBuffered), sm90(kFp4, 0, kStriped)}));
   const absl::StatusOr<TuningTable> reparsed =
       TuningTable::Parse(table.Serialize());
   ASSERT_TRUE(reparsed.ok()) << reparsed.status();
