@@ -112,6 +112,20 @@ __device__ __forceinline__ void Store(const Params& p, int row, int col,
   }
 }
 
+// Adds four sums into 16-byte aligned global memory, by one vector atomic
+// where the GPU has them (sm_90).
+__device__ __forceinline__ void AtomicAdd4(float4* to, float x, float y,
+                                           float z, float w) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(to, make_float4(x, y, z, w));
+#else
+  atomicAdd(&to->x, x);
+  atomicAdd(&to->y, y);
+  atomicAdd(&to->z, z);
+  atomicAdd(&to->w, w);
+#endif
+}
+
 // An element of C: where a kernel's accumulator goes.
 struct Element {
   int row;
@@ -122,12 +136,12 @@ struct Element {
 // end): writes the tile's sum for each accumulator i at element(i) of C. A
 // block that ran all the tile's iterations stores its own `acc`; otherwise
 // each block adds `acc` into the tile's fp32 partial sums, and the last of
-// them stores those. With kSkipRowsPastM, accumulators of rows past M (most
-// of a tile of 8 or 16 rows at M = 1) are not added: their partial sums stay
-// zero; the wgmma kernel, at its register limit, adds them all. `thread` of
-// `threads` places
-// each accumulator in the partial sums; those threads call it together,
-// `sync` is a barrier over them, `last` a shared int.
+// them stores those. With kSkipRowsPastM, fours of accumulators whose rows
+// are all past M (most of a tile of 8 or 16 rows at M = 1) are not added:
+// their partial sums stay zero; the wgmma kernel, at its register limit,
+// adds them all. `thread` of `threads` places each accumulator in the
+// partial sums; those threads call it together, `sync` is a barrier over
+// them, `last` a shared int.
 template <bool kSkipRowsPastM, int kAcc, typename Sync, typename ElementOf>
 __device__ __forceinline__ void FinishTile(const Params& p, int tile,
                                            Iterations iterations,
@@ -144,14 +158,26 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
     }
     return;
   }
-  // Warp by warp, so that a warp's accesses are 128 contiguous bytes.
+  // Four sums of a thread at a time, warp by warp: a warp's accesses are 512
+  // contiguous bytes, and one vector atomic adds four sums.
+  static_assert(kAcc % 4 == 0, "the partial sums go four at a time");
   float* partials = p.partials + static_cast<int64_t>(tile) * kAcc * threads;
-  auto slot = [&](int i) {
-    return partials + ((thread / 32) * kAcc + i) * 32 + thread % 32;
+  auto slot = [&](int i) {  // sums i .. i + 3
+    return reinterpret_cast<float4*>(partials +
+                                     ((thread / 32) * kAcc + i) * 32) +
+           thread % 32;
+  };
+  auto any_row_below_m = [&](int i) {
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) any = any || element(i + j).row < p.m;
+    return any;
   };
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    if (!kSkipRowsPastM || element(i).row < p.m) atomicAdd(slot(i), acc[i]);
+  for (int i = 0; i < kAcc; i += 4) {
+    if (!kSkipRowsPastM || any_row_below_m(i)) {
+      AtomicAdd4(slot(i), acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+    }
   }
   __threadfence();
   sync();
@@ -165,16 +191,21 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
   __threadfence();
   // All loads before any store: C could alias the partial sums for all the
   // compiler knows, and a load after each store would wait out L2 each time.
-  float sums[kAcc];
+  float4 sums[kAcc / 4];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    sums[i] = __ldcg(slot(i));
-    *slot(i) = 0.0f;
+  for (int i = 0; i < kAcc; i += 4) {
+    sums[i / 4] = __ldcg(slot(i));
+    *slot(i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    const Element e = element(i);
-    Store(p, e.row, e.col, sums[i]);
+  for (int i = 0; i < kAcc; i += 4) {
+    const float sum[4] = {sums[i / 4].x, sums[i / 4].y, sums[i / 4].z,
+                          sums[i / 4].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const Element e = element(i + j);
+      Store(p, e.row, e.col, sum[j]);
+    }
   }
   if (thread == 0) p.counters[tile] = 0;
 }
