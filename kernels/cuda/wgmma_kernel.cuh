@@ -308,8 +308,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   __shared__ uint64_t full[Tile::kStages];
   __shared__ uint64_t empty[Tile::kStages];
   __shared__ int last_block;
-  unsigned char* stages = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(dynamic_shared) + 1023) & ~uintptr_t{1023});
+  // An offset from the shared array rather than a rounded integer address,
+  // so that the compiler still knows `stages` is shared memory and reads it
+  // with shared loads, not generic ones.
+  unsigned char* stages =
+      dynamic_shared + (-SharedAddress(dynamic_shared) & 1023u);
   const Iterations iterations =
       IterationsOf(params.p, static_cast<int>(blockIdx.x));
   if (threadIdx.x == 0) {

@@ -108,8 +108,9 @@ std::vector<LaunchCase> AllLaunchCases() {
   // N with a partial last tile, K from one step to many, every group size
   // (per-channel too), M across the mma.sync kernel's 8-, 16-, 32-, 64- and
   // 128-row tiles and the wgmma kernel's 64-, 128- and 256-row ones, partial
-  // and several. mxfp4 and nvfp4 fix their group size and share fp4's codes:
-  // two shapes each.
+  // and several. Few tiles of K = 1024 split over clusters of blocks on
+  // Hopper, other splits sum through the workspace. mxfp4 and nvfp4 fix
+  // their group size and share fp4's codes: two shapes each.
   const std::vector<std::vector<WeightSpec>> specs_by_format = {
       {{WeightFormat::kU4b8, 128, 16, 32},
        {WeightFormat::kU4b8, 1024, 200, 128},
@@ -118,7 +119,8 @@ std::vector<LaunchCase> AllLaunchCases() {
       {{WeightFormat::kFp4, 128, 136, 32},
        {WeightFormat::kFp4, 2048, 512, 32},
        {WeightFormat::kFp4, 256, 1000, 64},
-       {WeightFormat::kFp4, 4096, 256, 4096}},
+       {WeightFormat::kFp4, 4096, 256, 4096},
+       {WeightFormat::kFp4, 1024, 264, 32}},
       {{WeightFormat::kU4, 256, 72, 64},
        {WeightFormat::kU4, 1024, 640, 128},
        {WeightFormat::kU4, 2048, 256, 32},
