@@ -184,13 +184,14 @@ TEST(BuiltInGpuTableTest, CoversTheMeasuredFormatsAndShapes) {
 
 TEST(BuiltInGpuTableTest, FollowsTheH200Measurements) {
   const TuningTable table = BuiltInSm90();
-  // u4b8 g128, K=4096 N=14336: striped 193.2 us against double_buffered's
-  // 197.8 at M = 1024, double_buffered fastest below.
-  EXPECT_THAT(table.Lookup(Problem(1024, 4096, 14336)), Optional(kStriped));
-  EXPECT_THAT(table.Lookup(Problem(256, 4096, 14336)),
+  // u4b8 g128, K=8192 N=28672: striped at M = 16 (54.9 us against
+  // double_buffered's 60.4), double_buffered at M = 1 (41.6 against 44.3)
+  // and 1024 (737.1 against 816.7).
+  EXPECT_THAT(table.Lookup(Problem(16, 8192, 28672)), Optional(kStriped));
+  EXPECT_THAT(table.Lookup(Problem(1, 8192, 28672)), Optional(kDoubleBuffered));
+  EXPECT_THAT(table.Lookup(Problem(1024, 8192, 28672)),
               Optional(kDoubleBuffered));
-  EXPECT_THAT(table.Lookup(Problem(1, 4096, 14336)), Optional(kDoubleBuffered));
-  // u4b8 g128, K=14336 N=4096: double_buffered from M = 16.
+  // u4b8 g128, K=14336 N=4096: double_buffered at every M.
   EXPECT_THAT(table.Lookup(Problem(64, 14336, 4096)),
               Optional(kDoubleBuffered));
 }

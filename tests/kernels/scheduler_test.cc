@@ -209,9 +209,13 @@ TEST_F(SchedulerTest, OnTheGpuTheGpusRulesPickAndTheGpuRuleFillsIn) {
                       return KernelVariant::kFused;
                     });
   EXPECT_EQ(scheduler.table().isa(), "sm90");
-  // The built-in sm90 rules for u4b8 K=4096 N=14336.
-  EXPECT_EQ(PickedName(scheduler, Problem(1024, 14336)), "striped");
-  EXPECT_EQ(PickedName(scheduler, Problem(16, 14336)), "double_buffered");
+  // The built-in sm90 rules for fp4 g32, K=4096 N=14336.
+  GemmProblem fp4 = Problem(200, 14336);
+  fp4.format = WeightFormat::kFp4;
+  fp4.group_size = 32;
+  EXPECT_EQ(PickedName(scheduler, fp4), "striped");
+  fp4.m = 16;
+  EXPECT_EQ(PickedName(scheduler, fp4), "double_buffered");
   EXPECT_TRUE(asked_m.empty());
   // No sm90 rules for u4, though the CPU's levels have some.
   GemmProblem u4 = Problem(1024, 14336);
