@@ -116,17 +116,16 @@ void MatmulBatcher::RunInline(WeightQueue& queue, MatmulWork work) {
   batch.run.push_back(std::move(work));
   mu_.Unlock();
   RunBatch(std::move(batch));
-  mu_.Lock();
+}
+
+void MatmulBatcher::EndRunning(WeightQueue& queue) {
   --queue.running;
-  const bool queued_meanwhile = !queue.requests.empty();
-  // A dispatcher may run a batch of it still (max_running_batches).
-  if (!queued_meanwhile && queue.running == 0) {
-    queues_.erase(queue.weight.get());
-  }
-  // What queued meanwhile is the dispatchers' now, as is the end. Otherwise
-  // they sleep on: waking one would only delay this request's reply.
-  if (queued_meanwhile || stopping_) work_changed_.SignalAll();
-  mu_.Unlock();
+  const bool queued = !queue.requests.empty();
+  // Another batch of it may still be running (max_running_batches).
+  if (!queued && queue.running == 0) queues_.erase(queue.weight.get());
+  // What queued is the dispatchers' now, as is the end. Otherwise they sleep
+  // on: waking one would only delay this batch's replies.
+  if (queued || stopping_) work_changed_.SignalAll();
 }
 
 void MatmulBatcher::Shutdown() {
@@ -171,12 +170,6 @@ void MatmulBatcher::DispatchLoop() {
     mu_.Unlock();
     RunBatch(std::move(batch));
     mu_.Lock();
-    --queue->running;
-    if (queue->requests.empty() && queue->running == 0) {
-      queues_.erase(queue->weight.get());
-    }
-    // Another dispatcher may be waiting for this weight, or for the end.
-    work_changed_.SignalAll();
   }
   mu_.Unlock();
 }
@@ -273,7 +266,11 @@ bool MatmulBatcher::LosesPrecision(const ResidentWeight& weight, int64_t m,
 
 void MatmulBatcher::RunBatch(Batch batch) {
   for (auto& [work, status] : batch.dropped) work.done(status);
-  if (batch.run.empty()) return;
+  if (batch.run.empty()) {
+    absl::MutexLock lock(&mu_);
+    EndRunning(*batch.queue);
+    return;
+  }
   const ResidentWeight& weight = *batch.queue->weight;
   const DType dtype = batch.run.front().dtype;
   // Each request's C is written in place by the kernel call, from which it
@@ -323,6 +320,8 @@ void MatmulBatcher::RunBatch(Batch batch) {
       ++size.batches;
       size.compute_time += compute_time;
     }
+    EndRunning(*batch.queue);
+    batch.queue = nullptr;
   }
   // When each reply was handed over, recorded after the last one so that
   // none waits for the lock.

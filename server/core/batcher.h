@@ -13,11 +13,13 @@
 //
 // Threads: Submit only queues and never waits for kernels, so gRPC's callback
 // threads stay free. `dispatchers` threads each take the next ready batch and
-// run it; a weight has at most max_running_batches batches running (one by
-// default), so that requests arriving meanwhile gather into its next one.
-// With more, a batch starts beside a running one of its weight only once it
-// is full (max_batch_rows). A batch's replies are handed to their callers by
-// reply_threads threads, its dispatcher among them.
+// run it; a weight has at most max_running_batches batches in its kernel
+// call (one by default), so that requests arriving meanwhile gather into its
+// next one. With more, a batch starts beside a running one of its weight
+// only once it is full (max_batch_rows). A batch's replies are handed to
+// their callers by reply_threads threads, its dispatcher among them, after
+// its kernel call: meanwhile another dispatcher may run the weight's next
+// batch.
 // Queueing: one FIFO per weight, bounded by max_queue_rows rows of A. A queue
 // is ready once it holds max_batch_rows rows or its oldest request has waited
 // max_batch_delay. A batch takes the oldest request and then, in order, every
@@ -266,8 +268,14 @@ class MatmulBatcher final {
                       ActivationPrecision precision) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the batch and answers every request in it; the requests are
-  // destroyed here too, outside the lock.
+  // destroyed here too, outside the lock. The batch stops counting as
+  // running on its queue (EndRunning) once its kernel call has returned,
+  // before the replies are handed over.
   void RunBatch(Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // One batch of `queue` less is running: drops the queue once it is idle
+  // and wakes the dispatchers when it has more work or the batcher stops.
+  // `queue` may be gone after it.
+  void EndRunning(WeightQueue& queue) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const BatcherOptions options_;
   const MatmulBackend backend_;

@@ -576,6 +576,34 @@ TEST_F(BatcherTest, ReplyThreadsHandABatchsRepliesOverAtOnce) {
   EXPECT_EQ(met, 8) << "the first reply's hand-over never overlapped another";
 }
 
+// A batch stops running once its kernel call returns, before its replies
+// are handed over: the first request's reply waits for the answer of a
+// request queued meanwhile, which a second dispatcher can run only then.
+TEST_F(BatcherTest, NextBatchOfAWeightRunsWhileTheLastHandsItsRepliesOver) {
+  std::unique_ptr<MatmulBatcher> batcher =
+      Start({.max_batch_rows = 8, .dispatchers = 2, .run_idle_inline = false},
+            /*hold_first=*/false);
+  const std::string a(weight_a_.canonical.spec.k * sizeof(float), '\0');
+  absl::Notification first_replying;
+  absl::Notification first_answered;
+  absl::Notification second_answered;
+  bool overlapped = false;
+  SubmitRow(*batcher, a, [&](absl::StatusOr<MatmulResult> result) {
+    EXPECT_TRUE(result.ok()) << result.status();
+    first_replying.Notify();
+    overlapped = second_answered.WaitForNotificationWithTimeout(kHang);
+    first_answered.Notify();
+  });
+  ASSERT_TRUE(first_replying.WaitForNotificationWithTimeout(kHang));
+  SubmitRow(*batcher, a, [&](absl::StatusOr<MatmulResult> result) {
+    EXPECT_TRUE(result.ok()) << result.status();
+    second_answered.Notify();
+  });
+  ASSERT_TRUE(first_answered.WaitForNotificationWithTimeout(kHang));
+  EXPECT_TRUE(overlapped) << "the next batch waited for the last one's replies";
+  EXPECT_THAT(CallRows(), ElementsAre(1, 1));
+}
+
 TEST_F(BatcherTest, IdleWeightRunsASmallRequestOnTheSubmittingThread) {
   std::unique_ptr<MatmulBatcher> batcher = Start({}, /*hold_first=*/false);
   std::shared_ptr<Submitted> small =
