@@ -367,7 +367,8 @@ TEST_F(BatcherTest, StatsCountEveryRequestRowAndBatchByWeight) {
   std::unique_ptr<MatmulBatcher> batcher = Start({.max_batch_rows = 8});
   std::shared_ptr<Submitted> held = SubmitHeld(*batcher, 2);
   std::map<std::string, WeightMatmulCounts> want_by_weight;
-  want_by_weight["batch-a"] = {.requests = 1, .rows = 2};
+  want_by_weight["batch-a"].requests = 1;
+  want_by_weight["batch-a"].rows = 2;
   std::vector<std::shared_ptr<Submitted>> submitted;
   for (int i = 0; i < 50; ++i) {
     const TestWeight& weight = rng() % 2 == 0 ? weight_a_ : weight_b_;
