@@ -321,25 +321,25 @@ class FusedPairsKernel final : public FormatKernel {
 
   absl::Status Run(const GemmProblem& problem, const GemmOperands& operands,
                    ThreadPool& pool) const override {
-    WithFloatOperands(problem, operands, [&](const float* a, float* c) {
-      // bf16 A is read as it is; f32 and f16 A is rounded once.
-      std::vector<uint16_t> rounded;
-      if (problem.dtype != DType::kBF16) {
-        rounded = DotProducts::RoundActivations(a, problem.m, problem.k);
-      }
-      const Bf16Context ctx{*operands.b,
-                            bf16::Bf16Table(format()),
-                            problem.dtype == DType::kBF16
-                                ? static_cast<const uint16_t*>(operands.a)
-                                : rounded.data(),
-                            problem.m,
-                            problem.k,
-                            problem.n};
+    auto run = [&](const uint16_t* a, float* c) {
+      const Bf16Context ctx{*operands.b, bf16::Bf16Table(format()),
+                            a,           problem.m,
+                            problem.k,   problem.n};
       WithFormatConstant(format(), [&](auto format_tag) {
         RunFusedPairs<decltype(format_tag)::value>(ctx, c, pool,
                                                    problem.threads);
       });
-    });
+    };
+    // bf16 A is read as it is; f32 and f16 A is rounded once.
+    if (problem.dtype == DType::kBF16) {
+      WithFloatOutput(problem, operands, [&](float* c) {
+        run(static_cast<const uint16_t*>(operands.a), c);
+      });
+    } else {
+      WithFloatOperands(problem, operands, [&](const float* a, float* c) {
+        run(DotProducts::RoundActivations(a, problem.m, problem.k).data(), c);
+      });
+    }
     return absl::OkStatus();
   }
 };

@@ -16,6 +16,11 @@ namespace nibble::cpu {
 void WithFloatOperands(const GemmProblem& problem, const GemmOperands& operands,
                        absl::FunctionRef<void(const float* a, float* c)> body);
 
+// Calls body(c) with C [M, N] in fp32, for a body that reads A as it is.
+// The body must write every element of C.
+void WithFloatOutput(const GemmProblem& problem, const GemmOperands& operands,
+                     absl::FunctionRef<void(float* c)> body);
+
 // Copies a block of C's columns, rows of `block_width` floats starting at
 // column `first_column`, into C [m, n], leaving out columns past n.
 inline void StoreBlockColumns(const float* block, int64_t block_width,
