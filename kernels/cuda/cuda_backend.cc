@@ -474,14 +474,14 @@ std::vector<const GemmKernel*> CudaKernels() {
 
 KernelVariant PreferredVariant(const GemmProblem& problem) {
   // On an H200 (make gpu-check, docs/performance.md): on Hopper
-  // double_buffered at every M: from 32 rows it runs wgmma with each tile's
+  // double_buffered at every M: from 9 rows it runs wgmma with each tile's
   // K split evenly to fill one wave (striped, whose blocks all end on a tile
   // they share, reduces ~130 tiles through L2 at once at the end); below, the
   // blocks that split a tile sum it in a thread block cluster, which beats
-  // fused (up to 0.8x its time at M = 1) and stream-K (0.8x at M = 16) and
-  // is within 3 % of them where a tile would need more than
-  // internal::kMaxClusterSplit blocks. Before Hopper, above 64 rows, fused
-  // keeps the codes out of shared memory, which the larger A tile needs.
+  // fused (up to 0.8x its time at M = 1) and is within 10 % of stream-K.
+  // The built-in table (default_gpu_tuning_table.inc) picks per shape where
+  // it has a rule. Before Hopper, above 64 rows, fused keeps the codes out
+  // of shared memory, which the larger A tile needs.
   absl::StatusOr<DeviceInfo> device = CurrentDevice();
   if (device.ok() && device->compute_capability == 90) {
     return KernelVariant::kDoubleBuffered;

@@ -30,9 +30,12 @@ using internal::Params;
 using internal::ScaleRowK;
 using internal::WgmmaParams;
 
-// Fewer rows than this leave wgmma's tensor cores mostly idle on rows of
-// zeros: the mma.sync kernel's 8- and 16-row tiles run them.
-constexpr int64_t kWgmmaMinRows = 32;
+// Up to 8 rows the mma.sync kernel's 8-row tile, which multiplies each
+// group's sums by its scales rather than every weight value, is faster than
+// wgmma's 16-row tile (u4b8 and fp4 on an H200: wgmma took 1.05-1.25x its
+// time); from 9 rows the wgmma kernel's 16- and 32-row tiles take 0.6-0.97x
+// the mma.sync kernel's time.
+constexpr int64_t kWgmmaMinRows = 9;
 
 // Rows of C per mma.sync tile: 8, 16, 32, 64 or 128 (as 8-row tiles), the
 // fewest that cover M (up to 128).

@@ -159,7 +159,7 @@ std::string KernelName(KernelVariant variant, WeightFormat format,
 
 // Whether a launch of `variant` for `m` rows runs the wgmma kernel
 // (wgmma_kernel.cuh) on a GPU of `compute_capability`: the pipelined
-// variants on Hopper from 32 rows do, unless A is not 16-byte aligned (the
+// variants on Hopper from 9 rows do, unless A is not 16-byte aligned (the
 // tensor copies need it); the rest run the mma.sync kernel.
 bool UsesWgmma(KernelVariant variant, int64_t m, int compute_capability);
 

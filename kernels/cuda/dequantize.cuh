@@ -114,15 +114,27 @@ __device__ __forceinline__ uint32_t AndOr(uint32_t x) {
   return result;
 }
 
-// One word of codes into the four B fragment registers of two n8 tiles,
-// before the scales: q - zero, or the fp4 value, both exact. The two halves
-// of a register are two rows of one column, so each n8 tile takes its
-// column's zero point (in both halves of `zero`).
+// Whether DequantizeCodes may leave fp4 values divided by kFp4CodeScale, for
+// a caller that multiplies its sums by it: fp16 holds every fp4 value over
+// 2^14 exactly (those of 0.5 as subnormals), bf16's over 2^126 would sum to
+// fp32 subnormals.
 template <WeightFormat kFormat, typename T>
+inline constexpr bool kFp4CodesUnscaled =
+    kFp4Codes<kFormat>&& std::is_same_v<T, half>;
+inline constexpr float kFp4CodeScale = 16384.0f;
+
+// One word of codes into the four B fragment registers of two n8 tiles,
+// before the scales: q - zero, or the fp4 value, both exact; with kUnscaled
+// (kFp4CodesUnscaled only), the fp4 value over kFp4CodeScale, one
+// multiplication per register fewer. The two halves of a register are two
+// rows of one column, so each n8 tile takes its column's zero point (in
+// both halves of `zero`).
+template <WeightFormat kFormat, typename T, bool kUnscaled = false>
 __device__ __forceinline__ void DequantizeCodes(uint32_t word,
                                                 const uint32_t (&zero)[2],
                                                 uint32_t (&b)[4]) {
   using P = Pair<T>;
+  static_assert(!kUnscaled || kFp4CodesUnscaled<kFormat, T>);
   if constexpr (kFp4Codes<kFormat>) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -131,7 +143,7 @@ __device__ __forceinline__ void DequantizeCodes(uint32_t word,
       const uint32_t codes = word >> (4 * i);
       const uint32_t value = ((codes << 12) & 0x80008000u) |
                              ((codes << P::kFp4Shift) & P::kFp4Mask);
-      b[i] = P::Mul(value, P::kFp4Rebias);
+      b[i] = kUnscaled ? value : P::Mul(value, P::kFp4Rebias);
     }
   } else if constexpr (std::is_same_v<T, half>) {
     // Codes i and i + 1 from one shift: (magic | q) - (magic + zero) is

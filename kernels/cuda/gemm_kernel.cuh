@@ -5,18 +5,19 @@
 // its scales into fp16 (device_layout.h), after which it is fp4 with groups
 // of 32 and a factor on C (KernelFormat).
 //
-// The mma.sync kernel: what runs on GPUs before Hopper, and below 32 rows on
-// Hopper (wgmma_kernel.cuh has the rest there). A thread block owns a tile of
-// 8 * RT rows and 128 or 256 columns of C and walks K in stages of kStepK =
-// 128 rows. Each of its 8 warps owns one or two 16-column blocks: per 16-row
-// block of K and column block it dequantizes one 32-bit word of codes (see
-// device_layout.h) in registers into the A fragment of mma.sync.m16n8k16, so
-// that the weight's columns are the mma's 16 rows and A's rows its 8 columns:
-// a tile of 8 rows issues one mma per word, not two on 8 rows of zeros. The
-// accumulators are fp32. Up to 16 rows, the scales multiply each group's fp32
-// sums instead of every weight value, a few multiply-adds per group instead
-// of one multiply per pair of values. A, scales and zero points go through a
-// ring of kStages shared-memory stages filled by cp.async.
+// The mma.sync kernel: what runs on GPUs before Hopper, and on Hopper the
+// fused variant and up to 8 rows (wgmma_kernel.cuh has the rest there). A
+// thread block owns a tile of 8 * RT rows and 128 or 256 columns of C and walks
+// K in stages of kStepK = 128 rows. Each of its 8 warps owns one or two
+// 16-column blocks: per 16-row block of K and column block it dequantizes one
+// 32-bit word of codes (see device_layout.h) in registers into the A fragment
+// of mma.sync.m16n8k16, so that the weight's columns are the mma's 16 rows and
+// A's rows its 8 columns: a tile of 8 rows issues one mma per word, not two on
+// 8 rows of zeros. The accumulators are fp32. Up to 16 rows, the scales
+// multiply each group's fp32 sums instead of every weight value, a few
+// multiply-adds per group instead of one multiply per pair of values. A, scales
+// and zero points go through a ring of kStages shared-memory stages filled by
+// cp.async.
 //   fused:           codes go from global memory straight into a ring of
 //                    registers, never through shared memory;
 //   double_buffered: codes go through the cp.async stages too;
@@ -144,6 +145,9 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kRows = 8 * kRowTiles;
   // Where the accumulators are few, scales multiply group sums (see above).
   constexpr bool kScaleSums = kRowTiles <= 2;
+  // The group sums of fp4 codes in fp16 leave out kFp4CodeScale, which the
+  // group's scales bring back.
+  constexpr bool kUnscaledCodes = kScaleSums && kFp4CodesUnscaled<kFormat, T>;
   constexpr int kABytes = kRows * kStepK * 2;
   constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   constexpr int kStageBytes =
@@ -363,7 +367,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int nb = 0; nb < kNBlocks; ++nb) {
           uint32_t b[4];
           if constexpr (kScaleSums) {
-            DequantizeCodes<kFormat, T>(word[nb][kk], zero[nb], b);
+            DequantizeCodes<kFormat, T, kUnscaledCodes>(word[nb][kk], zero[nb],
+                                                        b);
           } else {
             Dequantize<kFormat, T>(word[nb][kk], scale[nb], zero[nb], b);
           }
@@ -402,8 +407,12 @@ __global__ void __launch_bounds__(kThreads)
         if (((j + 1) & group_rows_mask) == 0 || j == kScaleRows - 1) {
 #pragma unroll
           for (int nb = 0; nb < kNBlocks; ++nb) {
-            const float2 column_scale = __half22float2(
+            float2 column_scale = __half22float2(
                 *reinterpret_cast<const half2*>(&stage_scales(s)[pair_of(nb)]));
+            if constexpr (kUnscaledCodes) {
+              column_scale.x *= kFp4CodeScale;
+              column_scale.y *= kFp4CodeScale;
+            }
 #pragma unroll
             for (int rt = 0; rt < kRowTiles; ++rt) {
 #pragma unroll

@@ -1,5 +1,5 @@
 // The Hopper GEMM kernel (sm_90a): the double_buffered and striped variants
-// from 32 rows of A up. Included, like gemm_kernel.cuh, by cuda_gemm.cu and
+// from 9 rows of A up. Included, like gemm_kernel.cuh, by cuda_gemm.cu and
 // the per-format gemm_<format>.cu files that instantiate it.
 //
 // It computes Cᵀ = dequant(B)ᵀ · Aᵀ so that the dequantized weight is the
@@ -44,6 +44,9 @@ namespace nibble::cuda::internal {
 
 inline constexpr int kWgmmaConsumers = 2;
 inline constexpr int kWgmmaThreads = 128 * (1 + kWgmmaConsumers);
+// What the producer warpgroup keeps of its registers (setmaxnreg): one
+// thread of it issues tensor copies.
+inline constexpr int kWgmmaProducerRegisters = 40;
 // Rows of K per stage: one 128-byte swizzle row of fp16 A, one 64-row word
 // group of the codes.
 inline constexpr int kWgmmaStepK = 64;
@@ -65,9 +68,21 @@ struct WgmmaParams {
   int stage_groups;
 };
 
-// The shape of a block's work and of its shared-memory stages.
-template <WeightFormat Format, typename Element, int Rows, int WeightTiles>
+// The shape of a block's work and of its shared-memory stages, and how many
+// blocks share an SM.
+template <WeightFormat Format, typename Element, int Rows, int WeightTiles,
+          int BlocksPerSm>
 struct WgmmaTile {
+  static constexpr int kBlocksPerSm = BlocksPerSm;
+  // Registers per thread at launch, the launch bounds' share of the
+  // register file (in eights, as setmaxnreg counts), and what the consumers
+  // take of the block's once the producers go down to
+  // kWgmmaProducerRegisters.
+  static constexpr int kLaunchRegisters =
+      65536 / (kWgmmaThreads * BlocksPerSm) / 8 * 8;
+  static constexpr int kConsumerRegisters =
+      (kLaunchRegisters * kWgmmaThreads - 128 * kWgmmaProducerRegisters) /
+      (128 * kWgmmaConsumers) / 8 * 8;
   static constexpr WeightFormat kFormat = Format;
   using T = Element;  // of A: half or __nv_bfloat16
   static constexpr int kRows = Rows;
@@ -94,7 +109,8 @@ struct WgmmaTile {
       kZeroOffset + (kZeros ? kScaleRows * kZeroRowBytes : 0);
   // Each stage's A starts 1024-byte aligned, as the swizzle needs.
   static constexpr int kStageBytes = (kMaxBytes + 1023) / 1024 * 1024;
-  static constexpr int kStages = std::min(8, 200 * 1024 / kStageBytes);
+  static constexpr int kStages =
+      std::min(8, 200 * 1024 / BlocksPerSm / kStageBytes);
   // Dynamic shared memory, with room to align its start.
   static constexpr int kSharedBytes = kStages * kStageBytes + 1024;
   // What the copies of a stage with `groups` groups of scales write.
@@ -301,7 +317,7 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
 }
 
 template <typename Tile>
-__global__ void __launch_bounds__(kWgmmaThreads, 1)
+__global__ void __launch_bounds__(kWgmmaThreads, Tile::kBlocksPerSm)
     WgmmaGemmKernel(const __grid_constant__ WgmmaParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char dynamic_shared[];
@@ -324,24 +340,28 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x < 128) {
-    LowerRegisters<40>();
+    LowerRegisters<kWgmmaProducerRegisters>();
     if (threadIdx.x == 0) {
       ProduceStages<Tile>(params, stages, full, empty, iterations);
     }
   } else {
-    RaiseRegisters<232>();
+    RaiseRegisters<Tile::kConsumerRegisters>();
     ConsumeStages<Tile>(params.p, stages, full, empty, iterations, last_block);
   }
 #endif
 }
 
-// The wgmma kernel for one format, A type and tile rows (64, 128 or 256);
-// instantiated in that format's .cu file.
+// The wgmma kernel for one format, A type and tile rows (16, 32, 64, 128 or
+// 256); instantiated in that format's .cu file.
 template <WeightFormat kFormat, typename T, int kRows>
 KernelChoice ChooseWgmmaRows() {
   // Up to 128 rows each consumer takes two 64-column tiles; at 256 one, to
-  // keep the accumulators in registers.
-  using Tile = WgmmaTile<kFormat, T, kRows, kRows <= 128 ? 2 : 1>;
+  // keep the accumulators in registers. Up to 32 rows, where the weight's
+  // stream dominates and the accumulators are few, two blocks share an SM,
+  // for twice the warps and stages in flight (0.89-0.95x the time of one on
+  // the large shapes of an H200, the same on the small ones).
+  using Tile =
+      WgmmaTile<kFormat, T, kRows, kRows <= 128 ? 2 : 1, kRows <= 32 ? 2 : 1>;
   return {.wgmma_function = WgmmaGemmKernel<Tile>,
           .shared_bytes = Tile::kSharedBytes,
           .threads = kWgmmaThreads,
@@ -349,8 +369,13 @@ KernelChoice ChooseWgmmaRows() {
           .columns = Tile::kColumns};
 }
 
+// The fewest tile rows that cover `rows`: below 64 rows of A the MMAs of a
+// wider tile would multiply rows of zeros, and the tile's A shares the stage
+// with the codes.
 template <WeightFormat kFormat, typename T>
 KernelChoice ChooseWgmmaTiles(int rows) {
+  if (rows <= 16) return ChooseWgmmaRows<kFormat, T, 16>();
+  if (rows <= 32) return ChooseWgmmaRows<kFormat, T, 32>();
   if (rows <= 64) return ChooseWgmmaRows<kFormat, T, 64>();
   if (rows <= 128) return ChooseWgmmaRows<kFormat, T, 128>();
   return ChooseWgmmaRows<kFormat, T, 256>();

@@ -107,10 +107,10 @@ void PrintTo(const LaunchCase& c, std::ostream* os) {
 std::vector<LaunchCase> AllLaunchCases() {
   // N with a partial last tile, K from one step to many, every group size
   // (per-channel too), M across the mma.sync kernel's 8-, 16-, 32-, 64- and
-  // 128-row tiles and the wgmma kernel's 64-, 128- and 256-row ones, partial
-  // and several. Few tiles of K = 1024 split over clusters of blocks on
-  // Hopper, other splits sum through the workspace. mxfp4 and nvfp4 fix
-  // their group size and share fp4's codes: two shapes each.
+  // 128-row tiles and the wgmma kernel's 16-, 32-, 64-, 128- and 256-row
+  // ones, partial and several. Few tiles of K = 1024 split over clusters of
+  // blocks on Hopper, other splits sum through the workspace. mxfp4 and nvfp4
+  // fix their group size and share fp4's codes: two shapes each.
   const std::vector<std::vector<WeightSpec>> specs_by_format = {
       {{WeightFormat::kU4b8, 128, 16, 32},
        {WeightFormat::kU4b8, 1024, 200, 128},
@@ -136,7 +136,7 @@ std::vector<LaunchCase> AllLaunchCases() {
         KernelVariant::kStriped}) {
     for (const auto& specs : specs_by_format) {
       for (const WeightSpec& spec : specs) {
-        for (int64_t m : {1, 9, 16, 33, 64, 100, 130, 300}) {
+        for (int64_t m : {1, 9, 16, 20, 33, 64, 100, 130, 300}) {
           for (DType a_dtype : {DType::kF16, DType::kBF16}) {
             const DType c_dtype = m % 2 == 1 ? DType::kF32 : a_dtype;
             cases.push_back({variant, spec, m, a_dtype, c_dtype});
