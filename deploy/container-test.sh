@@ -125,13 +125,14 @@ fi
 podman volume create "$volume" >/dev/null
 
 # Starts container $1 on the volume with NIBBLE_FRONT=$2 (haproxy: nibbled
-# behind the front on loopback; none: bare), with a read-only root filesystem
+# behind the front on a Unix socket under /tmp, podman's tmpfs there; none:
+# bare), with a read-only root filesystem
 # as on Kubernetes, and waits until its HEALTHCHECK passes; sets $target and
 # $metrics to the published addresses. Without systemd podman cannot run the
 # HEALTHCHECK on a timer (it says so on stderr), so the test runs it.
 start_container() {
   local name=$1 front=$2 listen=0.0.0.0:50051
-  [[ "$front" == none ]] || listen=127.0.0.1:50052
+  [[ "$front" == none ]] || listen='unix:/tmp/nibble-front\.[^/ ]*/nibbled\.sock'
   podman run -d --name "$name" --read-only -e NIBBLED_THREADS=2 \
     -e NIBBLE_FRONT="$front" \
     -p 127.0.0.1::50051 -p 127.0.0.1::9464 \

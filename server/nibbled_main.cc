@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -148,8 +149,10 @@ void ReportDataDir(const LoadReport& loaded) {
 }
 
 // HOST of `listen` (HOST:PORT, as given) with the port actually bound, which
-// differs when the flag asked for port 0.
+// differs when the flag asked for port 0; a Unix socket (unix:PATH) as given,
+// since it has no port.
 std::string BoundAddress(const std::string& listen, int port) {
+  if (absl::StartsWith(listen, "unix:")) return listen;
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
 }
 

@@ -30,7 +30,9 @@
 #include "server/operations/memory_limit.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
-          "Address to serve on, HOST:PORT; port 0 picks a free port.");
+          "Address to serve on, HOST:PORT (port 0 picks a free port) or "
+          "unix:PATH, a Unix socket (the container's front reaches nibbled "
+          "so).");
 ABSL_FLAG(std::string, backend, "auto",
           "Where matmuls run: cuda keeps the weights resident in GPU memory "
           "and copies activations in and out per request (shapes its kernels "

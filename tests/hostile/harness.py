@@ -18,9 +18,11 @@ import os
 import re
 import resource
 import select
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -186,8 +188,9 @@ class Nibbled(Server):
     stopped by the test; its stderr goes to `<scratch>/nibbled.log`. With
     `front_config`, HAProxy runs in front of it with that configuration, in
     the same cgroups as in the container image, and `target` is the front's
-    address (`direct_target` nibbled's). `max_open_files` lowers nibbled's
-    RLIMIT_NOFILE, soft and hard, as many hosts set it."""
+    address (`direct_target` nibbled's, a Unix socket as in the image).
+    `max_open_files` lowers nibbled's RLIMIT_NOFILE, soft and hard, as many
+    hosts set it."""
 
     def __init__(self, bin_dir, scratch, flags, limits, token_file=None,
                  front_config=None, max_open_files=None):
@@ -199,6 +202,7 @@ class Nibbled(Server):
         self.process = None
         self.front = None
         self.direct_target = None
+        self.socket_dir = None
         self.metrics_address = None
         self.cgroups = None
         self.log_path = os.path.join(scratch, "nibbled.log")
@@ -213,8 +217,15 @@ class Nibbled(Server):
     def start(self, wait_until_serving=True):
         self.cgroups = Cgroups(
             f"nibble-hostile-{os.getpid()}-{time.monotonic_ns()}", self.limits)
+        # Behind the front nibbled listens on a Unix socket, as in the image
+        # (deploy/nibble-entrypoint.sh); /tmp keeps its path short.
+        listen = "127.0.0.1:0"
+        if self.front_config is not None:
+            if self.socket_dir is None:
+                self.socket_dir = tempfile.mkdtemp(prefix="nibble-front-")
+            listen = f"unix:{self.socket_dir}/nibbled.sock"
         self.process = subprocess.Popen(
-            [os.path.join(self.bin_dir, "nibbled"), "--listen=127.0.0.1:0",
+            [os.path.join(self.bin_dir, "nibbled"), f"--listen={listen}",
              "--threads=2", *self.flags],
             stdout=subprocess.PIPE, stderr=open(self.log_path, "ab"),
             preexec_fn=self._confine, text=True)
@@ -236,7 +247,8 @@ class Nibbled(Server):
         self.front = subprocess.Popen(
             ["haproxy", "-f", self.front_config],
             env={**os.environ, "NIBBLE_FRONT_LISTEN": address,
-                 "NIBBLE_FRONT_BACKEND": self.direct_target},
+                 "NIBBLE_FRONT_BACKEND": self.direct_target.replace(
+                     "unix:", "unix@", 1)},
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.scratch, "haproxy.log"), "ab"),
             preexec_fn=self.cgroups.join)
@@ -287,6 +299,9 @@ class Nibbled(Server):
                 self.front.terminate()
                 self.front.wait()
                 self.front = None
+            if self.socket_dir is not None:
+                shutil.rmtree(self.socket_dir, ignore_errors=True)
+                self.socket_dir = None
             self.cgroups.close()
         return code
 
@@ -546,7 +561,7 @@ class RawGrpcConnection:
 
 
 # HTTP/2 frame types and flags (RFC 9113, section 6).
-HEADERS, RST_STREAM, CONTINUATION = 0x1, 0x3, 0x9
+DATA, HEADERS, RST_STREAM, CONTINUATION = 0x0, 0x1, 0x3, 0x9
 END_HEADERS = 0x4
 CANCEL = 0x8
 

@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FRONT_CONFIG = os.path.join(HERE, "..", "..", "deploy", "haproxy",
                             "nibble-front.cfg")
 sys.path.insert(0, HERE)
-from harness import (CANCEL, CONTINUATION, END_HEADERS, HEADERS, MIB,
+from harness import (CANCEL, CONTINUATION, DATA, END_HEADERS, HEADERS, MIB,
                      RST_STREAM, Bystander, Nibbled, ProcessLimits,
                      RawGrpcConnection, RunningServer, frame, grpc_frame,
                      in_background, require, run_for)
@@ -574,17 +574,24 @@ def idle_connections(attack):
             peer.close()
 
 
-def raw_floods(attack, send):
-    """`send(attacker, deadline)` on two raw HTTP/2 connections at once, each
-    reopened whenever the server (or the front) closes it, until the
-    attack's time is up; the sum of what the sends returned."""
+def raw_floods(attack, send, source="127.0.0.1"):
+    """`send(attacker, deadline)` on two raw HTTP/2 connections at once from
+    address `source`, each reopened whenever the server (or the front)
+    closes it, until the attack's time is up; the sum of what the sends
+    returned."""
     deadline = time.monotonic() + attack.seconds
     totals = [0, 0]
 
     def flood(index):
 
         def connection():
-            with RawGrpcConnection(attack.server.target) as attacker:
+            try:
+                attacker = RawGrpcConnection(attack.server.target,
+                                             source=source)
+            except OSError:  # the front refused the connection
+                time.sleep(0.01)
+                return
+            with attacker:
                 attacker.go_raw()
                 totals[index] += send(attacker, deadline)
 
@@ -618,6 +625,61 @@ def rapid_reset(attack):
     attack.report["streams_reset"] = raw_floods(attack, reset_streams)
 
 
+# The rapid-reset attacker with data comes from an address of its own: the
+# front's answer to it closes every connection from that address.
+ATTACKER_ADDRESS = "127.0.1.2"
+
+
+@scenario("2", front=True, flags=["--metrics_listen=127.0.0.1:0"])
+def rapid_reset_with_data(attack):
+    """Rapid reset past the front's wait for the message prefix: HEADERS and
+    a DATA frame with the gRPC prefix and the first bytes of a Matmul for 50
+    streams, then RST_STREAM for the 50 before, so that each stream reaches
+    nibbled before it is reset. The front closes the connections of an
+    address with over 2,000 calls a second forwarded and not answered."""
+    start = grpc_frame(matmul_request(BYSTANDER_WEIGHT, 1,
+                                      BYSTANDER_SHAPE["k"]))[:21]
+    reset_code = CANCEL.to_bytes(4, "big")
+    before = matmuls_not_ok(attack.server)
+
+    def open_then_reset(attacker, deadline):
+        block = attacker.header_block(MATMUL)
+        stream = 1
+        opened = []
+        reset = 0
+        while time.monotonic() < deadline:
+            streams = range(stream, stream + 100, 2)
+            burst = b"".join(frame(HEADERS, END_HEADERS, s, block) +
+                             frame(DATA, 0, s, start) for s in streams)
+            burst += b"".join(frame(RST_STREAM, 0, s, reset_code)
+                              for s in opened)
+            if not attacker.send_raw(burst):
+                break
+            reset += len(opened)
+            opened = streams
+            stream += 100
+            # Time for the front to forward the streams before their reset
+            # arrives; at once, it drops them unforwarded (as rapid_reset).
+            time.sleep(0.001)
+        return reset
+
+    attack.report["streams_reset"] = raw_floods(attack, open_then_reset,
+                                                source=ATTACKER_ADDRESS)
+    attack.server.require_running()
+    reached = matmuls_not_ok(attack.server) - before
+    attack.report["reached_nibbled"] = reached
+    require(reached > 0, "no reset stream reached nibbled: the attack did "
+            "not get past the front's wait for the message prefix")
+
+
+def matmuls_not_ok(server):
+    """Matmuls nibbled has ended with a status other than OK."""
+    text = scrape(server.metrics_address, METRICS_TOKEN)[2].decode()
+    return sum(int(float(count)) for count in re.findall(
+        r'^nibble_rpc_requests_total\{method="/nibble\.v1\.NibbleService/'
+        r'Matmul",code="(?!OK")[A-Z_]+"\} (\S+)$', text, re.MULTILINE))
+
+
 @scenario("5", front=True)
 def continuation_flood(attack):
     """One header value trickled over CONTINUATION frames without end, on
@@ -643,9 +705,9 @@ def continuation_flood(attack):
 @scenario("11", front=True)
 def invalid_binary_header(attack):
     """Calls whose `-bin` header is not base64 (CVE-2023-32732: gRPC then
-    ends every stream of the connection). Behind the front each client
-    connection has its own connection to nibbled, so only the attacker's
-    own calls fail."""
+    ends every stream of the connection). The front answers them itself
+    with INVALID_ARGUMENT, and behind it each client connection has its own
+    connection to nibbled, so only the attacker's own calls fail."""
     failed = 0
 
     def volley():

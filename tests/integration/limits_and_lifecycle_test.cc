@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -594,6 +595,27 @@ TEST(LifecycleTest, SigtermWhileLoadingStopsBeforeServing) {
   EXPECT_THAT(output, Not(HasSubstr("listening on")));
   EXPECT_THAT(log, HasSubstr("msg=\"signal received while starting, "
                              "stopping before serving\" signal=Terminated"));
+}
+
+TEST(LifecycleTest, ServesOnAUnixSocketAndPrintsItsPath) {
+  const std::string socket_path = FreshDirectory("unix") + ".sock";
+  auto server = nibble::testing::NibbledProcess::Start(
+      NIBBLED_PATH, {"--threads=2", "--shutdown_grace_seconds=0.5",
+                     "--listen=unix:" + socket_path});
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Scripts and the container's entrypoint read the address from this line.
+  EXPECT_EQ((*server)->target(), "unix:" + socket_path);
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      (*server)->target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(
+      stub->Check(&context, grpc::health::v1::HealthCheckRequest(), &response)
+          .ok());
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+  EXPECT_EQ((*server)->Stop(), 0);
 }
 
 TEST(LifecycleTest, HealthIsServingOnceDataDirWeightsAreLoaded) {
