@@ -32,9 +32,9 @@ using internal::WgmmaParams;
 
 // Up to 8 rows the mma.sync kernel's 8-row tile, which multiplies each
 // group's sums by its scales rather than every weight value, is faster than
-// wgmma's 16-row tile (u4b8 and fp4 on an H200: wgmma took 1.05-1.25x its
-// time); from 9 rows the wgmma kernel's 16- and 32-row tiles take 0.6-0.97x
-// the mma.sync kernel's time.
+// an 8-row wgmma tile (u4b8 and fp4 on an H200, one wgmma block per SM: it
+// took 1.05-1.25x the time); from 9 rows the wgmma kernel's 16- and 32-row
+// tiles take 0.6-0.97x the mma.sync kernel's time.
 constexpr int64_t kWgmmaMinRows = 9;
 
 // Rows of C per mma.sync tile: 8, 16, 32, 64 or 128 (as 8-row tiles), the
