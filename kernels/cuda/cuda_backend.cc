@@ -474,10 +474,10 @@ std::vector<const GemmKernel*> CudaKernels() {
 
 KernelVariant PreferredVariant(const GemmProblem& problem) {
   // On an H200 (make gpu-check, docs/performance.md): on Hopper
-  // double_buffered at every M: from 9 rows it runs wgmma with each tile's
-  // K split evenly to fill one wave (striped, whose blocks all end on a tile
-  // they share, reduces ~130 tiles through L2 at once at the end); below, the
-  // blocks that split a tile sum it in a thread block cluster, which beats
+  // double_buffered at every M: from WgmmaMinRows it runs wgmma with each
+  // tile's K split evenly to fill one wave (striped, whose blocks all end on a
+  // tile they share, reduces ~130 tiles through L2 at once at the end); below,
+  // the blocks that split a tile sum it in a thread block cluster, which beats
   // fused (up to 0.8x its time at M = 1) and is within 10 % of stream-K.
   // The built-in table (default_gpu_tuning_table.inc) picks per shape where
   // it has a rule. Before Hopper, above 64 rows, fused keeps the codes out

@@ -30,13 +30,6 @@ using internal::Params;
 using internal::ScaleRowK;
 using internal::WgmmaParams;
 
-// Up to 8 rows the mma.sync kernel's 8-row tile, which multiplies each
-// group's sums by its scales rather than every weight value, is faster than
-// an 8-row wgmma tile (u4b8 and fp4 on an H200, one wgmma block per SM: it
-// took 1.05-1.25x the time); from 9 rows the wgmma kernel's 16- and 32-row
-// tiles take 0.6-0.97x the mma.sync kernel's time.
-constexpr int64_t kWgmmaMinRows = 9;
-
 // Rows of C per mma.sync tile: 8, 16, 32, 64 or 128 (as 8-row tiles), the
 // fewest that cover M (up to 128).
 int RowTilesFor(int64_t m) {
@@ -59,7 +52,7 @@ KernelChoice ChooseFor(KernelVariant variant, bool wgmma, DType a_dtype,
 KernelChoice Choose(KernelVariant variant, bool wgmma, WeightFormat format,
                     DType a_dtype, int64_t m) {
   switch (format) {
-    // E8M0 scales are fp16 in the device layout: fp4 from there.
+    // fp4's kernels run mxfp4 (KernelFormat).
     case WeightFormat::kFp4:
     case WeightFormat::kMxfp4:
       return ChooseFor<WeightFormat::kFp4>(variant, wgmma, a_dtype, m);
@@ -361,9 +354,9 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   absl::StatusOr<DeviceInfo> device = CurrentDevice();
   if (!device.ok()) return device.status();
   // The tensor copies need A 16-byte aligned.
-  const bool wgmma =
-      UsesWgmma(gemm.variant, gemm.m, device->compute_capability) &&
-      reinterpret_cast<uintptr_t>(gemm.a) % 16 == 0;
+  const bool wgmma = UsesWgmma(gemm.variant, spec.format, gemm.m,
+                               device->compute_capability) &&
+                     reinterpret_cast<uintptr_t>(gemm.a) % 16 == 0;
   absl::StatusOr<Plan> plan =
       MakePlan(gemm.variant, wgmma, gemm.m, spec, gemm.a_dtype, *device);
   if (!plan.ok()) return plan.status();
@@ -417,16 +410,17 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
                                       device->compute_capability, gemm.m)));
 }
 
-bool UsesWgmma(KernelVariant variant, int64_t m, int compute_capability) {
+bool UsesWgmma(KernelVariant variant, WeightFormat format, int64_t m,
+               int compute_capability) {
   return compute_capability == 90 && variant != KernelVariant::kFused &&
-         m >= kWgmmaMinRows;
+         m >= internal::WgmmaMinRows(internal::KernelFormat(format));
 }
 
 std::string LaunchedKernelName(KernelVariant variant, WeightFormat format,
                                int compute_capability, int64_t m) {
   return absl::StrCat(
       KernelName(variant, format, compute_capability),
-      UsesWgmma(variant, m, compute_capability) ? "_wgmma" : "");
+      UsesWgmma(variant, format, m, compute_capability) ? "_wgmma" : "");
 }
 
 }  // namespace nibble::cuda

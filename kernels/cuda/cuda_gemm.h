@@ -157,11 +157,13 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
 std::string KernelName(KernelVariant variant, WeightFormat format,
                        int compute_capability);
 
-// Whether a launch of `variant` for `m` rows runs the wgmma kernel
-// (wgmma_kernel.cuh) on a GPU of `compute_capability`: the pipelined
-// variants on Hopper from 9 rows do, unless A is not 16-byte aligned (the
-// tensor copies need it); the rest run the mma.sync kernel.
-bool UsesWgmma(KernelVariant variant, int64_t m, int compute_capability);
+// Whether a launch of `variant` for `m` rows of a `format` weight runs the
+// wgmma kernel (wgmma_kernel.cuh) on a GPU of `compute_capability`: the
+// pipelined variants on Hopper from the format's WgmmaMinRows do, unless A
+// is not 16-byte aligned (the tensor copies need it); the rest run the
+// mma.sync kernel.
+bool UsesWgmma(KernelVariant variant, WeightFormat format, int64_t m,
+               int compute_capability);
 
 // KernelName with "_wgmma" where UsesWgmma: what a launch of m rows runs.
 std::string LaunchedKernelName(KernelVariant variant, WeightFormat format,

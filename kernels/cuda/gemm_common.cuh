@@ -39,6 +39,12 @@ constexpr int ScaleRowK(WeightFormat format) {
   return FixedGroupSize(format) == 16 ? 16 : 32;
 }
 
+// The format whose kernels run `format`: a format with E8M0 scales runs
+// fp4's, once the device layout has made its scales fp16 (device_layout.h).
+constexpr WeightFormat KernelFormat(WeightFormat format) {
+  return format == WeightFormat::kMxfp4 ? WeightFormat::kFp4 : format;
+}
+
 enum class OutType { kF16, kBF16, kF32 };
 
 struct Params {

@@ -1,12 +1,13 @@
 // The GEMM kernel template of the CUDA backend, shared by the per-format
 // translation units (gemm_<format>.cu) that instantiate it, so that nvcc
 // compiles the formats in parallel. Only cuda_gemm.cu and those files include
-// it. A format with E8M0 scales runs fp4's kernels: the device layout turns
-// its scales into fp16 (device_layout.h), after which it is fp4 with groups
-// of 32 and a factor on C (KernelFormat).
+// it. A format with E8M0 scales runs fp4's kernels (KernelFormat): the device
+// layout turns its scales into fp16 (device_layout.h), after which it is fp4
+// with groups of 32 and a factor on C.
 //
 // The mma.sync kernel: what runs on GPUs before Hopper, and on Hopper the
-// fused variant and up to 8 rows (wgmma_kernel.cuh has the rest there). A
+// fused variant and below WgmmaMinRows (wgmma_kernel.cuh has the rest
+// there). A
 // thread block owns a tile of 8 * RT rows and 128 or 256 columns of C and walks
 // K in stages of kStepK = 128 rows. Each of its 8 warps owns one or two
 // 16-column blocks: per 16-row block of K and column block it dequantizes one

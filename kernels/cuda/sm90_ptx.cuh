@@ -120,7 +120,7 @@ __device__ __forceinline__ void WaitMmas() {
                : "memory");
 }
 
-// d[64 x N] += a[64 x 16] · b[16 x N] for N = 16, 32, 64, 128 or 256: A from
+// d[64 x N] += a[64 x 16] · b[16 x N] for N = 8, 16, 32, 64, 128 or 256: A from
 // registers (the four pair registers of each thread, as mma.sync's m16n8k16
 // A fragment per warp), B K-major in shared memory (`b`, a SwizzledOperand
 // of N rows), fp32 accumulators. One instruction of width N reads A once for
@@ -129,6 +129,14 @@ template <typename T, int N>
 __device__ __forceinline__ void MmaM64K16(float (&d)[N / 2],
                                           const uint32_t (&a)[4], uint64_t b);
 
+#define NIBBLE_WGMMA_M64N8K16(type)                                 \
+  asm volatile(                                                     \
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %9, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32." type "." type    \
+      " {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, "                   \
+      "accumulate, 1, 1, 0;\n}\n"                                   \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])              \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 #define NIBBLE_WGMMA_M64N16K16(type)                                 \
   asm volatile(                                                      \
       "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %13, 0;\n" \
@@ -258,12 +266,14 @@ __device__ __forceinline__ void MmaM64K16(float (&d)[N / 2],
       float(&d)[n / 2], const uint32_t(&a)[4], uint64_t b) {   \
     NIBBLE_WGMMA_M64N##n##K16("bf16");                         \
   }
+NIBBLE_WGMMA_SPECIALIZATIONS(8)
 NIBBLE_WGMMA_SPECIALIZATIONS(16)
 NIBBLE_WGMMA_SPECIALIZATIONS(32)
 NIBBLE_WGMMA_SPECIALIZATIONS(64)
 NIBBLE_WGMMA_SPECIALIZATIONS(128)
 NIBBLE_WGMMA_SPECIALIZATIONS(256)
 #undef NIBBLE_WGMMA_SPECIALIZATIONS
+#undef NIBBLE_WGMMA_M64N8K16
 #undef NIBBLE_WGMMA_M64N16K16
 #undef NIBBLE_WGMMA_M64N32K16
 #undef NIBBLE_WGMMA_M64N64K16

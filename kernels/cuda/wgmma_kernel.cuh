@@ -1,6 +1,6 @@
 // The Hopper GEMM kernel (sm_90a): the double_buffered and striped variants
-// from 9 rows of A up. Included, like gemm_kernel.cuh, by cuda_gemm.cu and
-// the per-format gemm_<format>.cu files that instantiate it.
+// from WgmmaMinRows rows of A up. Included, like gemm_kernel.cuh, by
+// cuda_gemm.cu and the per-format gemm_<format>.cu files that instantiate it.
 //
 // It computes Cᵀ = dequant(B)ᵀ · Aᵀ so that the dequantized weight is the
 // A operand of wgmma, which only that operand may take from registers: a
@@ -50,6 +50,16 @@ inline constexpr int kWgmmaProducerRegisters = 40;
 // Rows of K per stage: one 128-byte swizzle row of fp16 A, one 64-row word
 // group of the codes.
 inline constexpr int kWgmmaStepK = 64;
+
+// The fewest rows of A for which the pipelined variants run this kernel.
+// Below 9 rows the mma.sync kernel's 8-row tile, which multiplies each
+// group's sums by its scales rather than every weight value, is faster for
+// u4b8, u4 and fp4 (an 8-row wgmma tile took 1.0-1.17x its time on an
+// H200); nvfp4's groups of 16 rows leave it one MMA per group sum, and there
+// the 8-row wgmma tile takes 0.87-0.94x its time.
+constexpr int WgmmaMinRows(WeightFormat format) {
+  return format == WeightFormat::kNvfp4 ? 1 : 9;
+}
 
 // The tensor maps of a launch (cuda_gemm.cu encodes them) and their boxes:
 //   a_map      A [M, K]: {kWgmmaStepK, rows}, 128-byte swizzle;
@@ -351,8 +361,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, Tile::kBlocksPerSm)
 #endif
 }
 
-// The wgmma kernel for one format, A type and tile rows (16, 32, 64, 128 or
-// 256); instantiated in that format's .cu file.
+// The wgmma kernel for one format, A type and tile rows (8, 16, 32, 64, 128
+// or 256); instantiated in that format's .cu file.
 template <WeightFormat kFormat, typename T, int kRows>
 KernelChoice ChooseWgmmaRows() {
   // Up to 128 rows each consumer takes two 64-column tiles; at 256 one, to
@@ -374,6 +384,9 @@ KernelChoice ChooseWgmmaRows() {
 // with the codes.
 template <WeightFormat kFormat, typename T>
 KernelChoice ChooseWgmmaTiles(int rows) {
+  if constexpr (WgmmaMinRows(kFormat) <= 8) {
+    if (rows <= 8) return ChooseWgmmaRows<kFormat, T, 8>();
+  }
   if (rows <= 16) return ChooseWgmmaRows<kFormat, T, 16>();
   if (rows <= 32) return ChooseWgmmaRows<kFormat, T, 32>();
   if (rows <= 64) return ChooseWgmmaRows<kFormat, T, 64>();
@@ -381,6 +394,7 @@ KernelChoice ChooseWgmmaTiles(int rows) {
   return ChooseWgmmaRows<kFormat, T, 256>();
 }
 
+// The wgmma kernel for `rows` rows of A, from WgmmaMinRows(kFormat).
 template <WeightFormat kFormat>
 KernelChoice ChooseWgmmaKernel(DType a_dtype, int rows) {
   return a_dtype == DType::kBF16
