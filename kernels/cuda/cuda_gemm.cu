@@ -166,7 +166,8 @@ struct LaunchPlan {
   int64_t blocks = 0;
   int64_t tiles = 0;
   int64_t steps_per_tile = 0;
-  int64_t cluster_split = 0;  // Params::cluster_split
+  int64_t cluster_split = 0;      // Params::cluster_split
+  int64_t whole_tile_blocks = 0;  // Params::whole_tile_blocks
 };
 
 struct Plan {
@@ -199,24 +200,35 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
   if (variant == KernelVariant::kStriped) {
     launch.blocks = std::min(iterations, slots);
   } else {
-    // Whole tiles when they fill the GPU; otherwise each tile's K steps split
-    // in as many parts as fit in one wave, keeping at least 4 steps per part.
+    // Whole tiles in every full wave of blocks. The tiles of a last wave
+    // that would leave SMs idle (all tiles, when they do not fill one wave)
+    // split their K steps in as many parts as fill it, keeping at least 4
+    // steps per part: 4096 x 14336 at M = 1024, 3.4 waves of 256-row tiles,
+    // ends in half-tiles rather than a 40 % full fourth wave.
+    const int64_t last_wave_tiles = launch.tiles % slots;
     int64_t split = 1;
-    if (launch.tiles < slots) {
-      split = std::min(slots / launch.tiles,
+    if (last_wave_tiles > 0) {
+      split = std::min(slots / last_wave_tiles,
                        std::max<int64_t>(1, launch.steps_per_tile / 4));
     }
     // The wgmma kernel sums through the workspace (gemm_common.cuh), and
-    // only the sm_90a code of the mma.sync kernel has the cluster path.
-    if (split > 1 && !wgmma && device.compute_capability == 90) {
+    // only the sm_90a code of the mma.sync kernel has the cluster path, for
+    // launches whose blocks all share tiles.
+    if (split > 1 && launch.tiles < slots && !wgmma &&
+        device.compute_capability == 90) {
       const int64_t cluster =
           ClusterSplit(plan.kernel, split, launch.steps_per_tile, launch.tiles);
       if (cluster > 0) split = launch.cluster_split = cluster;
     }
-    launch.blocks = launch.tiles * split;
+    if (split > 1) launch.whole_tile_blocks = launch.tiles - last_wave_tiles;
+    launch.blocks = launch.whole_tile_blocks +
+                    (launch.tiles - launch.whole_tile_blocks) * split;
   }
-  plan.iters_base = static_cast<int>(iterations / launch.blocks);
-  plan.iters_extra = static_cast<int>(iterations % launch.blocks);
+  const int64_t shared_iterations =
+      iterations - launch.whole_tile_blocks * launch.steps_per_tile;
+  const int64_t shared_blocks = launch.blocks - launch.whole_tile_blocks;
+  plan.iters_base = static_cast<int>(shared_iterations / shared_blocks);
+  plan.iters_extra = static_cast<int>(shared_iterations % shared_blocks);
   return plan;
 }
 
@@ -383,6 +395,7 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   params.group_step_shift = GroupStepShift(spec);
   params.k_steps = static_cast<int>(launch.steps_per_tile);
   params.tiles_m = static_cast<int>((gemm.m + launch.rows - 1) / launch.rows);
+  params.whole_tile_blocks = static_cast<int>(launch.whole_tile_blocks);
   params.iters_base = plan->iters_base;
   params.iters_extra = plan->iters_extra;
   params.out = OutTypeOf(gemm.c_dtype);

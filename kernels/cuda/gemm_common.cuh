@@ -6,7 +6,9 @@
 // Iteration i of a launch is k step i % k_steps of tile i / k_steps; tile t
 // covers rows of C from (t % tiles_m) * rows and columns from
 // (t / tiles_m) * columns, for the kernel's rows and columns. Block b runs
-// iterations [begin, end) of IterationsOf(p, b). Whenever a block covers only
+// iterations [begin, end) of IterationsOf(p, b): the first
+// Params::whole_tile_blocks blocks one whole tile each, the others an even
+// share of the rest. Whenever a block covers only
 // part of a tile's K steps, the blocks of the tile sum their fp32 partial
 // sums in one of two ways:
 //   in a cluster (Params::cluster_split > 1: the mma.sync kernel on Hopper,
@@ -63,8 +65,12 @@ struct Params {
   int group_step_shift;
   int k_steps;
   int tiles_m;
-  int iters_base;   // every block runs this many (tile, k step) iterations,
-  int iters_extra;  // and the first iters_extra blocks one more
+  // Blocks 0 .. whole_tile_blocks - 1 run tile b each: the tiles of the full
+  // waves of a launch whose last wave the other blocks fill by sharing its
+  // tiles (0: every block shares the even split).
+  int whole_tile_blocks;
+  int iters_base;   // every other block runs this many (tile, k step)
+  int iters_extra;  // iterations of the rest, the first iters_extra one more
   OutType out;
   // Multiplies C: the weight's global scale, or the power of two that the
   // device layout took out of E8M0 scales; 1 otherwise.
@@ -89,15 +95,25 @@ struct Iterations {
   int end;
 };
 __device__ __forceinline__ Iterations IterationsOf(const Params& p, int block) {
-  const int begin = block * p.iters_base + min(block, p.iters_extra);
-  return {begin, begin + p.iters_base + (block < p.iters_extra ? 1 : 0)};
+  if (block < p.whole_tile_blocks) {
+    return {block * p.k_steps, (block + 1) * p.k_steps};
+  }
+  const int shared = block - p.whole_tile_blocks;
+  const int begin = p.whole_tile_blocks * p.k_steps + shared * p.iters_base +
+                    min(shared, p.iters_extra);
+  return {begin, begin + p.iters_base + (shared < p.iters_extra ? 1 : 0)};
 }
 
-// Which block runs iteration `iter` under the even split of Params.
+// Which block runs iteration `iter` under the split of Params.
 __device__ __forceinline__ int BlockOf(const Params& p, int iter) {
+  const int whole_iters = p.whole_tile_blocks * p.k_steps;
+  if (iter < whole_iters) return iter / p.k_steps;
+  const int rest = iter - whole_iters;
   const int long_iters = p.iters_extra * (p.iters_base + 1);
-  return iter < long_iters ? iter / (p.iters_base + 1)
-                           : p.iters_extra + (iter - long_iters) / p.iters_base;
+  return p.whole_tile_blocks +
+         (rest < long_iters
+              ? rest / (p.iters_base + 1)
+              : p.iters_extra + (rest - long_iters) / p.iters_base);
 }
 
 __device__ __forceinline__ void Store(const Params& p, int row, int col,

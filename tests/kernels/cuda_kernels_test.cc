@@ -214,6 +214,28 @@ TEST_P(LaunchGemmTest, MatchesTheFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(AllVariants, LaunchGemmTest,
                          ::testing::ValuesIn(AllLaunchCases()), LaunchCaseName);
 
+// More tiles than one wave of blocks, with a partial last wave: the tiles of
+// the full waves run whole, and those of the last wave split their K steps
+// over blocks that would otherwise stay idle (on Hopper, two 16- or 32-row
+// wgmma blocks per SM: 2 x SMs + 2 tiles, 2 of them split in two).
+TEST(CudaKernelsTest, ALastPartialWaveSplitsItsTiles) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<DeviceInfo> device = CurrentDevice();
+  ASSERT_TRUE(device.ok()) << device.status();
+  const WeightSpec spec{WeightFormat::kU4b8, 512,
+                        (2 * device->sm_count + 1) * 256 + 72, 128};
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  const QuantizedWeight weight = SignedRandomWeight(spec, seed);
+  absl::StatusOr<std::unique_ptr<CudaWeight>> b = CudaWeight::Upload(weight);
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (const int64_t m : {16, 20}) {
+    ExpectLaunchMatchesReference(
+        {KernelVariant::kDoubleBuffered, spec, m, DType::kF16, DType::kF32},
+        **b, weight, seed + 1);
+  }
+}
+
 // mxfp4 scales far outside fp16's range, which the device layout moves into
 // it (the power of two goes to C), and 2^-36 apart, all it keeps exact.
 TEST(CudaKernelsTest, Mxfp4ScalesOutsideHalfRangeMatchTheReference) {
