@@ -21,8 +21,8 @@
 //   through global memory otherwise (stream-K ranges that cross tiles, the
 //     wgmma kernel, older GPUs): each adds its sums into the workspace with
 //     atomics, which need not wait for a reply, and the last block to finish
-//     a tile (a counter per tile) writes C and zeroes the workspace behind
-//     it (FinishTile).
+//     a tile (a count per tile of the K steps added) writes C and zeroes the
+//     workspace behind it (FinishTile).
 #ifndef NIBBLE_KERNELS_CUDA_GEMM_COMMON_CUH_
 #define NIBBLE_KERNELS_CUDA_GEMM_COMMON_CUH_
 
@@ -96,24 +96,13 @@ struct Iterations {
 };
 __device__ __forceinline__ Iterations IterationsOf(const Params& p, int block) {
   if (block < p.whole_tile_blocks) {
-    return {block * p.k_steps, (block + 1) * p.k_steps};
+    const int begin = block * p.k_steps;
+    return {begin, begin + p.k_steps};
   }
   const int shared = block - p.whole_tile_blocks;
   const int begin = p.whole_tile_blocks * p.k_steps + shared * p.iters_base +
                     min(shared, p.iters_extra);
   return {begin, begin + p.iters_base + (shared < p.iters_extra ? 1 : 0)};
-}
-
-// Which block runs iteration `iter` under the split of Params.
-__device__ __forceinline__ int BlockOf(const Params& p, int iter) {
-  const int whole_iters = p.whole_tile_blocks * p.k_steps;
-  if (iter < whole_iters) return iter / p.k_steps;
-  const int rest = iter - whole_iters;
-  const int long_iters = p.iters_extra * (p.iters_base + 1);
-  return p.whole_tile_blocks +
-         (rest < long_iters
-              ? rest / (p.iters_base + 1)
-              : p.iters_extra + (rest - long_iters) / p.iters_base);
 }
 
 __device__ __forceinline__ void Store(const Params& p, int row, int col,
@@ -204,9 +193,9 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
   __threadfence();
   sync();
   if (thread == 0) {
-    const int contributors =
-        BlockOf(p, tile_end - 1) - BlockOf(p, tile_begin) + 1;
-    last = atomicAdd(p.counters + tile, 1) == contributors - 1;
+    const int steps =
+        min(iterations.end, tile_end) - max(iterations.begin, tile_begin);
+    last = atomicAdd(p.counters + tile, steps) + steps == p.k_steps;
   }
   sync();
   if (!last) return;

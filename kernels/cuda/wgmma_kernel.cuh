@@ -298,8 +298,11 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
   clear();
   int tile = iterations.begin / p.k_steps;
   int step = iterations.begin % p.k_steps;
+  // Iteration iterations.begin + i; the loop keeps only i and the count,
+  // and the tile's end takes the range again, to spare the registers.
+  const int count = iterations.end - iterations.begin;
 #pragma unroll 1
-  for (int iter = iterations.begin, i = 0; iter < iterations.end; ++iter, ++i) {
+  for (int i = 0; i < count; ++i) {
     const int s = i % Tile::kStages;
     WaitBarrier(&full[s], (i / Tile::kStages) & 1);
     const unsigned char* stage = stages + s * Tile::kStageBytes;
@@ -313,12 +316,13 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
       multiply_part(stage, part);
     }
     in_flight = s;
-    if (++step == p.k_steps || iter + 1 == iterations.end) {
+    if (++step == p.k_steps || i + 1 == count) {
       WaitMmas<0>();
       fence_accumulators();
       ArriveBarrier(&empty[s]);
       in_flight = -1;
-      StoreTile<Tile>(p, tile, iterations, acc, last_block);
+      StoreTile<Tile>(p, tile, IterationsOf(p, static_cast<int>(blockIdx.x)),
+                      acc, last_block);
       clear();
       step = 0;
       ++tile;
