@@ -430,7 +430,10 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   auto finish_tile = [&](int tile) {
-    StoreTile<kRowTiles, kNBlocks>(p, tile, iterations, acc, last_block);
+    // The block's range again rather than kept since the start: the
+    // registers are short at kRegisterCodes.
+    StoreTile<kRowTiles, kNBlocks>(p, tile, IterationsOf(p, block), acc,
+                                   last_block);
   };
   // A block of a cluster has one tile, finished after the loop, apart from
   // it, so that the loop keeps the registers it has without clusters.
