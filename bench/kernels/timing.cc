@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 namespace nibble::bench {
 namespace {
@@ -41,6 +42,15 @@ double Median(std::vector<double> values) {
   const double lower =
       *std::max_element(values.begin(), values.begin() + middle);
   return (lower + upper) / 2;
+}
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  const auto rank =
+      static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
+  const size_t index = std::clamp<size_t>(rank, 1, values.size()) - 1;
+  std::nth_element(values.begin(), values.begin() + index, values.end());
+  return values[index];
 }
 
 int CopiesToLeaveTheCache(int64_t bytes, int64_t llc_bytes) {

@@ -35,6 +35,9 @@ Timing TimeCalls(absl::FunctionRef<void(int)> call, int repeats);
 
 // The median; the mean of the middle two for an even count. 0 when empty.
 double Median(std::vector<double> values);
+// The nearest-rank `q` quantile (0 < q <= 1): the smallest value that at
+// least q of them do not exceed. 0 when empty.
+double Percentile(std::vector<double> values, double q);
 
 // How many copies of an operand of `bytes` to rotate through so that together
 // they are at least twice the last-level cache (0: unknown, taken as 256 MiB)

@@ -27,6 +27,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -46,6 +47,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/command_line.h"
+#include "base/thread_pool.h"
 #include "bench/kernels/bench_flags.h"
 #include "bench/kernels/report.h"
 #include "bench/kernels/timing.h"
@@ -65,6 +67,8 @@ ABSL_FLAG(std::string, shapes, "", "weight shapes, KxN,...");
 ABSL_FLAG(std::string, formats, "", "weight formats at group sizes, F:G,...");
 ABSL_FLAG(std::string, repeats, "", "timed launches per variant and point");
 ABSL_FLAG(bool, quick, false, "two shapes, 50 repeats");
+ABSL_FLAG(bool, latency, false,
+          "also time the pick one call at a time through the backend");
 ABSL_FLAG(std::string, json, "",
           "JSON lines into this file; alone, JSON lines on stdout");
 ABSL_FLAG(std::string, write_tuning_table, "",
@@ -103,6 +107,7 @@ struct GpuBenchOptions {
     return kinds;
   }();
   int repeats = 200;
+  bool latency = false;
   bool json_to_stdout = false;
   std::string json_path;
   std::string write_tuning_table_path;
@@ -125,6 +130,10 @@ Usage: nibble-gpu-bench [flags]
   --repeats=N           timed launches per variant and point (default 200)
   --quick               shapes 4096x14336 and 14336x4096, 50 repeats (the
                         flags above still apply)
+  --latency             also run the scheduler's pick one call at a time
+                        through the backend, as nibbled runs a lone request:
+                        A and C in host memory, copied through pinned
+                        staging; the time of a call and its stages
   --json                JSON lines on stdout instead of the table
   --json=FILE           JSON lines into FILE, the table on stdout
   --write_tuning_table=FILE
@@ -203,7 +212,7 @@ absl::StatusOr<GpuBenchOptions> ParseOptions(int argc, char* argv[]) {
       "m", "shapes", "formats", "repeats"};
   absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
       "nibble-gpu-bench", argc, argv,
-      {.optional_value_flags = {"json"}, .switch_flags = {"quick"}});
+      {.optional_value_flags = {"json"}, .switch_flags = {"quick", "latency"}});
   if (!command_line.ok()) return command_line.status();
   GpuBenchOptions options;
   if (command_line->help_requested) {
@@ -214,6 +223,7 @@ absl::StatusOr<GpuBenchOptions> ParseOptions(int argc, char* argv[]) {
     options.shapes = {{4096, 14336}, {14336, 4096}};
     options.repeats = 50;
   }
+  options.latency = absl::GetFlag(FLAGS_latency);
   for (const std::string& name : command_line->flags_given) {
     if (name == "json") {
       options.json_path = absl::GetFlag(FLAGS_json);
@@ -441,6 +451,17 @@ struct VariantTiming {
   double launch_us = 0;  // CPU time of one LaunchGemm call
 };
 
+// The pick run one call at a time through its GemmKernel::Run, with A and C
+// in host memory (--latency): the wall time of a call, and the means of its
+// stages (cuda::RunStages) per call.
+struct BackendLatency {
+  Timing timing;  // of a whole call
+  double p90_us = 0;
+  double gather_us = 0;
+  double device_us = 0;  // copy in, kernel, copy out, until the wait returns
+  double scatter_us = 0;
+};
+
 // Everything timed at one grid point.
 struct GpuPoint {
   WeightKind weight;
@@ -450,6 +471,7 @@ struct GpuPoint {
   int64_t weight_bytes = 0;
   KernelVariant pick = KernelVariant::kFused;
   std::vector<VariantTiming> variants;  // in kFastVariants order
+  std::optional<BackendLatency> latency;
 };
 
 std::string PointName(const WeightKind& kind, const Shape& shape, int64_t m) {
@@ -494,6 +516,50 @@ absl::StatusOr<std::vector<std::unique_ptr<cuda::CudaWeight>>> UploadCopies(
   return copies;
 }
 
+// Runs `kernel` on `problem` one call at a time, after kWarmupLaunches, as
+// nibbled runs a lone request: host A in f16, host C, `pool` for the copies
+// into and out of the pinned staging; call i on weights[i % size], so that
+// the weight is not in L2, as for the launch timings.
+absl::StatusOr<BackendLatency> TimeBackendCalls(
+    const GemmKernel& kernel, const GemmProblem& problem,
+    std::span<const std::unique_ptr<cuda::CudaWeight>> weights, int repeats,
+    ThreadPool& pool) {
+  const std::vector<float> values =
+      RandomFloats(problem.m * problem.k, /*seed=*/3);
+  std::vector<uint16_t> a(values.size());
+  ConvertFromFloat(DType::kF16, values.data(), values.size(), a.data());
+  std::vector<uint16_t> c(problem.m * problem.n);
+  const auto run = [&](int call) {
+    const GemmOperands operands{.a = a.data(),
+                                .c = c.data(),
+                                .device = weights[call % weights.size()].get()};
+    return kernel.Run(problem, operands, pool);
+  };
+  for (int call = 0; call < kWarmupLaunches; ++call) {
+    if (absl::Status status = run(call); !status.ok()) return status;
+  }
+  const cuda::RunStageTimes before = cuda::RunStages();
+  std::vector<double> micros;
+  for (int call = 0; call < repeats; ++call) {
+    const auto start = std::chrono::steady_clock::now();
+    if (absl::Status status = run(call); !status.ok()) return status;
+    micros.push_back(std::chrono::duration<double, std::micro>(
+                         std::chrono::steady_clock::now() - start)
+                         .count());
+  }
+  const cuda::RunStageTimes after = cuda::RunStages();
+  const auto per_call = [&](int64_t before_ns, int64_t after_ns) {
+    return static_cast<double>(after_ns - before_ns) / 1e3 / repeats;
+  };
+  BackendLatency latency;
+  latency.p90_us = Percentile(micros, 0.9);
+  latency.timing = {.median_us = Median(std::move(micros)), .calls = repeats};
+  latency.gather_us = per_call(before.gather_ns, after.gather_ns);
+  latency.device_us = per_call(before.device_ns, after.device_ns);
+  latency.scatter_us = per_call(before.scatter_ns, after.scatter_ns);
+  return latency;
+}
+
 // Times every variant at each M on one weight.
 absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                         const GpuBenchOptions& options,
@@ -501,7 +567,8 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                         const Scheduler& scheduler,
                         std::span<const Event> events,
                         cuda::Workspace& workspace, cudaStream_t stream,
-                        int& step, int total, std::vector<GpuPoint>& points) {
+                        ThreadPool& pool, int& step, int total,
+                        std::vector<GpuPoint>& points) {
   const WeightSpec spec{kind.format, shape.k, shape.n, kind.group_size};
   absl::StatusOr<std::vector<std::unique_ptr<cuda::CudaWeight>>> copies =
       UploadCopies(spec, device);
@@ -531,7 +598,8 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                    .weight_bytes = spec.qweight_bytes() + spec.scales_bytes() +
                                    spec.zeros_bytes(),
                    .pick = scheduler.PreferredVariant(problem),
-                   .variants = {}};
+                   .variants = {},
+                   .latency = std::nullopt};
     for (const KernelVariant variant : kFastVariants) {
       absl::StatusOr<LaunchTiming> timing = TimeLaunches(
           [&](int launch) {
@@ -558,6 +626,19 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                                               device.compute_capability, m),
            .timing = timing->timing,
            .launch_us = timing->launch_us});
+    }
+    if (options.latency) {
+      absl::StatusOr<const GemmKernel*> kernel = scheduler.Pick(problem);
+      if (!kernel.ok()) return kernel.status();
+      absl::StatusOr<BackendLatency> latency =
+          TimeBackendCalls(**kernel, problem, *copies, options.repeats, pool);
+      if (!latency.ok()) {
+        return absl::Status(
+            latency.status().code(),
+            absl::StrCat("one call at a time at ", PointName(kind, shape, m),
+                         ": ", latency.status().message()));
+      }
+      point.latency = *latency;
     }
     points.push_back(std::move(point));
   }
@@ -587,8 +668,20 @@ std::string MachineJson(const cuda::DeviceInfo& device,
                       ",\"warmup\":", kWarmupLaunches, "}}");
 }
 
-// nibble-bench's row fields, in its order, then launch_us; "threads" is the
-// GPU's SM count.
+// With --latency, the fields of the pick's row that say what a call through
+// the backend took (BackendLatency); empty otherwise.
+std::string LatencyJson(const GpuPoint& point, const VariantTiming& variant) {
+  if (!point.latency.has_value() || variant.variant != point.pick) return "";
+  const BackendLatency& latency = *point.latency;
+  return absl::StrCat(",\"call_us\":", Number(latency.timing.median_us),
+                      ",\"call_p90_us\":", Number(latency.p90_us),
+                      ",\"gather_us\":", Number(latency.gather_us),
+                      ",\"device_us\":", Number(latency.device_us),
+                      ",\"scatter_us\":", Number(latency.scatter_us));
+}
+
+// nibble-bench's row fields, in its order, then launch_us, then with
+// --latency LatencyJson's; "threads" is the GPU's SM count.
 std::string RowJson(const GpuPoint& point, const VariantTiming& variant,
                     const cuda::DeviceInfo& device, double copy_gbps) {
   const double us = variant.timing.median_us;
@@ -604,7 +697,8 @@ std::string RowJson(const GpuPoint& point, const VariantTiming& variant,
       ",\"calls\":", variant.timing.calls, ",\"bytes\":", bytes,
       ",\"gbps\":", Number(GigabytesPerSecond(bytes, us)),
       ",\"gflops\":", Number(Gflops(point.m, point.shape.k, point.shape.n, us)),
-      ",\"floor_us\":", Number(FloorMicros(bytes, copy_gbps)), "}");
+      ",\"floor_us\":", Number(FloorMicros(bytes, copy_gbps)),
+      LatencyJson(point, variant), "}");
 }
 
 // The points as nibble-bench's, for its tuning table writer; threads is the
@@ -697,6 +791,41 @@ std::string FormatTable(const std::vector<GpuPoint>& points,
   return table;
 }
 
+// The --latency table: the pick through the backend, one call at a time.
+std::string FormatLatencyTable(const std::vector<GpuPoint>& points,
+                               int repeats) {
+  std::string table = absl::StrFormat(
+      "\none call at a time through the backend (--latency): the pick's "
+      "GemmKernel::Run with fp16 A and C in host memory, copied through "
+      "pinned staging, as nibbled runs a lone request; median and p90 of %d "
+      "calls after %d warm-up; gather, device (copy in, kernel, copy out, "
+      "until the wait returns) and scatter are means per call; kernel_us is "
+      "the pick's launch time above\n\n",
+      repeats, kWarmupLaunches);
+  absl::StrAppendFormat(&table,
+                        "%-6s %5s %5s %6s %6s  %-16s %9s %9s %9s %9s %9s "
+                        "%10s\n",
+                        "format", "group", "m", "k", "n", "pick", "kernel_us",
+                        "call_us", "p90_us", "gather_us", "device_us",
+                        "scatter_us");
+  for (const GpuPoint& point : points) {
+    if (!point.latency.has_value()) continue;
+    const BackendLatency& latency = *point.latency;
+    double kernel_us = 0;
+    for (const VariantTiming& variant : point.variants) {
+      if (variant.variant == point.pick) kernel_us = variant.timing.median_us;
+    }
+    absl::StrAppendFormat(
+        &table,
+        "%-6s %5d %5d %6d %6d  %-16s %9.1f %9.1f %9.1f %9.1f %9.1f %10.1f\n",
+        WeightFormatName(point.weight.format), point.weight.group_size, point.m,
+        point.shape.k, point.shape.n, KernelVariantName(point.pick), kernel_us,
+        latency.timing.median_us, latency.p90_us, latency.gather_us,
+        latency.device_us, latency.scatter_us);
+  }
+  return table;
+}
+
 int Run(const GpuBenchOptions& options) {
   std::ofstream json_file;
   std::ofstream tuning_file;
@@ -737,6 +866,8 @@ int Run(const GpuBenchOptions& options) {
                             cuda::ForThisGpu(TuningTable::Default()),
                             cuda::PreferredVariant);
   cuda::Workspace workspace;
+  // For --latency, as nibbled's default: one thread per hardware thread.
+  ThreadPool pool;
   std::vector<GpuPoint> points;
   const int total = static_cast<int>(
       options.shapes.size() * options.weights.size() * options.ms.size());
@@ -745,7 +876,7 @@ int Run(const GpuBenchOptions& options) {
     for (const WeightKind& kind : options.weights) {
       if (absl::Status status =
               TimeWeight(kind, shape, options, *device, scheduler, *events,
-                         workspace, stream.get(), step, total, points);
+                         workspace, stream.get(), pool, step, total, points);
           !status.ok()) {
         return fail(status);
       }
@@ -763,6 +894,9 @@ int Run(const GpuBenchOptions& options) {
   }
   if (!options.json_to_stdout) {
     std::cout << FormatTable(points, *device, *copy, options.repeats);
+    if (options.latency) {
+      std::cout << FormatLatencyTable(points, options.repeats);
+    }
   }
   const std::string level = cuda::GpuLevelName(device->compute_capability);
   const TuningTable measured =

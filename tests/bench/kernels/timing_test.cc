@@ -1,5 +1,5 @@
-// Tests the median, the call loop of TimeCalls and the copy count that keeps
-// operands out of cache.
+// Tests the median and percentiles, the call loop of TimeCalls and the copy
+// count that keeps operands out of cache.
 #include "bench/kernels/timing.h"
 
 #include <algorithm>
@@ -17,6 +17,16 @@ TEST(MedianTest, OddEvenAndEmpty) {
   EXPECT_EQ(Median({9, 1, 5}), 5);
   EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
   EXPECT_EQ(Median({100, 1, 2, 3, 1000}), 3);
+}
+
+TEST(PercentileTest, NearestRank) {
+  EXPECT_EQ(Percentile({}, 0.9), 0);
+  EXPECT_EQ(Percentile({7}, 0.9), 7);
+  // Ten values 1..10 shuffled: the 90th percentile is the 9th smallest.
+  EXPECT_EQ(Percentile({4, 10, 1, 9, 3, 8, 2, 7, 6, 5}, 0.9), 9);
+  EXPECT_EQ(Percentile({4, 10, 1, 9, 3, 8, 2, 7, 6, 5}, 0.5), 5);
+  EXPECT_EQ(Percentile({4, 10, 1, 9, 3, 8, 2, 7, 6, 5}, 1.0), 10);
+  EXPECT_EQ(Percentile({3, 1, 2}, 0.01), 1);
 }
 
 TEST(TimeCallsTest, WarmsUpThenTimesEachRepeat) {
