@@ -25,7 +25,8 @@ struct MachineLimits {
   int threads = 1;
   // The largest cache of CPU 0; 0 when sysfs does not say.
   int64_t llc_bytes = 0;
-  // Streaming reads over read_buffer_bytes on all threads, best pass.
+  // Streaming reads over read_buffer_bytes on all threads, the best pass of
+  // one stream per thread and of four interleaved prefetched streams.
   double read_gbps = 0;
   int64_t read_buffer_bytes = 0;
   // Independent FMA chains in registers on all threads, best pass; 0 without
@@ -55,7 +56,8 @@ int64_t StreamingBufferBytes(int64_t llc_bytes);
 inline constexpr int kReadBandwidthPasses = 5;
 
 // GB/s (1e9 bytes per second) reading `bytes` on every thread of the pool,
-// the best of `passes`.
+// the best of `passes` passes each way (one stream per thread, four
+// interleaved prefetched streams per thread).
 double MeasureReadBandwidth(ThreadPool& pool, int64_t bytes, int passes);
 
 struct FmaPeak {

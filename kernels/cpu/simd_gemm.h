@@ -56,7 +56,10 @@ constexpr int64_t kWidth = PackedWeight::kPanelWidth;
 constexpr int64_t kChunkRows = 256;
 // How far ahead of the words it reads the fused loop prefetches its panels:
 // a core alone cannot keep enough lines in flight to reach DRAM bandwidth.
-constexpr int64_t kPrefetchWords = 8;
+// 16 words (1 KiB a panel) rather than 8, with FusedTile's second set of
+// sums, took 3-8 % off M = 1 on two threads of the 2-core Xeon VM
+// (docs/performance.md, "M = 1 on the development machine").
+constexpr int64_t kPrefetchWords = 16;
 
 template <class V>
 constexpr int kVecsPerPanel = kWidth / V::kLanes;
@@ -146,6 +149,10 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
   using F = typename V::F;
   using I = typename V::I;
   constexpr int kVecs = kPanels * kVecsPerPanel<V>;
+  // One row gives only kVecs chains of dependent FMAs, too few to cover their
+  // latency while the loads wait on DRAM: there the odd codes add into a
+  // second set of sums, which halves each chain.
+  constexpr int kSumSets = kRows == 1 ? 2 : 1;
   const int64_t group_size = ctx.b.spec().group_size;
   const float* a = ctx.a + row * ctx.k;
 
@@ -156,9 +163,11 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
   for (int64_t begin = k_begin; begin < k_end;) {
     const int64_t group = begin / group_size;
     const int64_t end = std::min(k_end, (group + 1) * group_size);
-    F sum[kRows][kVecs];
-    for (auto& sum_row : sum) {
-      for (F& value : sum_row) value = V::Zero();
+    F sums[kSumSets][kRows][kVecs];
+    for (auto& set : sums) {
+      for (auto& sum_row : set) {
+        for (F& value : sum_row) value = V::Zero();
+      }
     }
     for (int64_t word = begin / kCodesPerWord; word < end / kCodesPerWord;
          ++word) {
@@ -174,6 +183,7 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
       }
       const float* a_word = a + word * kCodesPerWord;
       ForEachCode([&](auto j) {
+        F(&sum)[kRows][kVecs] = sums[j % kSumSets];
         for (int vec = 0; vec < kVecs; ++vec) {
           const F value = V::Lookup(
               ctx.table,
@@ -184,6 +194,14 @@ void FusedTile(const Context<V>& ctx, int64_t row, int64_t first_panel,
           }
         }
       });
+    }
+    F(&sum)[kRows][kVecs] = sums[0];
+    for (int set = 1; set < kSumSets; ++set) {
+      for (int r = 0; r < kRows; ++r) {
+        for (int vec = 0; vec < kVecs; ++vec) {
+          sum[r][vec] = V::Add(sum[r][vec], sums[set][r][vec]);
+        }
+      }
     }
     // Zero points: sum(a (q - z)) s = sum(a q) s - z s sum(a), so the inner
     // loop is the same as for the other formats.
