@@ -4,7 +4,9 @@
 # nibble-load and nibble-gpu-bench with every library they load: no gRPC or
 # network needed there. One run measures:
 #   - the kernel time of each shape at M = 1 and 64 (nibble-gpu-bench, the
-#     scheduler's pick);
+#     scheduler's pick), and that of one call through the backend with A and
+#     C in host memory (its --latency), what a lone request costs below the
+#     RPC;
 #   - health Check at concurrency 1, 64 and 256: what the RPC alone costs;
 #   - u4b8 (group 128) weights 128x256 (tiny), 4096x4096 and 8192x28672 with
 #     M = 1 f16 requests, unary Matmul and MatmulStream, at concurrency 1, 64
@@ -51,7 +53,7 @@ weights=(
 shapes=$(for w in "${weights[@]}"; do set -- $w; printf '%sx%s,' "$2" "$3"; done)
 
 echo "== kernels: nibble-gpu-bench M=1,64 on ${shapes%,}"
-if ! "$gpu_bench" --m=1,64 --shapes="${shapes%,}" \
+if ! "$gpu_bench" --m=1,64 --shapes="${shapes%,}" --latency \
   --formats=u4b8:128 --repeats="$repeats" --json="$out/kernels.jsonl" \
   >"$out/kernels.txt" 2>&1; then
   tail -n 20 "$out/kernels.txt" >&2

@@ -37,7 +37,8 @@ def read_runs(path):
 
 
 def read_kernels(path):
-    """The scheduler's pick's median per (k, n, m), in microseconds."""
+    """The scheduler's pick's median per (k, n, m), in microseconds, and with
+    nibble-gpu-bench --latency that of one call through the backend."""
     kernels = {}
     if not os.path.exists(path):
         return kernels
@@ -46,7 +47,8 @@ def read_kernels(path):
             row = json.loads(line)
             if row.get("pick") and "median_us" in row:
                 kernels[(row["k"], row["n"], row["m"])] = {
-                    "kernel": row["kernel"], "median_us": row["median_us"]}
+                    "kernel": row["kernel"], "median_us": row["median_us"],
+                    "call_us": row.get("call_us")}
     return kernels
 
 
@@ -104,10 +106,13 @@ def targets(runs, kernels):
 def markdown(runs, kernels, target_rows):
     lines = ["# gpu-serve-bench", "",
              "M = 1 f16 closed loop; kernel times are nibble-gpu-bench's "
-             "medians for the scheduler's pick.", "",
+             "medians for the scheduler's pick, backend call its --latency "
+             "median of one M = 1 call through the backend (A and C in host "
+             "memory).", "",
              "| weight | api | batching | concurrency | requests/s | p50 us "
-             "| p99 us | errors | verified | kernel M=1 us | kernel M=64 us |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| p99 us | errors | verified | kernel M=1 us "
+             "| backend call M=1 us | kernel M=64 us |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         shape = SHAPES.get(run["weight"])
         k1 = kernels.get((*shape, 1)) if shape else None
@@ -118,7 +123,9 @@ def markdown(runs, kernels, target_rows):
             f"| {label} | {run['api']} | {run['batching']} | {run['concurrency']} "
             f"| {run['requests_per_second']:.0f} | {run['p50_us']} | {run['p99_us']} "
             f"| {run['errors']} | {run['verified']} "
-            f"| {k1['median_us'] if k1 else '-'} | {k64['median_us'] if k64 else '-'} |")
+            f"| {k1['median_us'] if k1 else '-'} "
+            f"| {k1['call_us'] if k1 and k1['call_us'] is not None else '-'} "
+            f"| {k64['median_us'] if k64 else '-'} |")
     lines += ["", "## Targets (issue 26)", "", "| target | measured | verdict |",
               "|---|---|---|"]
     lines += [f"| {what} | {measured} | {verdict} |"
