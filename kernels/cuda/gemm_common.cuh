@@ -143,22 +143,23 @@ struct Element {
   int col;
 };
 
-// Finishes tile `tile` of C, of which this block ran iterations [begin,
-// end): writes the tile's sum for each accumulator i at element(i) of C. A
-// block that ran all the tile's iterations stores its own `acc`; otherwise
-// each block adds `acc` into the tile's fp32 partial sums, and the last of
-// them stores those. With kSkipRowsPastM, fours of accumulators whose rows
-// are all past M (most of a tile of 8 or 16 rows at M = 1) are not added:
-// their partial sums stay zero; the wgmma kernel, at its register limit,
-// adds them all. `thread` of `threads` places each accumulator in the
-// partial sums; those threads call it together, `sync` is a barrier over
+// Finishes tile `tile` of C, of which this block ran part or all of its
+// iterations (IterationsOf, taken here again rather than kept by the
+// kernels' loops, which are short of registers): writes the tile's sum for each
+// accumulator i at element(i) of C. A block that ran all the tile's iterations
+// stores its own `acc`; otherwise each block adds `acc` into the tile's fp32
+// partial sums, and the last of them stores those. With kSkipRowsPastM, fours
+// of accumulators whose rows are all past M (most of a tile of 8 or 16 rows at
+// M = 1) are not added: their partial sums stay zero; the wgmma kernel, at its
+// register limit, adds them all. `thread` of `threads` places each accumulator
+// in the partial sums; those threads call it together, `sync` is a barrier over
 // them, `last` a shared int.
 template <bool kSkipRowsPastM, int kAcc, typename Sync, typename ElementOf>
 __device__ __forceinline__ void FinishTile(const Params& p, int tile,
-                                           Iterations iterations,
                                            const float (&acc)[kAcc], int thread,
                                            int threads, Sync sync, int& last,
                                            ElementOf element) {
+  const Iterations iterations = IterationsOf(p, static_cast<int>(blockIdx.x));
   const int tile_begin = tile * p.k_steps;
   const int tile_end = tile_begin + p.k_steps;
   if (iterations.begin <= tile_begin && iterations.end >= tile_end) {

@@ -123,12 +123,11 @@ __device__ __forceinline__ auto& Flat(
 // (FinishTile). Every thread of the block calls it.
 template <int kRowTiles, int kNBlocks>
 __device__ __forceinline__ void StoreTile(
-    const Params& p, int tile, Iterations iterations,
-    const float (&acc)[kRowTiles][kNBlocks][4], int& last_block) {
+    const Params& p, int tile, const float (&acc)[kRowTiles][kNBlocks][4],
+    int& last_block) {
   FinishTile<true>(
-      p, tile, iterations, Flat(acc), threadIdx.x, kThreads,
-      [] { __syncthreads(); }, last_block,
-      ElementsOf<kRowTiles, kNBlocks>(p, tile));
+      p, tile, Flat(acc), threadIdx.x, kThreads, [] { __syncthreads(); },
+      last_block, ElementsOf<kRowTiles, kNBlocks>(p, tile));
 }
 
 template <int kRowTiles, int kNBlocks, int kScaleRows>
@@ -430,10 +429,7 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   auto finish_tile = [&](int tile) {
-    // The block's range again rather than kept since the start: the
-    // registers are short at kRegisterCodes.
-    StoreTile<kRowTiles, kNBlocks>(p, tile, IterationsOf(p, block), acc,
-                                   last_block);
+    StoreTile<kRowTiles, kNBlocks>(p, tile, acc, last_block);
   };
   // A block of a cluster has one tile, finished after the loop, apart from
   // it, so that the loop keeps the registers it has without clusters.

@@ -173,7 +173,7 @@ __device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
 // (+ 1 for odd e) of A's rows: column and row of C.
 template <typename Tile>
 __device__ __forceinline__ void StoreTile(
-    const Params& p, int tile, Iterations iterations,
+    const Params& p, int tile,
     const float (&acc)[Tile::kWeightTiles][Tile::kRows / 2], int& last_block) {
   const int thread = threadIdx.x - 128;
   const int consumer = thread / 128;
@@ -184,10 +184,9 @@ __device__ __forceinline__ void StoreTile(
                    consumer * Tile::kWeightTiles * 64 + warp * 16 + lane / 4;
   // Accumulator i is acc[t][e] for i = t * kRows / 2 + e.
   FinishTile<false>(
-      p, tile, iterations,
-      *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0]), thread,
-      128 * kWgmmaConsumers, [] { SyncThreads(1, 128 * kWgmmaConsumers); },
-      last_block,
+      p, tile, *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0]),
+      thread, 128 * kWgmmaConsumers,
+      [] { SyncThreads(1, 128 * kWgmmaConsumers); }, last_block,
       [&](int i) {
         const int t = i / (Tile::kRows / 2);
         const int e = i % (Tile::kRows / 2);
@@ -298,8 +297,8 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
   clear();
   int tile = iterations.begin / p.k_steps;
   int step = iterations.begin % p.k_steps;
-  // Iteration iterations.begin + i; the loop keeps only i and the count,
-  // and the tile's end takes the range again, to spare the registers.
+  // Iteration iterations.begin + i; the loop keeps only i and the count, to
+  // spare the registers (FinishTile takes the range again).
   const int count = iterations.end - iterations.begin;
 #pragma unroll 1
   for (int i = 0; i < count; ++i) {
@@ -321,8 +320,7 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
       fence_accumulators();
       ArriveBarrier(&empty[s]);
       in_flight = -1;
-      StoreTile<Tile>(p, tile, IterationsOf(p, static_cast<int>(blockIdx.x)),
-                      acc, last_block);
+      StoreTile<Tile>(p, tile, acc, last_block);
       clear();
       step = 0;
       ++tile;
