@@ -211,11 +211,9 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
       split = std::min(slots / last_wave_tiles,
                        std::max<int64_t>(1, launch.steps_per_tile / 4));
     }
-    // The wgmma kernel sums through the workspace (gemm_common.cuh), and
-    // only the sm_90a code of the mma.sync kernel has the cluster path, for
+    // Only the sm_90a code has the cluster path (gemm_common.cuh), for
     // launches whose blocks all share tiles.
-    if (split > 1 && launch.tiles < slots && !wgmma &&
-        device.compute_capability == 90) {
+    if (split > 1 && launch.tiles < slots && device.compute_capability == 90) {
       const int64_t cluster =
           ClusterSplit(plan.kernel, split, launch.steps_per_tile, launch.tiles);
       if (cluster > 0) split = launch.cluster_split = cluster;

@@ -8,21 +8,21 @@
 // (t / tiles_m) * columns, for the kernel's rows and columns. Block b runs
 // iterations [begin, end) of IterationsOf(p, b): the first
 // Params::whole_tile_blocks blocks one whole tile each, the others an even
-// share of the rest. Whenever a block covers only
-// part of a tile's K steps, the blocks of the tile sum their fp32 partial
-// sums in one of two ways:
-//   in a cluster (Params::cluster_split > 1: the mma.sync kernel on Hopper,
-//     at most kMaxClusterSplit blocks per tile): the tile's blocks are one
-//     thread block cluster, one K slice each; after its loop each leaves its
-//     sums in its shared memory and, after a cluster barrier, adds a share
-//     of the tile's elements from all of them (distributed shared memory) in
-//     a fixed order and stores it (FinishTileInCluster): no round trips
-//     through L2, the same sums every run;
-//   through global memory otherwise (stream-K ranges that cross tiles, the
-//     wgmma kernel, older GPUs): each adds its sums into the workspace with
-//     atomics, which need not wait for a reply, and the last block to finish
-//     a tile (a count per tile of the K steps added) writes C and zeroes the
-//     workspace behind it (FinishTile).
+// share of the rest. Whenever a block covers only part of a tile's K steps,
+// the blocks of the tile sum their fp32 partial sums in one of two ways:
+//   in a cluster (Params::cluster_split > 1: on Hopper, where every tile's
+//     cluster runs at once, at most kMaxClusterSplit blocks per tile): the
+//     tile's blocks are one thread block cluster, one K slice each; after
+//     its loop each leaves its sums in its shared memory and, after a
+//     cluster barrier, adds a share of the tile's elements from all of them
+//     (distributed shared memory) in a fixed order and stores it
+//     (FinishTileInCluster): no round trips through L2, the same sums every
+//     run;
+//   through global memory otherwise (stream-K ranges that cross tiles,
+//     more tiles than run at once, older GPUs): each adds its sums into the
+//     workspace with atomics, which need not wait for a reply, and the last
+//     block to finish a tile (a count per tile of the K steps added) writes C
+//     and zeroes the workspace behind it (FinishTile).
 #ifndef NIBBLE_KERNELS_CUDA_GEMM_COMMON_CUH_
 #define NIBBLE_KERNELS_CUDA_GEMM_COMMON_CUH_
 

@@ -19,8 +19,9 @@
 //     of K, and issues wgmma m64nNk16 over all N rows of A, keeping one
 //     part's MMAs in flight while it dequantizes the next, then frees the
 //     stage (`empty`);
-//   epilogue (StoreTile): at a tile's end the consumers write C, through the
-//     workspace when blocks share the tile (gemm_common.cuh).
+//   epilogue (StoreTile): at a tile's end the consumers write C, through
+//     their cluster's shared memory or the workspace when blocks share the
+//     tile (gemm_common.cuh).
 // Blocks walk the (tile, k step) sequence as gemm_common.cuh says: whole
 // tiles for double_buffered, an even cut over one wave (stream-K) for
 // striped.
@@ -167,14 +168,13 @@ __device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
   }
 }
 
-// Writes the consumers' tile `tile` of C (every consumer thread calls it).
-// Accumulator e of acc[t] is row 16 w + g (+ 8 for e % 4 >= 2) of the
-// thread's 64-column weight tile t and column 8 (e / 4) + 2 (lane % 4)
-// (+ 1 for odd e) of A's rows: column and row of C.
+// Where the consumers' accumulators go in tile `tile` of C: accumulator
+// e of acc[t] is row 16 w + g (+ 8 for e % 4 >= 2) of the thread's 64-column
+// weight tile t and column 8 (e / 4) + 2 (lane % 4) (+ 1 for odd e) of A's
+// rows: column and row of C. Accumulator i is acc[t][e] for
+// i = t * kRows / 2 + e.
 template <typename Tile>
-__device__ __forceinline__ void StoreTile(
-    const Params& p, int tile,
-    const float (&acc)[Tile::kWeightTiles][Tile::kRows / 2], int& last_block) {
+__device__ __forceinline__ auto ElementsOf(const Params& p, int tile) {
   const int thread = threadIdx.x - 128;
   const int consumer = thread / 128;
   const int warp = thread / 32 % 4;
@@ -182,17 +182,44 @@ __device__ __forceinline__ void StoreTile(
   const int row0 = tile % p.tiles_m * Tile::kRows + (lane % 4) * 2;
   const int col0 = tile / p.tiles_m * Tile::kColumns +
                    consumer * Tile::kWeightTiles * 64 + warp * 16 + lane / 4;
-  // Accumulator i is acc[t][e] for i = t * kRows / 2 + e.
-  FinishTile<false>(
-      p, tile, *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0]),
-      thread, 128 * kWgmmaConsumers,
-      [] { SyncThreads(1, 128 * kWgmmaConsumers); }, last_block,
-      [&](int i) {
-        const int t = i / (Tile::kRows / 2);
-        const int e = i % (Tile::kRows / 2);
-        return Element{row0 + (e / 4) * 8 + e % 2,
-                       col0 + t * 64 + (e % 4 / 2) * 8};
-      });
+  return [=](int i) {
+    const int t = i / (Tile::kRows / 2);
+    const int e = i % (Tile::kRows / 2);
+    return Element{row0 + (e / 4) * 8 + e % 2, col0 + t * 64 + (e % 4 / 2) * 8};
+  };
+}
+
+// Writes the consumers' tile `tile` of C (every consumer thread calls it),
+// with the other blocks of its cluster where Params::cluster_split is set
+// (the producer warpgroup then joins the cluster's barriers:
+// JoinClusterFinish), through the workspace otherwise.
+template <typename Tile>
+__device__ __forceinline__ void StoreTile(
+    const Params& p, int tile,
+    const float (&acc)[Tile::kWeightTiles][Tile::kRows / 2],
+    unsigned char* stages, int& last_block) {
+  const auto& flat = *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0]);
+  const int thread = threadIdx.x - 128;
+  auto sync = [] { SyncThreads(1, 128 * kWgmmaConsumers); };
+  if (p.cluster_split > 0) {
+    static_assert(Tile::kAcc * 128 * kWgmmaConsumers * 4 <=
+                      Tile::kStages * Tile::kStageBytes,
+                  "the stages hold the cluster's partial sums");
+    FinishTileInCluster<true>(p, flat, thread, 128 * kWgmmaConsumers, sync,
+                              reinterpret_cast<float*>(stages),
+                              ElementsOf<Tile>(p, tile));
+  } else {
+    FinishTile<false>(p, tile, flat, thread, 128 * kWgmmaConsumers, sync,
+                      last_block, ElementsOf<Tile>(p, tile));
+  }
+}
+
+// The producer warpgroup's side of FinishTileInCluster's two cluster
+// barriers, which every thread of the cluster's blocks must reach.
+__device__ __forceinline__ void JoinClusterFinish() {
+  __syncwarp();
+  SyncCluster();
+  SyncCluster();
 }
 
 // Multiplies the consumer's part of each stage and stores each tile of C as
@@ -320,7 +347,7 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
       fence_accumulators();
       ArriveBarrier(&empty[s]);
       in_flight = -1;
-      StoreTile<Tile>(p, tile, acc, last_block);
+      StoreTile<Tile>(p, tile, acc, stages, last_block);
       clear();
       step = 0;
       ++tile;
@@ -356,6 +383,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, Tile::kBlocksPerSm)
     if (threadIdx.x == 0) {
       ProduceStages<Tile>(params, stages, full, empty, iterations);
     }
+    if (params.p.cluster_split > 0) JoinClusterFinish();
   } else {
     RaiseRegisters<Tile::kConsumerRegisters>();
     ConsumeStages<Tile>(params.p, stages, full, empty, iterations, last_block);
