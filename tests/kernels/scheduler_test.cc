@@ -210,11 +210,11 @@ TEST_F(SchedulerTest, OnTheGpuTheGpusRulesPickAndTheGpuRuleFillsIn) {
                     });
   EXPECT_EQ(scheduler.table().isa(), "sm90");
   // The built-in sm90 rules for fp4 g32, K=4096 N=14336.
-  GemmProblem fp4 = Problem(2000, 14336);
+  GemmProblem fp4 = Problem(200, 14336);
   fp4.format = WeightFormat::kFp4;
   fp4.group_size = 32;
   EXPECT_EQ(PickedName(scheduler, fp4), "double_buffered");
-  fp4.m = 200;
+  fp4.m = 2000;
   EXPECT_EQ(PickedName(scheduler, fp4), "striped");
   EXPECT_TRUE(asked_m.empty());
   // No sm90 rules for u4, though the CPU's levels have some.
