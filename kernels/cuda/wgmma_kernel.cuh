@@ -8,13 +8,13 @@
 // straight into the m64nNk16 A fragment of its 16 rows. A is wgmma's B
 // operand, K-major in shared memory as the tensor copy engine writes it.
 //
-// A thread block has three warpgroups:
+// A thread block has a producer warpgroup and two or four consumers:
 //   producer (ProduceStages): one thread fills a ring of shared-memory
 //     stages, 64 rows of K each, by one tensor copy (TMA) per operand: A,
 //     codes, scales and zero points, all completing on the stage's `full`
 //     barrier (the copy engine takes a copy every ~100 cycles whatever its
 //     size, so a copy per 16-column block would starve the consumers);
-//   two consumers (ConsumeStages): each owns kWeightTiles 64-column tiles of
+//   consumers (ConsumeStages): each owns kWeightTiles 64-column tiles of
 //     the block's columns, dequantizes them per stage, in one or two parts
 //     of K, and issues wgmma m64nNk16 over all N rows of A, keeping one
 //     part's MMAs in flight while it dequantizes the next, then frees the
@@ -43,8 +43,6 @@
 
 namespace nibble::cuda::internal {
 
-inline constexpr int kWgmmaConsumers = 2;
-inline constexpr int kWgmmaThreads = 128 * (1 + kWgmmaConsumers);
 // What the producer warpgroup keeps of its registers (setmaxnreg): one
 // thread of it issues tensor copies.
 inline constexpr int kWgmmaProducerRegisters = 40;
@@ -79,26 +77,28 @@ struct WgmmaParams {
   int stage_groups;
 };
 
-// The shape of a block's work and of its shared-memory stages, and how many
-// blocks share an SM.
+// The shape of a block's work and of its shared-memory stages, its consumer
+// warpgroups, and how many blocks share an SM.
 template <WeightFormat Format, typename Element, int Rows, int WeightTiles,
-          int BlocksPerSm>
+          int Consumers, int BlocksPerSm>
 struct WgmmaTile {
+  static constexpr int kConsumers = Consumers;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlocksPerSm = BlocksPerSm;
   // Registers per thread at launch, the launch bounds' share of the
   // register file (in eights, as setmaxnreg counts), and what the consumers
   // take of the block's once the producers go down to
   // kWgmmaProducerRegisters.
   static constexpr int kLaunchRegisters =
-      65536 / (kWgmmaThreads * BlocksPerSm) / 8 * 8;
+      65536 / (kThreads * BlocksPerSm) / 8 * 8;
   static constexpr int kConsumerRegisters =
-      (kLaunchRegisters * kWgmmaThreads - 128 * kWgmmaProducerRegisters) /
-      (128 * kWgmmaConsumers) / 8 * 8;
+      (kLaunchRegisters * kThreads - 128 * kWgmmaProducerRegisters) /
+      (128 * kConsumers) / 8 * 8;
   static constexpr WeightFormat kFormat = Format;
   using T = Element;  // of A: half or __nv_bfloat16
   static constexpr int kRows = Rows;
   static constexpr int kWeightTiles = WeightTiles;
-  static constexpr int kColumns = kWgmmaConsumers * kWeightTiles * 64;
+  static constexpr int kColumns = kConsumers * kWeightTiles * 64;
   static constexpr int kBlocks = kColumns / 16;  // 16-column code blocks
   static constexpr int kScaleRows = kWgmmaStepK / ScaleRowK(kFormat);
   static constexpr bool kZeros = HasZeros(kFormat);
@@ -200,16 +200,16 @@ __device__ __forceinline__ void StoreTile(
     unsigned char* stages, int& last_block) {
   const auto& flat = *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0]);
   const int thread = threadIdx.x - 128;
-  auto sync = [] { SyncThreads(1, 128 * kWgmmaConsumers); };
+  auto sync = [] { SyncThreads(1, 128 * Tile::kConsumers); };
   if (p.cluster_split > 0) {
-    static_assert(Tile::kAcc * 128 * kWgmmaConsumers * 4 <=
+    static_assert(Tile::kAcc * 128 * Tile::kConsumers * 4 <=
                       Tile::kStages * Tile::kStageBytes,
                   "the stages hold the cluster's partial sums");
-    FinishTileInCluster<true>(p, flat, thread, 128 * kWgmmaConsumers, sync,
+    FinishTileInCluster<true>(p, flat, thread, 128 * Tile::kConsumers, sync,
                               reinterpret_cast<float*>(stages),
                               ElementsOf<Tile>(p, tile));
   } else {
-    FinishTile<false>(p, tile, flat, thread, 128 * kWgmmaConsumers, sync,
+    FinishTile<false>(p, tile, flat, thread, 128 * Tile::kConsumers, sync,
                       last_block, ElementsOf<Tile>(p, tile));
   }
 }
@@ -356,7 +356,7 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
 }
 
 template <typename Tile>
-__global__ void __launch_bounds__(kWgmmaThreads, Tile::kBlocksPerSm)
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     WgmmaGemmKernel(const __grid_constant__ WgmmaParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char dynamic_shared[];
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, Tile::kBlocksPerSm)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
       InitBarrier(&full[s], 1);
-      InitBarrier(&empty[s], 128 * kWgmmaConsumers);
+      InitBarrier(&empty[s], 128 * Tile::kConsumers);
     }
     FenceBarrierInit();
   }
@@ -395,16 +395,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, Tile::kBlocksPerSm)
 // or 256); instantiated in that format's .cu file.
 template <WeightFormat kFormat, typename T, int kRows>
 KernelChoice ChooseWgmmaRows() {
-  // Up to 128 rows each consumer takes two 64-column tiles; at 256 one, to
-  // keep the accumulators in registers. Up to 32 rows, where the weight's
-  // stream dominates and the accumulators are few, two blocks share an SM,
-  // for twice the warps and stages in flight (0.89-0.95x the time of one on
-  // the large shapes of an H200, the same on the small ones).
-  using Tile =
-      WgmmaTile<kFormat, T, kRows, kRows <= 128 ? 2 : 1, kRows <= 32 ? 2 : 1>;
+  // Up to 64 rows each of two consumers takes two 64-column tiles. At 128
+  // rows four consumers take one each: twice the warps to cover the
+  // dequantization, 0.87-0.98x the time of two on an H100 (at 64 rows four
+  // took 0.93-1.08x). At 256 two take one each, to keep the accumulators in
+  // registers. Up to 32 rows, where the weight's stream dominates and the
+  // accumulators are few, two blocks share an SM, for twice the warps and
+  // stages in flight (0.89-0.95x the time of one on the large shapes of an
+  // H200, the same on the small ones).
+  constexpr int kConsumers = kRows == 128 ? 4 : 2;
+  using Tile = WgmmaTile<kFormat, T, kRows, kRows <= 64 ? 2 : 1, kConsumers,
+                         kRows <= 32 ? 2 : 1>;
   return {.wgmma_function = WgmmaGemmKernel<Tile>,
           .shared_bytes = Tile::kSharedBytes,
-          .threads = kWgmmaThreads,
+          .threads = Tile::kThreads,
           .rows = kRows,
           .columns = Tile::kColumns};
 }
