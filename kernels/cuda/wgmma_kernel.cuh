@@ -83,7 +83,8 @@ template <WeightFormat Format, typename Element, int Rows, int WeightTiles,
           int Consumers, int BlocksPerSm>
 struct WgmmaTile {
   static constexpr int kConsumers = Consumers;
-  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kBlocksPerSm = BlocksPerSm;
   // Registers per thread at launch, the launch bounds' share of the
   // register file (in eights, as setmaxnreg counts), and what the consumers
@@ -93,7 +94,7 @@ struct WgmmaTile {
       65536 / (kThreads * BlocksPerSm) / 8 * 8;
   static constexpr int kConsumerRegisters =
       (kLaunchRegisters * kThreads - 128 * kWgmmaProducerRegisters) /
-      (128 * kConsumers) / 8 * 8;
+      kConsumerThreads / 8 * 8;
   static constexpr WeightFormat kFormat = Format;
   using T = Element;  // of A: half or __nv_bfloat16
   static constexpr int kRows = Rows;
@@ -200,16 +201,16 @@ __device__ __forceinline__ void StoreTile(
     unsigned char* stages, int& last_block) {
   const auto& flat = *reinterpret_cast<const float(*)[Tile::kAcc]>(&acc[0][0]);
   const int thread = threadIdx.x - 128;
-  auto sync = [] { SyncThreads(1, 128 * Tile::kConsumers); };
+  auto sync = [] { SyncThreads(1, Tile::kConsumerThreads); };
   if (p.cluster_split > 0) {
-    static_assert(Tile::kAcc * 128 * Tile::kConsumers * 4 <=
+    static_assert(Tile::kAcc * Tile::kConsumerThreads * 4 <=
                       Tile::kStages * Tile::kStageBytes,
                   "the stages hold the cluster's partial sums");
-    FinishTileInCluster<true>(p, flat, thread, 128 * Tile::kConsumers, sync,
+    FinishTileInCluster<true>(p, flat, thread, Tile::kConsumerThreads, sync,
                               reinterpret_cast<float*>(stages),
                               ElementsOf<Tile>(p, tile));
   } else {
-    FinishTile<false>(p, tile, flat, thread, 128 * Tile::kConsumers, sync,
+    FinishTile<false>(p, tile, flat, thread, Tile::kConsumerThreads, sync,
                       last_block, ElementsOf<Tile>(p, tile));
   }
 }
@@ -373,7 +374,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
       InitBarrier(&full[s], 1);
-      InitBarrier(&empty[s], 128 * Tile::kConsumers);
+      InitBarrier(&empty[s], Tile::kConsumerThreads);
     }
     FenceBarrierInit();
   }
