@@ -37,7 +37,7 @@ struct PieceShape {
   int64_t steps;
 };
 
-// One word of the device layout per iteration: [N/16][K/64][lane][4] words,
+// One word of the device layout per iteration: [N/256][K/64][16][lane][4],
 // here those of `piece`. By device_layout.h, lane g * 4 + t's word for rows
 // 16 b .. 16 b + 15 of columns c and c + 8 (c = 16 block + g) takes byte t
 // (rows 2t and 2t + 1) of the four canonical words of word rows 2b, 2b + 1
@@ -71,9 +71,13 @@ __global__ void ArrangeCodes(const uint32_t* __restrict__ staged,
       arranged |= (byte & 0xfu) << (4 * m);
       arranged |= (byte >> 4) << (16 + 4 * m);
     }
-    codes[((col_block * k_steps + piece.first_step + step) * kLanes + lane) *
-              kWordsPerLane +
-          word] = arranged;
+    const int64_t span = col_block / kSpanBlocks;
+    codes[((((span * k_steps + piece.first_step + step) * kSpanBlocks +
+             col_block % kSpanBlocks) *
+                kLanes +
+            lane) *
+               kWordsPerLane +
+           word)] = arranged;
   }
 }
 

@@ -303,10 +303,12 @@ absl::StatusOr<WgmmaParams> MakeWgmmaParams(const DeviceGemm& gemm,
       CU_TENSOR_MAP_SWIZZLE_128B);
   if (!a_map.ok()) return a_map.status();
   wgmma.a_map = *a_map;
-  absl::StatusOr<CUtensorMap> codes_map = EncodeTensorMap<3>(
+  const auto span_blocks = static_cast<cuuint64_t>(kSpanBlocks);
+  absl::StatusOr<CUtensorMap> codes_map = EncodeTensorMap<4>(
       "the weight's codes", CU_TENSOR_MAP_DATA_TYPE_UINT32, gemm.b->codes(),
-      {128, k / kWgmmaStepK, padded_n / 16}, {512, k / kWgmmaStepK * 512},
-      {128, 1, blocks}, CU_TENSOR_MAP_SWIZZLE_NONE);
+      {128, span_blocks, k / kWgmmaStepK, padded_n / kTileN},
+      {512, span_blocks * 512, k / kWgmmaStepK * span_blocks * 512},
+      {128, blocks, 1, 1}, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!codes_map.ok()) return codes_map.status();
   wgmma.codes_map = *codes_map;
   absl::StatusOr<CUtensorMap> scales_map = EncodeTensorMap<2>(

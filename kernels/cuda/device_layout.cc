@@ -16,7 +16,12 @@ constexpr int kWordsPerLane = static_cast<int>(kTileK / kBlock);
 // `lane`: the row's 16-row block within its 64-row step picks the word.
 int64_t WordIndex(int64_t k, int64_t row, int64_t col_block, int lane) {
   const int64_t k_steps = k / kTileK;
-  return ((col_block * k_steps + row / kTileK) * 32 + lane) * kWordsPerLane +
+  const int64_t span = col_block / kSpanBlocks;
+  return (((span * k_steps + row / kTileK) * kSpanBlocks +
+           col_block % kSpanBlocks) *
+              32 +
+          lane) *
+             kWordsPerLane +
          (row % kTileK) / kBlock;
 }
 

@@ -203,8 +203,12 @@ __global__ void __launch_bounds__(kThreads)
   const int zero_piece = max(lane - 24, 0) * 8 + warp;
   const bool copies_zeros =
       kZeros && lane >= 24 && zero_piece < 4 * kZeroPieces;
-  // A warp's 16-column blocks lie this far apart in the codes.
-  const int64_t block_stride = static_cast<int64_t>(p.k_steps) * 64;
+  // The codes in lanes' 16-byte pieces (device_layout.h): a 16-column block
+  // has 32 per 64 rows of K, after the other blocks of its span, and a span
+  // has a stage's two 64-row steps one after the other.
+  constexpr int kBlockPieces = 32;
+  constexpr int kSpanPieces = kSpanBlocks * kBlockPieces;
+  const int64_t span_stride = static_cast<int64_t>(p.k_steps) * 2 * kSpanPieces;
 
   [[maybe_unused]] uint4 code_ring[kRegisterCodes ? kStages : 1][kNBlocks][2];
 
@@ -236,7 +240,9 @@ __global__ void __launch_bounds__(kThreads)
     const int n_tile = load_tile / p.tiles_m;
     load_rows = min(kRows, p.m - m_tile * kRows);
     const int first_block = (n_tile * kWarps + warp) * kNBlocks;
-    code_source = p.codes + first_block * block_stride + load_step * 64 + lane;
+    code_source = p.codes + first_block / kSpanBlocks * span_stride +
+                  load_step * 2 * kSpanPieces +
+                  first_block % kSpanBlocks * kBlockPieces + lane;
     a_source = static_cast<const T*>(p.a) +
                static_cast<int64_t>(m_tile * kRows) * p.k + load_step * kStepK;
     scale_source = p.scales + n_tile * kWarps * kNBlocks * 8 +
@@ -266,7 +272,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int nb = 0; nb < kNBlocks; ++nb) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const uint4* source = code_source + nb * block_stride + half * 32;
+        const uint4* source =
+            code_source + nb * kBlockPieces + half * kSpanPieces;
         if constexpr (kRegisterCodes) {
           code_ring[s][nb][half] = __ldcs(source);
         } else {
@@ -296,7 +303,7 @@ __global__ void __launch_bounds__(kThreads)
       ++load_tile;
       enter_tile();
     } else {
-      code_source += 64;
+      code_source += 2 * kSpanPieces;
       a_source += kStepK;
     }
   };

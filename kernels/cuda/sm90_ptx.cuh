@@ -55,7 +55,7 @@ __device__ __forceinline__ void WaitBarrier(uint64_t* barrier,
   } while (done == 0);
 }
 
-// The box of `map` at element (x, y) or (x, y, z) into shared memory,
+// The box of `map` at element (x, y) or (x, y, z, w) into shared memory,
 // completing on `barrier` with the whole box's bytes (elements outside the
 // tensor are 0).
 __device__ __forceinline__ void LoadTile2d(void* shared, const CUtensorMap* map,
@@ -67,13 +67,14 @@ __device__ __forceinline__ void LoadTile2d(void* shared, const CUtensorMap* map,
       "r"(SharedAddress(barrier))
       : "memory");
 }
-__device__ __forceinline__ void LoadTile3d(void* shared, const CUtensorMap* map,
-                                           int x, int y, int z,
+__device__ __forceinline__ void LoadTile4d(void* shared, const CUtensorMap* map,
+                                           int x, int y, int z, int w,
                                            uint64_t* barrier) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
-      "bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(SharedAddress(shared)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z),
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(
+          SharedAddress(shared)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w),
       "r"(SharedAddress(barrier))
       : "memory");
 }

@@ -38,6 +38,7 @@
 #include "format/dtype.h"
 #include "format/weight_format.h"
 #include "kernels/cuda/dequantize.cuh"
+#include "kernels/cuda/device_layout.h"
 #include "kernels/cuda/gemm_common.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
 
@@ -62,7 +63,8 @@ constexpr int WgmmaMinRows(WeightFormat format) {
 
 // The tensor maps of a launch (cuda_gemm.cu encodes them) and their boxes:
 //   a_map      A [M, K]: {kWgmmaStepK, rows}, 128-byte swizzle;
-//   codes_map  codes as u32 [padded_n / 16][K / 64][128]: {128, 1, blocks};
+//   codes_map  codes as u32 [padded_n / 256][K / 64][16][128]:
+//              {128, blocks, 1, 1};
 //   scales_map scales as u32 [groups][padded_n / 2]: {8 blocks, stage_groups};
 //   zeros_map  zero points as u16 [groups][padded_n / 2], the same box.
 // The codes, scales and zeros pointers of `p` are unused, as is `a`.
@@ -150,11 +152,14 @@ __device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
     WaitBarrier(&empty[s], ((i / Tile::kStages) & 1) ^ 1);
     unsigned char* stage = stages + s * Tile::kStageBytes;
     const int first_block = tile / p.tiles_m * Tile::kBlocks;
+    static_assert(kSpanBlocks % Tile::kBlocks == 0,
+                  "a tile's code blocks lie in one span");
     const int group = (step * Tile::kScaleRows) >> p.group_step_shift;
     ArriveExpectBytes(&full[s], bytes);
     LoadTile2d(stage, &params.a_map, step * kWgmmaStepK,
                tile % p.tiles_m * Tile::kRows, &full[s]);
-    LoadTile3d(stage + Tile::kABytes, &params.codes_map, 0, step, first_block,
+    LoadTile4d(stage + Tile::kABytes, &params.codes_map, 0,
+               first_block % kSpanBlocks, step, first_block / kSpanBlocks,
                &full[s]);
     LoadTile2d(stage + Tile::kScaleOffset, &params.scales_map, first_block * 8,
                group, &full[s]);

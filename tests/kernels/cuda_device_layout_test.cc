@@ -95,6 +95,33 @@ TEST_P(DeviceLayoutTest, HoldsEveryCodeScaleAndZeroWhereTheKernelsRead) {
   EXPECT_EQ(layout.zeros.empty(), !HasZeros(spec.format));
 }
 
+// The order device_layout.h gives, [N/256][K/64][16][lane][4], written out
+// here rather than through CodeAt: a thread block's share of 64 rows of K
+// is one piece, and the kernels' loads and tensor copies assume it.
+TEST(DeviceLayoutOrderTest, KeepsASpansBlocksTogetherForEach64RowsOfK) {
+  const WeightSpec spec{WeightFormat::kU4b8, 256, 600, 128};
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  const QuantizedWeight weight = RandomQuantizedWeight(spec, seed);
+  const DeviceLayout layout = MakeDeviceLayout(weight);
+  const int64_t k_steps = spec.k / kTileK;
+  for (int64_t row = 0; row < spec.k; ++row) {
+    for (int64_t col = 0; col < spec.n; ++col) {
+      const FragmentSlot slot = FragmentSlotOf(row % 16, col % 16);
+      const int64_t word =
+          (((col / kTileN * k_steps + row / kTileK) * kSpanBlocks +
+            col / 16 % kSpanBlocks) *
+               32 +
+           slot.lane) *
+              4 +
+          row % kTileK / 16;
+      ASSERT_EQ((layout.codes[word] >> (4 * slot.code)) & 0xfu,
+                weight.Code(row, col))
+          << "row " << row << " col " << col;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DeviceLayoutTest,
     ::testing::Values(WeightSpec{WeightFormat::kU4b8, 64, 16, 32},
