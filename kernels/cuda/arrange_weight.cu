@@ -71,13 +71,8 @@ __global__ void ArrangeCodes(const uint32_t* __restrict__ staged,
       arranged |= (byte & 0xfu) << (4 * m);
       arranged |= (byte >> 4) << (16 + 4 * m);
     }
-    const int64_t span = col_block / kSpanBlocks;
-    codes[((((span * k_steps + piece.first_step + step) * kSpanBlocks +
-             col_block % kSpanBlocks) *
-                kLanes +
-            lane) *
-               kWordsPerLane +
-           word)] = arranged;
+    codes[CodeWordIndex(k_steps, col_block, piece.first_step + step, lane,
+                        word)] = arranged;
   }
 }
 

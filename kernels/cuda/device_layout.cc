@@ -10,19 +10,12 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int64_t kBlock = 16;  // rows and columns of one fragment block
-constexpr int kWordsPerLane = static_cast<int>(kTileK / kBlock);
 
 // Index of the word holding B row `row` of column block `col_block` for
 // `lane`: the row's 16-row block within its 64-row step picks the word.
 int64_t WordIndex(int64_t k, int64_t row, int64_t col_block, int lane) {
-  const int64_t k_steps = k / kTileK;
-  const int64_t span = col_block / kSpanBlocks;
-  return (((span * k_steps + row / kTileK) * kSpanBlocks +
-           col_block % kSpanBlocks) *
-              32 +
-          lane) *
-             kWordsPerLane +
-         (row % kTileK) / kBlock;
+  return CodeWordIndex(k / kTileK, col_block, row / kTileK, lane,
+                       static_cast<int>(row % kTileK / kBlock));
 }
 
 FragmentSlot SlotOf(int64_t row, int64_t col) {

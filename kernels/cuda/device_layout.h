@@ -52,6 +52,19 @@ inline constexpr int64_t kTileK = 64;
 // 16-column blocks in a span of kTileN columns (see above).
 inline constexpr int64_t kSpanBlocks = kTileN / 16;
 
+// Where lane `lane`'s word `word` (its 16-row block of the step) of 64-row
+// step `step` of 16-column block `col_block` lies in the codes of a weight
+// of `k_steps` steps: the order above, for the host's layout and the GPU's.
+constexpr int64_t CodeWordIndex(int64_t k_steps, int64_t col_block,
+                                int64_t step, int lane, int word) {
+  return (((col_block / kSpanBlocks * k_steps + step) * kSpanBlocks +
+           col_block % kSpanBlocks) *
+              32 +
+          lane) *
+             (kTileK / 16) +
+         word;
+}
+
 // Position of code (row, col) of a 16 x 16 block: the lane that holds it and
 // the code's index within the lane's word (see above).
 struct FragmentSlot {
