@@ -105,21 +105,46 @@ __device__ __forceinline__ Iterations IterationsOf(const Params& p, int block) {
   return {begin, begin + p.iters_base + (shared < p.iters_extra ? 1 : 0)};
 }
 
+// How an epilogue stores C in its three types: a branch per type, or one
+// predicated store for all three. The wgmma kernel's epilogue, unrolled over
+// up to 128 sums a thread, takes the one store: a copy of it per type slowed
+// the main loop it follows (1.05-1.14x the time at M = 256 on an H200). The
+// mma.sync kernels keep the branches, with which their 8-row fused tiles fit
+// the 128 registers of two blocks per SM.
+enum class StoreCode { kBranchPerType, kPredicated };
+
+template <StoreCode kStoreCode>
 __device__ __forceinline__ void Store(const Params& p, int row, int col,
                                       float value) {
   if (row >= p.m || col >= p.n) return;
   const int64_t index = static_cast<int64_t>(row) * p.n + col;
   value *= p.output_scale;
-  switch (p.out) {
-    case OutType::kF16:
-      static_cast<half*>(p.c)[index] = __float2half_rn(value);
-      break;
-    case OutType::kBF16:
-      static_cast<__nv_bfloat16*>(p.c)[index] = __float2bfloat16_rn(value);
-      break;
-    case OutType::kF32:
-      static_cast<float*>(p.c)[index] = value;
-      break;
+  if constexpr (kStoreCode == StoreCode::kPredicated) {
+    const bool wide = p.out == OutType::kF32;
+    const uint16_t narrow =
+        p.out == OutType::kF16
+            ? __half_as_ushort(__float2half_rn(value))
+            : __bfloat16_as_ushort(__float2bfloat16_rn(value));
+    char* to = static_cast<char*>(p.c) + (index << (wide ? 2 : 1));
+    asm volatile(
+        "{\n.reg .pred wide;\n"
+        "setp.ne.u32 wide, %3, 0;\n"
+        "@wide st.global.b32 [%0], %1;\n"
+        "@!wide st.global.b16 [%0], %2;\n}\n" ::"l"(to),
+        "r"(__float_as_uint(value)), "h"(narrow),
+        "r"(static_cast<uint32_t>(wide)));
+  } else {
+    switch (p.out) {
+      case OutType::kF16:
+        static_cast<half*>(p.c)[index] = __float2half_rn(value);
+        break;
+      case OutType::kBF16:
+        static_cast<__nv_bfloat16*>(p.c)[index] = __float2bfloat16_rn(value);
+        break;
+      case OutType::kF32:
+        static_cast<float*>(p.c)[index] = value;
+        break;
+    }
   }
 }
 
@@ -151,10 +176,11 @@ struct Element {
 // partial sums, and the last of them stores those. With kSkipRowsPastM, fours
 // of accumulators whose rows are all past M (most of a tile of 8 or 16 rows at
 // M = 1) are not added: their partial sums stay zero; the wgmma kernel, at its
-// register limit, adds them all. `thread` of `threads` places each accumulator
-// in the partial sums; those threads call it together, `sync` is a barrier over
-// them, `last` a shared int.
-template <bool kSkipRowsPastM, int kAcc, typename Sync, typename ElementOf>
+// register limit, adds them all. kStoreCode is how it stores C. `thread` of
+// `threads` places each accumulator in the partial sums; those threads call it
+// together, `sync` is a barrier over them, `last` a shared int.
+template <bool kSkipRowsPastM, StoreCode kStoreCode, int kAcc, typename Sync,
+          typename ElementOf>
 __device__ __forceinline__ void FinishTile(const Params& p, int tile,
                                            const float (&acc)[kAcc], int thread,
                                            int threads, Sync sync, int& last,
@@ -162,64 +188,64 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
   const Iterations iterations = IterationsOf(p, static_cast<int>(blockIdx.x));
   const int tile_begin = tile * p.k_steps;
   const int tile_end = tile_begin + p.k_steps;
+  // The tile's sums: `acc` where this block ran all of the tile's
+  // iterations, else every block's partial sums, which the last block to add
+  // its own reads; one store loop for both keeps the kernels' code short.
+  float sums[kAcc];
   if (iterations.begin <= tile_begin && iterations.end >= tile_end) {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      const Element e = element(i);
-      Store(p, e.row, e.col, acc[i]);
+    for (int i = 0; i < kAcc; ++i) sums[i] = acc[i];
+  } else {
+    // Four sums of a thread at a time, warp by warp: a warp's accesses are
+    // 512 contiguous bytes, and one vector atomic adds four sums.
+    static_assert(kAcc % 4 == 0, "the partial sums go four at a time");
+    float* partials = p.partials + static_cast<int64_t>(tile) * kAcc * threads;
+    auto slot = [&](int i) {  // sums i .. i + 3
+      return reinterpret_cast<float4*>(partials +
+                                       ((thread / 32) * kAcc + i) * 32) +
+             thread % 32;
+    };
+    auto any_row_below_m = [&](int i) {
+      bool any = false;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) any = any || element(i + j).row < p.m;
+      return any;
+    };
+#pragma unroll
+    for (int i = 0; i < kAcc; i += 4) {
+      if (!kSkipRowsPastM || any_row_below_m(i)) {
+        AtomicAdd4(slot(i), acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+      }
     }
-    return;
-  }
-  // Four sums of a thread at a time, warp by warp: a warp's accesses are 512
-  // contiguous bytes, and one vector atomic adds four sums.
-  static_assert(kAcc % 4 == 0, "the partial sums go four at a time");
-  float* partials = p.partials + static_cast<int64_t>(tile) * kAcc * threads;
-  auto slot = [&](int i) {  // sums i .. i + 3
-    return reinterpret_cast<float4*>(partials +
-                                     ((thread / 32) * kAcc + i) * 32) +
-           thread % 32;
-  };
-  auto any_row_below_m = [&](int i) {
-    bool any = false;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) any = any || element(i + j).row < p.m;
-    return any;
-  };
-#pragma unroll
-  for (int i = 0; i < kAcc; i += 4) {
-    if (!kSkipRowsPastM || any_row_below_m(i)) {
-      AtomicAdd4(slot(i), acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+    __threadfence();
+    sync();
+    if (thread == 0) {
+      const int steps =
+          min(iterations.end, tile_end) - max(iterations.begin, tile_begin);
+      last = atomicAdd(p.counters + tile, steps) + steps == p.k_steps;
     }
-  }
-  __threadfence();
-  sync();
-  if (thread == 0) {
-    const int steps =
-        min(iterations.end, tile_end) - max(iterations.begin, tile_begin);
-    last = atomicAdd(p.counters + tile, steps) + steps == p.k_steps;
-  }
-  sync();
-  if (!last) return;
-  __threadfence();
-  // All loads before any store: C could alias the partial sums for all the
-  // compiler knows, and a load after each store would wait out L2 each time.
-  float4 sums[kAcc / 4];
+    sync();
+    if (!last) return;
+    __threadfence();
+    // All loads before any store: C could alias the partial sums for all
+    // the compiler knows, and a load after each store would wait out L2
+    // each time.
 #pragma unroll
-  for (int i = 0; i < kAcc; i += 4) {
-    sums[i / 4] = __ldcg(slot(i));
-    *slot(i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-#pragma unroll
-  for (int i = 0; i < kAcc; i += 4) {
-    const float sum[4] = {sums[i / 4].x, sums[i / 4].y, sums[i / 4].z,
-                          sums[i / 4].w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const Element e = element(i + j);
-      Store(p, e.row, e.col, sum[j]);
+    for (int i = 0; i < kAcc; i += 4) {
+      const float4 sum = __ldcg(slot(i));
+      *slot(i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      sums[i] = sum.x;
+      sums[i + 1] = sum.y;
+      sums[i + 2] = sum.z;
+      sums[i + 3] = sum.w;
     }
+    if (thread == 0) p.counters[tile] = 0;
   }
-  if (thread == 0) p.counters[tile] = 0;
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) {
+    const Element e = element(i);
+    Store<kStoreCode>(p, e.row, e.col, sums[i]);
+  }
 }
 
 // Thread block clusters (sm_90): the barrier over every thread of the
@@ -286,7 +312,7 @@ __device__ __forceinline__ void FinishTileInCluster(
     float sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < kMaxClusterSplit; ++r) sum += parts[r];
-    Store(p, e.row, e.col, sum);
+    Store<StoreCode::kBranchPerType>(p, e.row, e.col, sum);
   }
   SyncCluster();  // no block leaves while others read its sums
 }

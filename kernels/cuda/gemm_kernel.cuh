@@ -125,7 +125,7 @@ template <int kRowTiles, int kNBlocks>
 __device__ __forceinline__ void StoreTile(
     const Params& p, int tile, const float (&acc)[kRowTiles][kNBlocks][4],
     int& last_block) {
-  FinishTile<true>(
+  FinishTile<true, StoreCode::kBranchPerType>(
       p, tile, Flat(acc), threadIdx.x, kThreads, [] { __syncthreads(); },
       last_block, ElementsOf<kRowTiles, kNBlocks>(p, tile));
 }
@@ -137,9 +137,16 @@ constexpr int StageBytes(bool register_codes) {
                      ScaleBytesPerBlock<kScaleRows>() + kZeroBytesPerBlock);
 }
 
+// The 8-row tiles, which stream the weight, run two blocks per SM where
+// their registers fit the 128 that allows: bounded so, ptxas keeps them
+// there (the fused tile's registers drifted past 128 with unrelated epilogue
+// changes: one block per SM and 1.3x the time at M = 1). u4's fused tile
+// takes more for its zero points (150) and runs one block per SM rather than
+// spill.
 template <WeightFormat kFormat, typename T, int kRowTiles, int kNBlocks,
           bool kRegisterCodes, int kStages>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads,
+                                  kRowTiles == 1 && !HasZeros(kFormat) ? 2 : 1)
     GemmKernel(const __grid_constant__ Params p) {
   using P = Pair<T>;
   constexpr int kRows = 8 * kRowTiles;

@@ -215,8 +215,9 @@ __device__ __forceinline__ void StoreTile(
                               reinterpret_cast<float*>(stages),
                               ElementsOf<Tile>(p, tile));
   } else {
-    FinishTile<false>(p, tile, flat, thread, Tile::kConsumerThreads, sync,
-                      last_block, ElementsOf<Tile>(p, tile));
+    FinishTile<false, StoreCode::kPredicated>(
+        p, tile, flat, thread, Tile::kConsumerThreads, sync, last_block,
+        ElementsOf<Tile>(p, tile));
   }
 }
 
