@@ -209,13 +209,11 @@ TEST_F(SchedulerTest, OnTheGpuTheGpusRulesPickAndTheGpuRuleFillsIn) {
                       return KernelVariant::kFused;
                     });
   EXPECT_EQ(scheduler.table().isa(), "sm90");
-  // The built-in sm90 rules for fp4 g32, K=4096 N=14336.
-  GemmProblem fp4 = Problem(200, 14336);
-  fp4.format = WeightFormat::kFp4;
-  fp4.group_size = 32;
-  EXPECT_EQ(PickedName(scheduler, fp4), "double_buffered");
-  fp4.m = 2000;
-  EXPECT_EQ(PickedName(scheduler, fp4), "striped");
+  // The built-in sm90 rules for u4b8 g128, K=4096 N=14336.
+  GemmProblem u4b8 = Problem(200, 14336);
+  EXPECT_EQ(PickedName(scheduler, u4b8), "double_buffered");
+  u4b8.m = 4;
+  EXPECT_EQ(PickedName(scheduler, u4b8), "fused");
   EXPECT_TRUE(asked_m.empty());
   // No sm90 rules for u4, though the CPU's levels have some.
   GemmProblem u4 = Problem(1024, 14336);
