@@ -108,9 +108,9 @@ __device__ __forceinline__ Iterations IterationsOf(const Params& p, int block) {
 // How an epilogue stores C in its three types: a branch per type, or one
 // predicated store for all three. The wgmma kernel's epilogue, unrolled over
 // up to 128 sums a thread, takes the one store: a copy of it per type slowed
-// the main loop it follows (1.05-1.14x the time at M = 256 on an H200). The
-// mma.sync kernels keep the branches, with which their 8-row fused tiles fit
-// the 128 registers of two blocks per SM.
+// the main loop it follows (up to 1.14x the time at M = 256 on an H200). The
+// mma.sync kernels, with at most 64 sums a thread, keep the branches, the
+// form their register counts were measured with.
 enum class StoreCode { kBranchPerType, kPredicated };
 
 template <StoreCode kStoreCode>
