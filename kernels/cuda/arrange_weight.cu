@@ -13,9 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 8192;
-// Words of one lane per kTileK rows, and lanes per 16-column block.
-constexpr int64_t kWordsPerLane = 4;
-constexpr int64_t kLanes = 32;
 constexpr int64_t kWordRowsPerStep = kTileK / kCodesPerWord;
 
 struct HalfTable {

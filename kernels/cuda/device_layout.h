@@ -51,6 +51,9 @@ inline constexpr int64_t kTileN = 256;
 inline constexpr int64_t kTileK = 64;
 // 16-column blocks in a span of kTileN columns (see above).
 inline constexpr int64_t kSpanBlocks = kTileN / 16;
+// Lanes per 16-column block, and words of one lane per kTileK rows.
+inline constexpr int64_t kLanes = 32;
+inline constexpr int64_t kWordsPerLane = kTileK / 16;
 
 // Where lane `lane`'s word `word` (its 16-row block of the step) of 64-row
 // step `step` of 16-column block `col_block` lies in the codes of a weight
@@ -59,9 +62,9 @@ constexpr int64_t CodeWordIndex(int64_t k_steps, int64_t col_block,
                                 int64_t step, int lane, int word) {
   return (((col_block / kSpanBlocks * k_steps + step) * kSpanBlocks +
            col_block % kSpanBlocks) *
-              32 +
+              kLanes +
           lane) *
-             (kTileK / 16) +
+             kWordsPerLane +
          word;
 }
 
