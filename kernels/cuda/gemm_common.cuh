@@ -108,8 +108,9 @@ __device__ __forceinline__ Iterations IterationsOf(const Params& p, int block) {
 // How an epilogue stores C in its three types: a branch per type, or one
 // predicated store for all three. The wgmma kernel's epilogue, unrolled over
 // up to 128 sums a thread, takes the one store: a copy of it per type slowed
-// the main loop it follows (up to 1.14x the time at M = 256 on an H200). The
-// mma.sync kernels, with at most 64 sums a thread, keep the branches, the
+// the main loop it follows (up to 1.14x the time at M = 256 on an H200), as
+// does the cluster finish, which stores four sums per pass. FinishTile in the
+// mma.sync kernels, with at most 64 sums a thread, keeps the branches, the
 // form their register counts were measured with.
 enum class StoreCode { kBranchPerType, kPredicated };
 
@@ -217,16 +218,25 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
         AtomicAdd4(slot(i), acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
       }
     }
-    __threadfence();
+    // One thread counts the block's steps with release and acquire order,
+    // which the barriers carry to the others: the block's adds come before
+    // its count, and the other blocks' adds before the last one's reads.
+    // (A fence in every thread cost 2-4 % at M = 1 on an H100.)
     sync();
     if (thread == 0) {
       const int steps =
           min(iterations.end, tile_end) - max(iterations.begin, tile_begin);
-      last = atomicAdd(p.counters + tile, steps) + steps == p.k_steps;
+      int before;
+      asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], %2;\n"
+                   : "=r"(before)
+                   : "l"(p.counters + tile), "r"(steps)
+                   : "memory");
+      last = before + steps == p.k_steps;
     }
     sync();
-    if (!last) return;
-    __threadfence();
+    if (!last) {
+      return;
+    }
     // All loads before any store: C could alias the partial sums for all
     // the compiler knows, and a load after each store would wait out L2
     // each time.
@@ -250,7 +260,7 @@ __device__ __forceinline__ void FinishTile(const Params& p, int tile,
 
 // Thread block clusters (sm_90): the barrier over every thread of the
 // cluster, with release/acquire order for shared memory, this block's rank,
-// and a float of block `rank`'s shared memory at this block's `local`
+// and four floats of block `rank`'s shared memory at this block's `local`
 // address.
 __device__ __forceinline__ void SyncCluster() {
 #if __CUDA_ARCH__ >= 900
@@ -267,52 +277,73 @@ __device__ __forceinline__ int ClusterRank() {
 #endif
   return static_cast<int>(rank);
 }
-__device__ __forceinline__ float LoadFromClusterBlock(const float* local,
-                                                      int rank) {
-  float value = 0.0f;
+__device__ __forceinline__ float4 LoadFromClusterBlock(const float4* local,
+                                                       int rank) {
+  float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #if __CUDA_ARCH__ >= 900
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                : "=r"(remote)
                : "r"(SharedAddress(local)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
-               : "=f"(value)
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
                : "r"(remote));
 #endif
   return value;
 }
 
+// The first element of C in tile `tile` of `rows` x `columns`.
+__device__ __forceinline__ Element TileOrigin(const Params& p, int tile,
+                                              int rows, int columns) {
+  return {tile % p.tiles_m * rows, tile / p.tiles_m * columns};
+}
+
 // Finishes the tile of a block launched in a cluster of Params::cluster_split
 // blocks, one K slice of the tile each (see above), after the block's loop:
-// FinishTile's arguments, with `cluster_sums` kAcc * threads floats of shared
-// memory that the block no longer reads. Every thread of the block calls it.
-template <bool kSkipRowsPastM, int kAcc, typename Sync, typename ElementOf>
+// FinishTile's arguments, with the tile's first element `origin`, kColumns
+// its width, and `cluster_sums` kAcc * threads floats of shared memory that
+// the block no longer reads. Every thread of the block calls it. Each block
+// lays its sums out as the tile's rows; block r then adds and stores fours of
+// columns r, r + split, ... of the rows below M from every block in a fixed
+// order, one load of 16 bytes from each per four (a load per sum, one sum at
+// a time, took 2-2.5 us at M = 1 on an H100).
+template <int kColumns, int kAcc, typename Sync, typename ElementOf>
 __device__ __forceinline__ void FinishTileInCluster(
     const Params& p, const float (&acc)[kAcc], int thread, int threads,
-    Sync sync, float* cluster_sums, ElementOf element) {
+    Sync sync, float* cluster_sums, Element origin, ElementOf element) {
   sync();  // the last stage is read: its memory takes the sums
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) cluster_sums[i * threads + thread] = acc[i];
-  SyncCluster();
-  // Block r of the cluster adds and stores accumulators r, r + split, ...,
-  // loading from all blocks before adding, so that the loads overlap.
-  const int rank = ClusterRank();
-#pragma unroll 1
-  for (int i = rank; i < kAcc; i += p.cluster_split) {
+  for (int i = 0; i < kAcc; ++i) {
     const Element e = element(i);
-    if (kSkipRowsPastM && e.row >= p.m) continue;
-    float parts[kMaxClusterSplit];
+    cluster_sums[(e.row - origin.row) * kColumns + e.col - origin.col] = acc[i];
+  }
+  SyncCluster();
+  const int rows = min(p.m - origin.row, kAcc * threads / kColumns);
+  constexpr int kFours = kColumns / 4;
+  const float4* fours = reinterpret_cast<const float4*>(cluster_sums);
+#pragma unroll 1
+  for (int f = ClusterRank() * threads + thread; f < rows * kFours;
+       f += p.cluster_split * threads) {
+    float4 parts[kMaxClusterSplit];
 #pragma unroll
     for (int r = 0; r < kMaxClusterSplit; ++r) {
-      parts[r] =
-          r < p.cluster_split
-              ? LoadFromClusterBlock(&cluster_sums[i * threads + thread], r)
-              : 0.0f;
+      parts[r] = r < p.cluster_split ? LoadFromClusterBlock(&fours[f], r)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    float sum = 0.0f;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int r = 0; r < kMaxClusterSplit; ++r) sum += parts[r];
-    Store<StoreCode::kBranchPerType>(p, e.row, e.col, sum);
+    for (int r = 0; r < kMaxClusterSplit; ++r) {
+      sum[0] += parts[r].x;
+      sum[1] += parts[r].y;
+      sum[2] += parts[r].z;
+      sum[3] += parts[r].w;
+    }
+    const int row = origin.row + f / kFours;
+    const int col = origin.col + f % kFours * 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      Store<StoreCode::kPredicated>(p, row, col + j, sum[j]);
+    }
   }
   SyncCluster();  // no block leaves while others read its sums
 }

@@ -100,9 +100,9 @@ __device__ __forceinline__ auto ElementsOf(const Params& p, int tile) {
   constexpr int kColumns = kWarps * 16 * kNBlocks;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row0 = (tile % p.tiles_m) * kRows + (lane % 4) * 2;
-  const int col0 =
-      (tile / p.tiles_m) * kColumns + warp * 16 * kNBlocks + lane / 4;
+  const Element origin = TileOrigin(p, tile, kRows, kColumns);
+  const int row0 = origin.row + (lane % 4) * 2;
+  const int col0 = origin.col + warp * 16 * kNBlocks + lane / 4;
   return [=](int i) {
     const int rt = i / (kNBlocks * 4);
     const int nb = i / 4 % kNBlocks;
@@ -492,9 +492,11 @@ __global__ void __launch_bounds__(kThreads,
   if (in_cluster) {
     static_assert(sizeof(acc) * kThreads <= kStages * kStageBytes,
                   "the stages hold the cluster's partial sums");
-    FinishTileInCluster<true>(
+    constexpr int kColumns = kWarps * 16 * kNBlocks;
+    FinishTileInCluster<kColumns>(
         p, Flat(acc), tid, kThreads, [] { __syncthreads(); },
         reinterpret_cast<float*>(shared),
+        TileOrigin(p, first_tile, kRows, kColumns),
         ElementsOf<kRowTiles, kNBlocks>(p, first_tile));
   }
 }

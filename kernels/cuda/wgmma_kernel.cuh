@@ -185,9 +185,10 @@ __device__ __forceinline__ auto ElementsOf(const Params& p, int tile) {
   const int consumer = thread / 128;
   const int warp = thread / 32 % 4;
   const int lane = thread % 32;
-  const int row0 = tile % p.tiles_m * Tile::kRows + (lane % 4) * 2;
-  const int col0 = tile / p.tiles_m * Tile::kColumns +
-                   consumer * Tile::kWeightTiles * 64 + warp * 16 + lane / 4;
+  const Element origin = TileOrigin(p, tile, Tile::kRows, Tile::kColumns);
+  const int row0 = origin.row + (lane % 4) * 2;
+  const int col0 =
+      origin.col + consumer * Tile::kWeightTiles * 64 + warp * 16 + lane / 4;
   return [=](int i) {
     const int t = i / (Tile::kRows / 2);
     const int e = i % (Tile::kRows / 2);
@@ -211,9 +212,11 @@ __device__ __forceinline__ void StoreTile(
     static_assert(Tile::kAcc * Tile::kConsumerThreads * 4 <=
                       Tile::kStages * Tile::kStageBytes,
                   "the stages hold the cluster's partial sums");
-    FinishTileInCluster<true>(p, flat, thread, Tile::kConsumerThreads, sync,
-                              reinterpret_cast<float*>(stages),
-                              ElementsOf<Tile>(p, tile));
+    FinishTileInCluster<Tile::kColumns>(
+        p, flat, thread, Tile::kConsumerThreads, sync,
+        reinterpret_cast<float*>(stages),
+        TileOrigin(p, tile, Tile::kRows, Tile::kColumns),
+        ElementsOf<Tile>(p, tile));
   } else {
     FinishTile<false, StoreCode::kPredicated>(
         p, tile, flat, thread, Tile::kConsumerThreads, sync, last_block,
