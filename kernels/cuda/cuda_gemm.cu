@@ -40,28 +40,29 @@ int RowTilesFor(int64_t m) {
 
 template <WeightFormat kFormat>
 KernelChoice ChooseFor(KernelVariant variant, bool wgmma, DType a_dtype,
-                       int64_t m) {
+                       int64_t m, bool hopper) {
   if (wgmma) {
     return ChooseWgmmaKernel<kFormat>(
         a_dtype, static_cast<int>(std::min<int64_t>(m, 256)));
   }
   return ChooseFormatKernel<kFormat>(a_dtype, RowTilesFor(m),
-                                     variant == KernelVariant::kFused);
+                                     variant == KernelVariant::kFused, hopper);
 }
 
 KernelChoice Choose(KernelVariant variant, bool wgmma, WeightFormat format,
-                    DType a_dtype, int64_t m) {
+                    DType a_dtype, int64_t m, bool hopper) {
   switch (format) {
     // fp4's kernels run mxfp4 (KernelFormat).
     case WeightFormat::kFp4:
     case WeightFormat::kMxfp4:
-      return ChooseFor<WeightFormat::kFp4>(variant, wgmma, a_dtype, m);
+      return ChooseFor<WeightFormat::kFp4>(variant, wgmma, a_dtype, m, hopper);
     case WeightFormat::kNvfp4:
-      return ChooseFor<WeightFormat::kNvfp4>(variant, wgmma, a_dtype, m);
+      return ChooseFor<WeightFormat::kNvfp4>(variant, wgmma, a_dtype, m,
+                                             hopper);
     case WeightFormat::kU4b8:
-      return ChooseFor<WeightFormat::kU4b8>(variant, wgmma, a_dtype, m);
+      return ChooseFor<WeightFormat::kU4b8>(variant, wgmma, a_dtype, m, hopper);
     case WeightFormat::kU4:
-      return ChooseFor<WeightFormat::kU4>(variant, wgmma, a_dtype, m);
+      return ChooseFor<WeightFormat::kU4>(variant, wgmma, a_dtype, m, hopper);
   }
   return {};
 }
@@ -181,7 +182,8 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
                               const WeightSpec& spec, DType a_dtype,
                               const DeviceInfo& device) {
   Plan plan;
-  plan.kernel = Choose(variant, wgmma, spec.format, a_dtype, m);
+  plan.kernel = Choose(variant, wgmma, spec.format, a_dtype, m,
+                       device.compute_capability == 90);
   absl::StatusOr<int> blocks_per_sm = BlocksPerSm(plan.kernel);
   if (!blocks_per_sm.ok()) return blocks_per_sm.status();
   LaunchPlan& launch = plan.launch;

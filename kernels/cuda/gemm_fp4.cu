@@ -5,7 +5,8 @@
 
 namespace nibble::cuda::internal {
 
-template KernelChoice ChooseFormatKernel<WeightFormat::kFp4>(DType, int, bool);
+template KernelChoice ChooseFormatKernel<WeightFormat::kFp4>(DType, int, bool,
+                                                             bool);
 
 template KernelChoice ChooseWgmmaKernel<WeightFormat::kFp4>(DType, int);
 

@@ -502,9 +502,16 @@ __global__ void __launch_bounds__(kThreads,
 }
 
 // Enough bytes in flight to cover DRAM latency: three stages of 8 or 16 KB
-// of codes ahead of the one being multiplied.
+// of codes ahead of the one being multiplied. On Hopper, double_buffered's
+// 8-row tile, which does little but stream the weight, keeps five ahead
+// instead (128 KB of stages, more than GPUs of compute capability 8.6 and
+// 8.9 give a block: one block per SM): with it the fastest variant takes
+// 0.93-0.98x the time for u4b8 at M = 1-8 on three of the four shapes of
+// nibble-gpu-bench (fused stays the fastest on 28672 x 8192), fp4
+// 0.99-1.03x (H100, 2026-11-27); eight stages measured 1.00-1.04x.
 constexpr int kFusedStages = 4;
 constexpr int kPipelinedStages = 4;
+constexpr int kStreamingStages = 6;
 
 // Up to 32 rows, where the weight read dominates, each warp takes two
 // 16-column blocks, so that the per-stage work is spread over twice the
@@ -514,8 +521,21 @@ constexpr int NBlocksFor() {
   return kRowTiles <= 4 ? 2 : 1;
 }
 
+template <WeightFormat kFormat, typename T, int kRowTiles, int kStages>
+KernelChoice ChoosePipelined() {
+  constexpr int kNBlocks = NBlocksFor<kRowTiles>();
+  constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
+  return {
+      .function = GemmKernel<kFormat, T, kRowTiles, kNBlocks, false, kStages>,
+      .shared_bytes =
+          kStages * StageBytes<kRowTiles, kNBlocks, kScaleRows>(false),
+      .threads = kThreads,
+      .rows = 8 * kRowTiles,
+      .columns = kWarps * 16 * kNBlocks};
+}
+
 template <WeightFormat kFormat, typename T, int kRowTiles>
-KernelChoice ChooseStaged(bool register_codes) {
+KernelChoice ChooseStaged(bool register_codes, bool hopper) {
   constexpr int kNBlocks = NBlocksFor<kRowTiles>();
   constexpr int kColumns = kWarps * 16 * kNBlocks;
   constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
@@ -528,50 +548,49 @@ KernelChoice ChooseStaged(bool register_codes) {
             .rows = 8 * kRowTiles,
             .columns = kColumns};
   }
-  return {
-      .function =
-          GemmKernel<kFormat, T, kRowTiles, kNBlocks, false, kPipelinedStages>,
-      .shared_bytes =
-          kPipelinedStages * StageBytes<kRowTiles, kNBlocks, kScaleRows>(false),
-      .threads = kThreads,
-      .rows = 8 * kRowTiles,
-      .columns = kColumns};
+  if constexpr (kRowTiles == 1) {
+    if (hopper) return ChoosePipelined<kFormat, T, 1, kStreamingStages>();
+  }
+  return ChoosePipelined<kFormat, T, kRowTiles, kPipelinedStages>();
 }
 
 // `row_tiles` 8-row tiles: 1, 2, 4, 8 or 16.
 template <WeightFormat kFormat, typename T>
-KernelChoice ChooseTiles(int row_tiles, bool register_codes) {
+KernelChoice ChooseTiles(int row_tiles, bool register_codes, bool hopper) {
   switch (row_tiles) {
     case 1:
-      return ChooseStaged<kFormat, T, 1>(register_codes);
+      return ChooseStaged<kFormat, T, 1>(register_codes, hopper);
     case 2:
-      return ChooseStaged<kFormat, T, 2>(register_codes);
+      return ChooseStaged<kFormat, T, 2>(register_codes, hopper);
     case 4:
-      return ChooseStaged<kFormat, T, 4>(register_codes);
+      return ChooseStaged<kFormat, T, 4>(register_codes, hopper);
     case 8:
-      return ChooseStaged<kFormat, T, 8>(register_codes);
+      return ChooseStaged<kFormat, T, 8>(register_codes, hopper);
     default:
-      return ChooseStaged<kFormat, T, 16>(register_codes);
+      return ChooseStaged<kFormat, T, 16>(register_codes, hopper);
   }
 }
 
 // The kernel for one format; instantiated in that format's .cu file.
+// `hopper`: the GPU runs the sm_90a code (compute capability 9.0).
 template <WeightFormat kFormat>
 KernelChoice ChooseFormatKernel(DType a_dtype, int row_tiles,
-                                bool register_codes) {
+                                bool register_codes, bool hopper) {
   return a_dtype == DType::kBF16
-             ? ChooseTiles<kFormat, __nv_bfloat16>(row_tiles, register_codes)
-             : ChooseTiles<kFormat, half>(row_tiles, register_codes);
+             ? ChooseTiles<kFormat, __nv_bfloat16>(row_tiles, register_codes,
+                                                   hopper)
+             : ChooseTiles<kFormat, half>(row_tiles, register_codes, hopper);
 }
 
 extern template KernelChoice ChooseFormatKernel<WeightFormat::kFp4>(DType, int,
-                                                                    bool);
+                                                                    bool, bool);
 extern template KernelChoice ChooseFormatKernel<WeightFormat::kU4b8>(DType, int,
+                                                                     bool,
                                                                      bool);
 extern template KernelChoice ChooseFormatKernel<WeightFormat::kU4>(DType, int,
-                                                                   bool);
+                                                                   bool, bool);
 extern template KernelChoice ChooseFormatKernel<WeightFormat::kNvfp4>(DType,
-                                                                      int,
+                                                                      int, bool,
                                                                       bool);
 
 }  // namespace nibble::cuda::internal

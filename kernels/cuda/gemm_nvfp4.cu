@@ -5,7 +5,7 @@
 
 namespace nibble::cuda::internal {
 
-template KernelChoice ChooseFormatKernel<WeightFormat::kNvfp4>(DType, int,
+template KernelChoice ChooseFormatKernel<WeightFormat::kNvfp4>(DType, int, bool,
                                                                bool);
 
 template KernelChoice ChooseWgmmaKernel<WeightFormat::kNvfp4>(DType, int);

@@ -5,7 +5,8 @@
 
 namespace nibble::cuda::internal {
 
-template KernelChoice ChooseFormatKernel<WeightFormat::kU4b8>(DType, int, bool);
+template KernelChoice ChooseFormatKernel<WeightFormat::kU4b8>(DType, int, bool,
+                                                              bool);
 
 template KernelChoice ChooseWgmmaKernel<WeightFormat::kU4b8>(DType, int);
 
