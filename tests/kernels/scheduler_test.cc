@@ -209,8 +209,9 @@ TEST_F(SchedulerTest, OnTheGpuTheGpusRulesPickAndTheGpuRuleFillsIn) {
                       return KernelVariant::kFused;
                     });
   EXPECT_EQ(scheduler.table().isa(), "sm90");
-  // The built-in sm90 rules for u4b8 g128, K=4096 N=14336.
-  GemmProblem u4b8 = Problem(200, 14336);
+  // The built-in sm90 rules for u4b8 g128, K=28672 N=8192.
+  GemmProblem u4b8 = Problem(200, 8192);
+  u4b8.k = 28672;
   EXPECT_EQ(PickedName(scheduler, u4b8), "double_buffered");
   u4b8.m = 4;
   EXPECT_EQ(PickedName(scheduler, u4b8), "fused");
