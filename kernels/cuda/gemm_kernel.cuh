@@ -504,7 +504,7 @@ __global__ void __launch_bounds__(kThreads,
 // Enough bytes in flight to cover DRAM latency: three stages of 8 or 16 KB
 // of codes ahead of the one being multiplied. On Hopper, double_buffered's
 // 8-row tile, which does little but stream the weight, keeps five ahead
-// instead (128 KB of stages, more than GPUs of compute capability 8.6 and
+// instead (126 KB of stages, more than GPUs of compute capability 8.6 and
 // 8.9 give a block: one block per SM): with it the fastest variant takes
 // 0.93-0.98x the time for u4b8 at M = 1-8 on three of the four shapes of
 // nibble-gpu-bench (fused stays the fastest on 28672 x 8192), fp4
