@@ -137,16 +137,39 @@ constexpr int StageBytes(bool register_codes) {
                      ScaleBytesPerBlock<kScaleRows>() + kZeroBytesPerBlock);
 }
 
+// Enough bytes in flight to cover DRAM latency: three stages of 8 or 16 KB
+// of codes ahead of the one being multiplied. On Hopper, double_buffered's
+// 8-row tile, which does little but stream the weight, keeps five ahead
+// instead (126 KB of stages, more than GPUs of compute capability 8.6 and
+// 8.9 give a block: one block per SM): with it the fastest variant takes
+// 0.93-0.98x the time for u4b8 at M = 1-8 on three of the four shapes of
+// nibble-gpu-bench (fused stays the fastest on 28672 x 8192), fp4
+// 0.99-1.03x (H100, 2026-11-27); eight stages measured 1.00-1.04x. fp4's
+// fused 8-row tile, whose dequantization takes more instructions, gains
+// the same way from six register stages at one block per SM (0.92-0.95x its
+// time, H100, 2026-11-27), u4b8's loses (1.10-1.28x).
+constexpr int kFusedStages = 4;
+constexpr int kPipelinedStages = 4;
+constexpr int kStreamingStages = 6;
+
 // The 8-row tiles, which stream the weight, run two blocks per SM where
 // their registers fit the 128 that allows: bounded so, ptxas keeps them
 // there (the fused tile's registers drifted past 128 with unrelated epilogue
 // changes: one block per SM and 1.3x the time at M = 1). u4's fused tile
 // takes more for its zero points (150) and runs one block per SM rather than
-// spill.
+// spill, as does a fused tile of six stages, whose ring takes 96.
+constexpr int MinBlocksPerSm(WeightFormat format, int row_tiles,
+                             bool register_codes, int stages) {
+  return row_tiles == 1 && !HasZeros(format) &&
+                 !(register_codes && stages > kFusedStages)
+             ? 2
+             : 1;
+}
 template <WeightFormat kFormat, typename T, int kRowTiles, int kNBlocks,
           bool kRegisterCodes, int kStages>
 __global__ void __launch_bounds__(kThreads,
-                                  kRowTiles == 1 && !HasZeros(kFormat) ? 2 : 1)
+                                  MinBlocksPerSm(kFormat, kRowTiles,
+                                                 kRegisterCodes, kStages))
     GemmKernel(const __grid_constant__ Params p) {
   using P = Pair<T>;
   constexpr int kRows = 8 * kRowTiles;
@@ -501,18 +524,6 @@ __global__ void __launch_bounds__(kThreads,
   }
 }
 
-// Enough bytes in flight to cover DRAM latency: three stages of 8 or 16 KB
-// of codes ahead of the one being multiplied. On Hopper, double_buffered's
-// 8-row tile, which does little but stream the weight, keeps five ahead
-// instead (126 KB of stages, more than GPUs of compute capability 8.6 and
-// 8.9 give a block: one block per SM): with it the fastest variant takes
-// 0.93-0.98x the time for u4b8 at M = 1-8 on three of the four shapes of
-// nibble-gpu-bench (fused stays the fastest on 28672 x 8192), fp4
-// 0.99-1.03x (H100, 2026-11-27); eight stages measured 1.00-1.04x.
-constexpr int kFusedStages = 4;
-constexpr int kPipelinedStages = 4;
-constexpr int kStreamingStages = 6;
-
 // Up to 32 rows, where the weight read dominates, each warp takes two
 // 16-column blocks, so that the per-stage work is spread over twice the
 // bytes; above, one, to keep the accumulators in registers.
@@ -521,14 +532,16 @@ constexpr int NBlocksFor() {
   return kRowTiles <= 4 ? 2 : 1;
 }
 
-template <WeightFormat kFormat, typename T, int kRowTiles, int kStages>
-KernelChoice ChoosePipelined() {
+template <WeightFormat kFormat, typename T, int kRowTiles, bool kRegisterCodes,
+          int kStages>
+KernelChoice ChooseStagedKernel() {
   constexpr int kNBlocks = NBlocksFor<kRowTiles>();
   constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   return {
-      .function = GemmKernel<kFormat, T, kRowTiles, kNBlocks, false, kStages>,
+      .function =
+          GemmKernel<kFormat, T, kRowTiles, kNBlocks, kRegisterCodes, kStages>,
       .shared_bytes =
-          kStages * StageBytes<kRowTiles, kNBlocks, kScaleRows>(false),
+          kStages * StageBytes<kRowTiles, kNBlocks, kScaleRows>(kRegisterCodes),
       .threads = kThreads,
       .rows = 8 * kRowTiles,
       .columns = kWarps * 16 * kNBlocks};
@@ -536,22 +549,18 @@ KernelChoice ChoosePipelined() {
 
 template <WeightFormat kFormat, typename T, int kRowTiles>
 KernelChoice ChooseStaged(bool register_codes, bool hopper) {
-  constexpr int kNBlocks = NBlocksFor<kRowTiles>();
-  constexpr int kColumns = kWarps * 16 * kNBlocks;
-  constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   if (register_codes) {
-    return {.function =
-                GemmKernel<kFormat, T, kRowTiles, kNBlocks, true, kFusedStages>,
-            .shared_bytes = kFusedStages *
-                            StageBytes<kRowTiles, kNBlocks, kScaleRows>(true),
-            .threads = kThreads,
-            .rows = 8 * kRowTiles,
-            .columns = kColumns};
+    if constexpr (kRowTiles == 1 && kFormat == WeightFormat::kFp4) {
+      if (hopper)
+        return ChooseStagedKernel<kFormat, T, 1, true, kStreamingStages>();
+    }
+    return ChooseStagedKernel<kFormat, T, kRowTiles, true, kFusedStages>();
   }
   if constexpr (kRowTiles == 1) {
-    if (hopper) return ChoosePipelined<kFormat, T, 1, kStreamingStages>();
+    if (hopper)
+      return ChooseStagedKernel<kFormat, T, 1, false, kStreamingStages>();
   }
-  return ChoosePipelined<kFormat, T, kRowTiles, kPipelinedStages>();
+  return ChooseStagedKernel<kFormat, T, kRowTiles, false, kPipelinedStages>();
 }
 
 // `row_tiles` 8-row tiles: 1, 2, 4, 8 or 16.
