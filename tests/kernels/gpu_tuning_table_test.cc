@@ -187,8 +187,7 @@ TEST(BuiltInGpuTableTest, FollowsTheH100Measurements) {
   // u4b8 g128, K=8192 N=28672: double_buffered at M = 1 (49.9 us against
   // fused's 51.1), 16 (54.1 against striped's 60.6) and 1024 (766.7
   // against 806.2).
-  EXPECT_THAT(table.Lookup(Problem(1, 8192, 28672)),
-              Optional(kDoubleBuffered));
+  EXPECT_THAT(table.Lookup(Problem(1, 8192, 28672)), Optional(kDoubleBuffered));
   EXPECT_THAT(table.Lookup(Problem(16, 8192, 28672)),
               Optional(kDoubleBuffered));
   EXPECT_THAT(table.Lookup(Problem(1024, 8192, 28672)),
@@ -196,8 +195,7 @@ TEST(BuiltInGpuTableTest, FollowsTheH100Measurements) {
   // K=28672 N=8192: fused up to M = 8 (49.4 us at M = 1 against
   // double_buffered's 50.5), double_buffered from 9.
   EXPECT_THAT(table.Lookup(Problem(1, 28672, 8192)), Optional(kFused));
-  EXPECT_THAT(table.Lookup(Problem(9, 28672, 8192)),
-              Optional(kDoubleBuffered));
+  EXPECT_THAT(table.Lookup(Problem(9, 28672, 8192)), Optional(kDoubleBuffered));
   // K=4096 N=14336 at M = 1024: double_buffered (194.2 us against striped's
   // 197.5).
   EXPECT_THAT(table.Lookup(Problem(1024, 4096, 14336)),
