@@ -158,6 +158,8 @@ constexpr int kStreamingStages = 6;
 // changes: one block per SM and 1.3x the time at M = 1). u4's fused tile
 // takes more for its zero points (150) and runs one block per SM rather than
 // spill, as does a fused tile of six stages, whose ring takes 96.
+// double_buffered's six-stage tile keeps the bound of two, the registers it
+// was measured with, though its shared memory leaves room for one block.
 constexpr int MinBlocksPerSm(WeightFormat format, int row_tiles,
                              bool register_codes, int stages) {
   return row_tiles == 1 && !HasZeros(format) &&
