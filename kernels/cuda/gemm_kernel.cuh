@@ -90,6 +90,9 @@ __device__ __forceinline__ void LoadMatrixPair(uint32_t (&a)[4],
                : "r"(SharedAddress(shared)));
 }
 
+// Columns of a tile whose warps take `n_blocks` 16-column blocks each.
+constexpr int TileColumns(int n_blocks) { return kWarps * 16 * n_blocks; }
+
 // Where a block's accumulators of tile `tile` go in C: acc[rt][nb][r], that
 // is accumulator (rt * kNBlocks + nb) * 4 + r, is row 8 rt + 2 (lane % 4)
 // (+ 1 for odd r) of the tile and column lane / 4 (+ 8 for r >= 2) of the
@@ -97,7 +100,7 @@ __device__ __forceinline__ void LoadMatrixPair(uint32_t (&a)[4],
 template <int kRowTiles, int kNBlocks>
 __device__ __forceinline__ auto ElementsOf(const Params& p, int tile) {
   constexpr int kRows = 8 * kRowTiles;
-  constexpr int kColumns = kWarps * 16 * kNBlocks;
+  constexpr int kColumns = TileColumns(kNBlocks);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const Element origin = TileOrigin(p, tile, kRows, kColumns);
@@ -517,7 +520,7 @@ __global__ void __launch_bounds__(kThreads,
   if (in_cluster) {
     static_assert(sizeof(acc) * kThreads <= kStages * kStageBytes,
                   "the stages hold the cluster's partial sums");
-    constexpr int kColumns = kWarps * 16 * kNBlocks;
+    constexpr int kColumns = TileColumns(kNBlocks);
     FinishTileInCluster<kColumns>(
         p, Flat(acc), tid, kThreads, [] { __syncthreads(); },
         reinterpret_cast<float*>(shared),
@@ -546,7 +549,7 @@ KernelChoice ChooseStagedKernel() {
           kStages * StageBytes<kRowTiles, kNBlocks, kScaleRows>(kRegisterCodes),
       .threads = kThreads,
       .rows = 8 * kRowTiles,
-      .columns = kWarps * 16 * kNBlocks};
+      .columns = TileColumns(kNBlocks)};
 }
 
 template <WeightFormat kFormat, typename T, int kRowTiles>
