@@ -335,10 +335,14 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
   int tile = iterations.begin / p.k_steps;
   int step = iterations.begin % p.k_steps;
   // Iteration iterations.begin + i; the loop keeps only i and the count, to
-  // spare the registers (FinishTile takes the range again).
+  // spare the registers (FinishTile takes the range again). It leaves only
+  // from a tile's end, where every MMA has finished: with the count tested
+  // at its foot, ptxas put a wait for every MMA there, in every iteration
+  // (0.96-0.99x the time without it, M = 16-1024, H100).
   const int count = iterations.end - iterations.begin;
+  if (count == 0) return;
 #pragma unroll 1
-  for (int i = 0; i < count; ++i) {
+  for (int i = 0;; ++i) {
     const int s = i % Tile::kStages;
     WaitBarrier(&full[s], (i / Tile::kStages) & 1);
     const unsigned char* stage = stages + s * Tile::kStageBytes;
@@ -358,6 +362,7 @@ __device__ __forceinline__ void ConsumeStages(const Params& p,
       ArriveBarrier(&empty[s]);
       in_flight = -1;
       StoreTile<Tile>(p, tile, acc, stages, last_block);
+      if (i + 1 == count) return;
       clear();
       step = 0;
       ++tile;
