@@ -483,7 +483,7 @@ KernelVariant PreferredVariant(const GemmProblem& problem) {
   // it has a rule. Before Hopper, above 64 rows, fused keeps the codes out
   // of shared memory, which the larger A tile needs.
   absl::StatusOr<DeviceInfo> device = CurrentDevice();
-  if (device.ok() && device->compute_capability == 90) {
+  if (device.ok() && RunsSm90a(device->compute_capability)) {
     return KernelVariant::kDoubleBuffered;
   }
   return problem.m <= 64 ? KernelVariant::kStriped : KernelVariant::kFused;

@@ -183,7 +183,7 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
                               const DeviceInfo& device) {
   Plan plan;
   plan.kernel = Choose(variant, wgmma, spec.format, a_dtype, m,
-                       device.compute_capability == 90);
+                       RunsSm90a(device.compute_capability));
   absl::StatusOr<int> blocks_per_sm = BlocksPerSm(plan.kernel);
   if (!blocks_per_sm.ok()) return blocks_per_sm.status();
   LaunchPlan& launch = plan.launch;
@@ -215,7 +215,8 @@ absl::StatusOr<Plan> MakePlan(KernelVariant variant, bool wgmma, int64_t m,
     }
     // Only the sm_90a code has the cluster path (gemm_common.cuh), for
     // launches whose blocks all share tiles.
-    if (split > 1 && launch.tiles < slots && device.compute_capability == 90) {
+    if (split > 1 && launch.tiles < slots &&
+        RunsSm90a(device.compute_capability)) {
       const int64_t cluster =
           ClusterSplit(plan.kernel, split, launch.steps_per_tile, launch.tiles);
       if (cluster > 0) split = launch.cluster_split = cluster;
@@ -427,7 +428,7 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
 
 bool UsesWgmma(KernelVariant variant, WeightFormat format, int64_t m,
                int compute_capability) {
-  return compute_capability == 90 && variant != KernelVariant::kFused &&
+  return RunsSm90a(compute_capability) && variant != KernelVariant::kFused &&
          m >= internal::WgmmaMinRows(internal::KernelFormat(format));
 }
 

@@ -153,6 +153,13 @@ struct DeviceGemm {
 absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
                         cudaStream_t stream);
 
+// Whether a GPU of `compute_capability` runs the sm_90a code (the wgmma
+// kernel, thread block clusters, the Hopper tile choices): 9.0 only, since
+// sm_90a's instructions run on no other.
+constexpr bool RunsSm90a(int compute_capability) {
+  return compute_capability == 90;
+}
+
 // e.g. "fused_u4b8_sm90": variant, format and the architecture it runs.
 std::string KernelName(KernelVariant variant, WeightFormat format,
                        int compute_capability);
