@@ -153,18 +153,20 @@ void NibbleClient::PrepareContext(grpc::ClientContext& context) const {
 }
 
 absl::StatusOr<v1::WeightInfo> NibbleClient::Upload(
-    const QuantizedWeight& weight, absl::string_view name) {
+    const QuantizedWeight& weight, absl::string_view name,
+    std::optional<int> gpu) {
   if (absl::Status status = weight.Validate(); !status.ok()) return status;
-  return UploadBytes(BytesOf(weight), name);
+  return UploadBytes(BytesOf(weight), name, gpu);
 }
 
 absl::StatusOr<v1::WeightInfo> NibbleClient::UploadBytes(
-    const WeightBytes& weight, absl::string_view name) {
+    const WeightBytes& weight, absl::string_view name, std::optional<int> gpu) {
   if (absl::Status status = weight.CheckSizes(); !status.ok()) return status;
   v1::UploadWeightRequest header;
   client::FillWeightHeader(name, weight.spec, weight.activation_order,
                            header.mutable_header());
   header.mutable_header()->set_code_layout(client::ToProto(weight.layout));
+  if (gpu.has_value()) header.mutable_header()->set_gpu(*gpu);
   return SendUpload(header, {{v1::WEIGHT_TENSOR_QWEIGHT, weight.qweight},
                              {v1::WEIGHT_TENSOR_SCALES, weight.scales},
                              {v1::WEIGHT_TENSOR_ZEROS, weight.zeros}});

@@ -87,17 +87,20 @@ class NibbleClient {
 
   // Streams the header, then qweight, scales and zeros in slices of at most
   // kMaxUploadChunkBytes. Fails with InvalidArgument before sending anything
-  // when the weight does not match its spec.
+  // when the weight does not match its spec. `gpu` keeps the weight on that
+  // GPU of the server's (WeightHeader.gpu); unset lets the server place it.
   absl::StatusOr<v1::WeightInfo> Upload(const QuantizedWeight& weight,
-                                        absl::string_view name);
+                                        absl::string_view name,
+                                        std::optional<int> gpu = std::nullopt);
   // Upload for a weight's tensors as bytes, in the canonical layout or, for
   // formats with HasColumnLayout, the column layout (CODE_LAYOUT_COLUMNS): a
   // checkpoint's bytes go out as the file holds them, without a copy or a
   // transpose. Fails with InvalidArgument before sending anything when a
   // tensor's size or the layout does not suit the spec; the server checks the
   // values.
-  absl::StatusOr<v1::WeightInfo> UploadBytes(const WeightBytes& weight,
-                                             absl::string_view name);
+  absl::StatusOr<v1::WeightInfo> UploadBytes(
+      const WeightBytes& weight, absl::string_view name,
+      std::optional<int> gpu = std::nullopt);
 
   // C = A · dequant(B) on the resident weight `name`; `a` holds A [m, K]
   // row-major as little-endian `dtype` elements. `precision` is the

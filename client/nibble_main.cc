@@ -65,6 +65,9 @@ ABSL_FLAG(std::optional<std::string>, zeros, std::nullopt,
 ABSL_FLAG(std::optional<uint64_t>, random, std::nullopt,
           "seed of a random weight used instead of files; for matmul --check "
           "the seed the weight was uploaded with");
+ABSL_FLAG(std::optional<int>, gpu, std::nullopt,
+          "the server's GPU to keep the weight on (its device ordinal, as "
+          "`nibble list` shows them); unset lets the server place it");
 ABSL_FLAG(std::optional<int64_t>, m, std::nullopt, "rows of A");
 ABSL_FLAG(std::optional<std::string>, dtype, std::nullopt,
           "type of A and C: f32, f16 or bf16");
@@ -176,8 +179,9 @@ void PrintWeightInfo(const v1::WeightInfo& info) {
   }
   std::cout << "bytes:  " << info.canonical_bytes() << " canonical, "
             << info.resident_bytes() << " resident";
-  if (info.gpu_bytes() > 0)
-    std::cout << ", " << info.gpu_bytes() << " on the GPU";
+  if (info.gpu_bytes() > 0) {
+    std::cout << ", " << info.gpu_bytes() << " on GPU " << info.gpu();
+  }
   std::cout << "\n";
 }
 
@@ -228,7 +232,8 @@ int RunUpload(NibbleClient& client) {
   }
   absl::StatusOr<QuantizedWeight> weight = LoadWeight(*spec, **source);
   if (!weight.ok()) return Failure(weight.status().message());
-  absl::StatusOr<v1::WeightInfo> info = client.Upload(*weight, *name);
+  absl::StatusOr<v1::WeightInfo> info =
+      client.Upload(*weight, *name, absl::GetFlag(FLAGS_gpu));
   if (!info.ok()) {
     return RpcFailure(absl::StrCat("upload of \"", *name, "\""), info.status());
   }
@@ -381,15 +386,16 @@ int RunMatmul(NibbleClient& client) {
 int RunList(NibbleClient& client) {
   absl::StatusOr<std::vector<v1::WeightInfo>> weights = client.ListWeights();
   if (!weights.ok()) return RpcFailure("listing weights", weights.status());
-  std::vector<std::vector<std::string>> rows = {{"NAME", "FORMAT", "K", "N",
-                                                 "GROUP", "BYTES", "RESIDENT",
-                                                 "GPU", "ACT_ORDER"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "FORMAT", "K", "N", "GROUP", "BYTES", "RESIDENT", "GPU_BYTES",
+       "ON", "ACT_ORDER"}};
   for (const v1::WeightInfo& info : *weights) {
     rows.push_back(
         {info.name(), FormatName(info.format()), absl::StrCat(info.k()),
          absl::StrCat(info.n()), absl::StrCat(info.group_size()),
          absl::StrCat(info.canonical_bytes()),
          absl::StrCat(info.resident_bytes()), absl::StrCat(info.gpu_bytes()),
+         info.gpu_bytes() > 0 ? absl::StrCat("gpu", info.gpu()) : "cpu",
          info.activation_order() ? "yes" : "no"});
   }
   std::vector<size_t> widths(rows[0].size(), 0);
@@ -553,7 +559,7 @@ constexpr Subcommand kSubcommands[] = {
     {"upload", "Upload a weight from its canonical files, or a random one.",
      "--name NAME --format FORMAT --k K --n N --group G\n"
      "[--global_scale S] (--qweight FILE --scales FILE [--zeros FILE] |\n"
-     "--random SEED)",
+     "--random SEED) [--gpu N]",
      RunUpload},
     {"matmul",
      "Compute C = A * dequant(B) on a resident weight; --check compares C\n"

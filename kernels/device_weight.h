@@ -22,6 +22,9 @@ class DeviceWeight {
   virtual const WeightSpec& spec() const = 0;
   // Bytes of accelerator memory the weight holds.
   virtual int64_t device_bytes() const = 0;
+  // Which of the backend's devices holds it: for CUDA, the GPU's device
+  // ordinal as this process sees them (CUDA_VISIBLE_DEVICES applied).
+  virtual int device() const = 0;
 };
 
 }  // namespace nibble

@@ -6,8 +6,8 @@
 // (GemmProblem::activation_precision) never runs. The
 // table answers with the rules of the first ISA level among the kernels' (in
 // their order: cpu::CpuKernels lists the CPU's own level first, then the ones
-// below; the CUDA kernels' level is their GPU's, and cuda::ForThisGpu leaves
-// a table only that level's rules) that it has rules for. Where the table has
+// below; the CUDA kernels' level is their GPU's, and cuda::ForGpu leaves a
+// table only that level's rules) that it has rules for. Where the table has
 // no rule, a rule function
 // given at construction decides (an accelerator backend's, by shape and
 // device), or by default M alone.
@@ -22,8 +22,10 @@
 //       nibble::cuda::CudaKernels();
 //   kernels.insert(kernels.end(), cpu_kernels.begin(), cpu_kernels.end());
 //   nibble::Scheduler gpu_scheduler(
-//       std::move(kernels), nibble::cuda::ForThisGpu(table),
-//       nibble::cuda::PreferredVariant);
+//       std::move(kernels), nibble::cuda::ForGpu(table, 0),
+//       [](const nibble::GemmProblem& problem) {
+//         return nibble::cuda::PreferredVariant(problem, 0);
+//       });
 #ifndef NIBBLE_KERNELS_SCHEDULER_H_
 #define NIBBLE_KERNELS_SCHEDULER_H_
 

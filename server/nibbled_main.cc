@@ -41,6 +41,7 @@ using nibble::kExitOk;
 using nibble::kExitUsage;
 using nibble::server::Backend;
 using nibble::server::CheckpointLoadReport;
+using nibble::server::GpuUsage;
 using nibble::server::InitialWeightStore;
 using nibble::server::LoadReport;
 using nibble::server::LogError;
@@ -156,6 +157,17 @@ std::string BoundAddress(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
 }
 
+// The GPUs of `gpus` (all of one kind), e.g. "GPUs 0, 1: NVIDIA H100 80GB
+// HBM3, 132 SMs, sm_90, 79.1 GiB each".
+std::string GpusDescription(const std::vector<GpuUsage>& gpus) {
+  std::vector<int> ordinals;
+  for (const GpuUsage& gpu : gpus) ordinals.push_back(gpu.gpu);
+  return absl::StrCat(gpus.size() == 1 ? "GPU " : "GPUs ",
+                      absl::StrJoin(ordinals, ", "), ": ",
+                      nibble::cuda::DeviceDescription(ordinals.front()),
+                      gpus.size() == 1 ? "" : " each");
+}
+
 // The "listening on" line on stdout, which scripts and tests wait for, and
 // its log line with the limits in effect.
 void AnnounceListening(const NibbledOptions& options,
@@ -169,7 +181,13 @@ void AnnounceListening(const NibbledOptions& options,
           ? ""
           : BoundAddress(metrics_listen, server.metrics_port());
   const bool on_gpu = server.backend() == Backend::kCuda;
-  const std::string device = on_gpu ? nibble::cuda::DeviceDescription() : "";
+  const std::vector<GpuUsage> gpus = server.gpu_usage();
+  const std::string device = on_gpu ? GpusDescription(gpus) : "";
+  std::vector<std::string> gpu_budgets;
+  for (const GpuUsage& gpu : gpus) {
+    gpu_budgets.push_back(gpu.max_bytes > 0 ? absl::StrCat(gpu.max_bytes)
+                                            : std::string("none"));
+  }
   const std::string& tuning_table_path = options.tuning_table_path;
   const std::string tuning_table_name =
       tuning_table_path.empty() ? "built-in" : tuning_table_path;
@@ -234,9 +252,7 @@ void AnnounceListening(const NibbledOptions& options,
         max_weight_bytes > 0 ? absl::StrCat(max_weight_bytes) : "none"},
        {"max_weight_bytes_from", options.max_weight_bytes_source},
        {"max_weights", options.server.max_weights},
-       {"max_gpu_bytes", server.max_gpu_bytes() > 0
-                             ? absl::StrCat(server.max_gpu_bytes())
-                             : "none"},
+       {"max_gpu_bytes", absl::StrJoin(gpu_budgets, ",")},
        {"max_receive_buffer_bytes", max_receive_buffer_bytes > 0
                                         ? absl::StrCat(max_receive_buffer_bytes)
                                         : "none"},

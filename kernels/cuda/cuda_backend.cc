@@ -1,6 +1,7 @@
 // cuda_backend.h on the CUDA runtime: each run of the backend's GemmKernels
-// takes a lane (its own stream, pinned host staging and device buffers, all
-// reused), so that runs on several threads overlap on the GPU.
+// takes a lane of its weight's GPU (a stream there, pinned host staging and
+// device buffers, all reused), so that runs on several threads overlap on the
+// GPU, and runs on different GPUs share no lock.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -72,7 +73,8 @@ struct Lane {
   DeviceBuffer c;
 };
 
-// The lanes: a run takes a free one, makes one while fewer than kMaxLanes
+// The lanes of one GPU: a run takes a free one, makes one (on the calling
+// thread's current GPU, which must be the pool's) while fewer than kMaxLanes
 // exist, or waits for one. The lock is held only to take and give back.
 class LanePool {
  public:
@@ -147,21 +149,29 @@ void AddElapsed(std::atomic<int64_t>& total,
   *since = now;
 }
 
-LanePool& Lanes() {
-  static LanePool* pool = new LanePool();
-  return *pool;
+// One pool per GPU this process sees, indexed by device ordinal.
+std::vector<std::unique_ptr<LanePool>>& LanePools() {
+  static auto* pools = [] {
+    auto* made = new std::vector<std::unique_ptr<LanePool>>();
+    for (int device = 0; device < DeviceCount(); ++device) {
+      made->push_back(std::make_unique<LanePool>());
+    }
+    return made;
+  }();
+  return *pools;
 }
 
-// Gives a lane back to the pool when it goes out of scope.
+// Gives a lane back to its pool when it goes out of scope.
 class HeldLane {
  public:
-  explicit HeldLane(Lane* lane) : lane_(lane) {}
-  ~HeldLane() { Lanes().Release(lane_); }
+  HeldLane(LanePool& pool, Lane* lane) : pool_(pool), lane_(lane) {}
+  ~HeldLane() { pool_.Release(lane_); }
   HeldLane(const HeldLane&) = delete;
   HeldLane& operator=(const HeldLane&) = delete;
   Lane& operator*() const { return *lane_; }
 
  private:
+  LanePool& pool_;
   Lane* lane_;
 };
 
@@ -279,8 +289,8 @@ class CudaGemmKernel final : public GemmKernel {
     return RunBlocks(problem, operands.b, operands.device, {block}, pool);
   }
 
-  // A goes from the blocks straight into the lane's pinned staging, and C
-  // from there straight into the blocks.
+  // Runs on the weight's GPU. A goes from the blocks straight into the
+  // lane's pinned staging, and C from there straight into the blocks.
   absl::Status RunBlocks(const GemmProblem& problem, const PackedWeight*,
                          const DeviceWeight* device,
                          absl::Span<const RowBlock> blocks,
@@ -297,12 +307,22 @@ class CudaGemmKernel final : public GemmKernel {
           absl::StrCat(name_, ": the blocks hold ", batch.rows(),
                        " rows of A but the problem has m=", problem.m));
     }
+    return OnDevice(weight->device(), [&] {
+      return RunOnWeightsGpu(problem, *weight, batch, pool);
+    });
+  }
+
+ private:
+  absl::Status RunOnWeightsGpu(const GemmProblem& problem,
+                               const CudaWeight& weight, const BatchRows& batch,
+                               ThreadPool& pool) const {
+    LanePool& lanes = *LanePools()[weight.device()];
     RunStageCounters& stages = StageCounters();
     auto stage_start = std::chrono::steady_clock::now();
-    absl::StatusOr<Lane*> acquired = Lanes().Acquire();
+    absl::StatusOr<Lane*> acquired = lanes.Acquire();
     AddElapsed(stages.lane_wait_ns, &stage_start);
     if (!acquired.ok()) return acquired.status();
-    const HeldLane held(*acquired);
+    const HeldLane held(lanes, *acquired);
     Lane& lane = *held;
     const DType a_dtype =
         problem.dtype == DType::kF32 ? DType::kBF16 : problem.dtype;
@@ -319,7 +339,7 @@ class CudaGemmKernel final : public GemmKernel {
     GatherRows(batch, problem.dtype, problem.k, lane.host_a.data(), pool);
     AddElapsed(stages.gather_ns, &stage_start);
     const absl::Status enqueued =
-        Enqueue(lane, *weight, problem, a_dtype, a_bytes, c_bytes);
+        Enqueue(lane, weight, problem, a_dtype, a_bytes, c_bytes);
     // Waits for this lane's stream alone, other runs going on meanwhile;
     // after a failed enqueue too, so that nothing still in flight uses the
     // lane's buffers once another run has it.
@@ -334,7 +354,6 @@ class CudaGemmKernel final : public GemmKernel {
     return absl::OkStatus();
   }
 
- private:
   // Copies the lane's staged A to the GPU, runs, and copies C back into the
   // lane's staging, on the lane's stream.
   absl::Status Enqueue(Lane& lane, const CudaWeight& weight,
@@ -379,20 +398,26 @@ int DeviceCount() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-std::string DeviceDescription() {
-  if (DeviceCount() == 0) return "";
-  absl::StatusOr<DeviceInfo> device = CurrentDevice();
-  if (!device.ok()) return "";
-  return absl::StrFormat("%s, %d SMs, sm_%d, %.1f GiB", device->name,
-                         device->sm_count, device->compute_capability,
-                         device->memory_bytes / double{1 << 30});
+std::string DeviceDescription(int device) {
+  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
+  if (!info.ok()) return "";
+  return absl::StrFormat("%s, %d SMs, sm_%d, %.1f GiB", info->name,
+                         info->sm_count, info->compute_capability,
+                         info->memory_bytes / double{1 << 30});
 }
 
-TuningTable ForThisGpu(const TuningTable& table) {
-  absl::StatusOr<DeviceInfo> device = CurrentDevice();
-  if (!device.ok()) return table.ForGpu("", 0);
-  return table.ForGpu(GpuLevelName(device->compute_capability),
-                      device->sm_count);
+bool SameKind(int a, int b) {
+  absl::StatusOr<DeviceInfo> first = GetDeviceInfo(a);
+  absl::StatusOr<DeviceInfo> second = GetDeviceInfo(b);
+  return first.ok() && second.ok() &&
+         first->compute_capability == second->compute_capability &&
+         first->sm_count == second->sm_count;
+}
+
+TuningTable ForGpu(const TuningTable& table, int device) {
+  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
+  if (!info.ok()) return table.ForGpu("", 0);
+  return table.ForGpu(GpuLevelName(info->compute_capability), info->sm_count);
 }
 
 bool SupportsSpec(const WeightSpec& spec) { return spec.k % kKMultiple == 0; }
@@ -405,14 +430,18 @@ int64_t DeviceBytes(const WeightSpec& spec) {
          (HasZeros(spec.format) ? scale_pairs * int64_t{sizeof(uint16_t)} : 0);
 }
 
-absl::StatusOr<GpuMemory> DeviceMemory() {
+absl::StatusOr<GpuMemory> DeviceMemory(int device) {
   if (DeviceCount() == 0) {
     return absl::UnavailableError("no CUDA GPU is visible to this process");
   }
   size_t free_bytes = 0;
   size_t total_bytes = 0;
-  if (absl::Status status = CudaStatus(
-          cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  if (absl::Status status = OnDevice(
+          device,
+          [&] {
+            return CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes),
+                              "cudaMemGetInfo");
+          });
       !status.ok()) {
     return status;
   }
@@ -420,7 +449,16 @@ absl::StatusOr<GpuMemory> DeviceMemory() {
                    .total_bytes = static_cast<int64_t>(total_bytes)};
 }
 
-StagingStats Staging() { return Lanes().Stats(); }
+StagingStats Staging() {
+  StagingStats all;
+  for (const std::unique_ptr<LanePool>& pool : LanePools()) {
+    const StagingStats stats = pool->Stats();
+    all.lanes += stats.lanes;
+    all.pinned_bytes += stats.pinned_bytes;
+    all.device_bytes += stats.device_bytes;
+  }
+  return all;
+}
 
 RunStageTimes RunStages() {
   const RunStageCounters& stages = StageCounters();
@@ -433,33 +471,41 @@ RunStageTimes RunStages() {
 
 namespace {
 
-// The weight `upload` makes, once a GPU is known to be there.
+// The weight `upload` makes on GPU `device`.
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWith(
+    int device,
     absl::FunctionRef<absl::StatusOr<std::unique_ptr<CudaWeight>>()> upload) {
   if (DeviceCount() == 0) {
     return absl::UnavailableError("no CUDA GPU is visible to this process");
   }
-  absl::StatusOr<std::unique_ptr<CudaWeight>> weight = upload();
-  if (!weight.ok()) return weight.status();
-  return std::unique_ptr<DeviceWeight>(std::move(*weight));
+  absl::StatusOr<std::unique_ptr<CudaWeight>> weight;
+  if (absl::Status status = OnDevice(device,
+                                     [&] {
+                                       weight = upload();
+                                       return weight.status();
+                                     });
+      !status.ok()) {
+    return status;
+  }
+  return std::unique_ptr<DeviceWeight>(*std::move(weight));
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
-    const QuantizedWeight& canonical) {
-  return UploadWith([&] { return CudaWeight::Upload(canonical); });
+    const QuantizedWeight& canonical, int device) {
+  return UploadWith(device, [&] { return CudaWeight::Upload(canonical); });
 }
 
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
-    const Fp4Columns& columns) {
-  return UploadWith([&] { return CudaWeight::UploadColumns(columns); });
+    const Fp4Columns& columns, int device) {
+  return UploadWith(device, [&] { return CudaWeight::UploadColumns(columns); });
 }
 
 std::vector<const GemmKernel*> CudaKernels() {
   if (DeviceCount() == 0) return {};
   static const std::vector<const GemmKernel*>* kernels = [] {
-    absl::StatusOr<DeviceInfo> device = CurrentDevice();
+    absl::StatusOr<DeviceInfo> device = GetDeviceInfo(0);
     const int capability = device.ok() ? device->compute_capability : 0;
     auto* list = new std::vector<const GemmKernel*>();
     for (KernelVariant variant : kVariants) {
@@ -472,7 +518,7 @@ std::vector<const GemmKernel*> CudaKernels() {
   return *kernels;
 }
 
-KernelVariant PreferredVariant(const GemmProblem& problem) {
+KernelVariant PreferredVariant(const GemmProblem& problem, int device) {
   // On an H200 (make gpu-check, docs/performance.md): on Hopper
   // double_buffered at every M: from WgmmaMinRows it runs wgmma with each
   // tile's K split evenly to fill one wave (striped, whose blocks all end on a
@@ -482,8 +528,8 @@ KernelVariant PreferredVariant(const GemmProblem& problem) {
   // The built-in table (default_gpu_tuning_table.inc) picks per shape where
   // it has a rule. Before Hopper, above 64 rows, fused keeps the codes out
   // of shared memory, which the larger A tile needs.
-  absl::StatusOr<DeviceInfo> device = CurrentDevice();
-  if (device.ok() && RunsSm90a(device->compute_capability)) {
+  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
+  if (info.ok() && RunsSm90a(info->compute_capability)) {
     return KernelVariant::kDoubleBuffered;
   }
   return problem.m <= 64 ? KernelVariant::kStriped : KernelVariant::kFused;

@@ -6,12 +6,15 @@ namespace nibble::cuda {
 
 bool CompiledIn() { return false; }
 int DeviceCount() { return 0; }
-std::string DeviceDescription() { return ""; }
+std::string DeviceDescription(int) { return ""; }
+bool SameKind(int, int) { return false; }
 bool SupportsSpec(const WeightSpec&) { return false; }
 int64_t DeviceBytes(const WeightSpec&) { return 0; }
 StagingStats Staging() { return {}; }
 RunStageTimes RunStages() { return {}; }
-TuningTable ForThisGpu(const TuningTable& table) { return table.ForGpu("", 0); }
+TuningTable ForGpu(const TuningTable& table, int) {
+  return table.ForGpu("", 0);
+}
 
 namespace {
 
@@ -23,20 +26,21 @@ absl::Status NotBuilt() {
 
 }  // namespace
 
-absl::StatusOr<GpuMemory> DeviceMemory() { return NotBuilt(); }
+absl::StatusOr<GpuMemory> DeviceMemory(int) { return NotBuilt(); }
 
 absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(
-    const QuantizedWeight&) {
+    const QuantizedWeight&, int) {
   return NotBuilt();
 }
 
-absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(const Fp4Columns&) {
+absl::StatusOr<std::unique_ptr<DeviceWeight>> UploadWeight(const Fp4Columns&,
+                                                           int) {
   return NotBuilt();
 }
 
 std::vector<const GemmKernel*> CudaKernels() { return {}; }
 
-KernelVariant PreferredVariant(const GemmProblem&) {
+KernelVariant PreferredVariant(const GemmProblem&, int) {
   return KernelVariant::kFused;
 }
 

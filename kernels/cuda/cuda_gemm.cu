@@ -8,6 +8,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -73,14 +74,25 @@ const void* FunctionOf(const KernelChoice& kernel) {
              : reinterpret_cast<const void*>(kernel.wgmma_function);
 }
 
-// Raises the kernel's shared-memory limit and asks how many of its blocks
-// fit on a multiprocessor, once per kernel: launches stay cheap on the host.
+// The calling thread's current GPU, which the attributes below belong to.
+int CurrentOrdinal() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return device;
+}
+
+// Raises the kernel's shared-memory limit on the current GPU and asks how
+// many of its blocks fit on a multiprocessor there, once per kernel and GPU
+// (the limit is a GPU's own): launches stay cheap on the host.
 absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
   static absl::Mutex mutex;
-  static auto* known = new absl::flat_hash_map<const void*, int>();
-  const void* function = FunctionOf(kernel);
+  static auto* known =
+      new absl::flat_hash_map<std::pair<int, const void*>, int>();
+  const std::pair<int, const void*> key = {CurrentOrdinal(),
+                                           FunctionOf(kernel)};
+  const void* function = key.second;
   absl::MutexLock lock(&mutex);
-  if (auto it = known->find(function); it != known->end()) {
+  if (auto it = known->find(key); it != known->end()) {
     return it->second;
   }
   if (absl::Status status =
@@ -99,7 +111,7 @@ absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
       !status.ok()) {
     return status;
   }
-  known->emplace(function, blocks);
+  known->emplace(key, blocks);
   return blocks;
 }
 
@@ -122,15 +134,17 @@ cudaLaunchConfig_t LaunchConfig(const KernelChoice& kernel, int64_t blocks,
   return config;
 }
 
-// How many clusters of `size` blocks of `kernel` the GPU runs at once (0 for
-// a size it does not run), once per kernel and size.
+// How many clusters of `size` blocks of `kernel` the current GPU runs at
+// once (0 for a size it does not run), once per kernel, size and GPU.
 int ActiveClusters(const KernelChoice& kernel, int64_t size) {
   static absl::Mutex mutex;
   static auto* known =
-      new absl::flat_hash_map<std::pair<const void*, int64_t>, int>();
+      new absl::flat_hash_map<std::tuple<int, const void*, int64_t>, int>();
   const void* function = FunctionOf(kernel);
+  const std::tuple<int, const void*, int64_t> key = {CurrentOrdinal(), function,
+                                                     size};
   absl::MutexLock lock(&mutex);
-  if (auto it = known->find({function, size}); it != known->end()) {
+  if (auto it = known->find(key); it != known->end()) {
     return it->second;
   }
   cudaLaunchAttribute cluster;
@@ -142,7 +156,7 @@ int ActiveClusters(const KernelChoice& kernel, int64_t size) {
     cudaGetLastError();  // the workspace serves instead
     clusters = 0;
   }
-  known->emplace(std::make_pair(function, size), clusters);
+  known->emplace(key, clusters);
   return clusters;
 }
 

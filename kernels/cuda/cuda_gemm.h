@@ -22,19 +22,18 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "format/dtype.h"
 #include "format/fp4_columns.h"
 #include "format/weight_format.h"
 #include "kernels/cuda/arrange_weight.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/device_weight.h"
 #include "kernels/gemm_kernel.h"
 
 namespace nibble::cuda {
-
-// The kernels take K in multiples of this: one pipeline stage.
-inline constexpr int64_t kKMultiple = 128;
 
 // A CUDA error as a Status naming what failed, e.g. "cudaMalloc of 117 MB:
 // out of memory". OK for cudaSuccess.
@@ -47,10 +46,18 @@ struct DeviceInfo {
   int64_t l2_bytes = 0;
   int64_t memory_bytes = 0;
 };
-// The current device; UNAVAILABLE with no driver or GPU.
+// GPU `device` (a CUDA device ordinal); UNAVAILABLE with no driver or no
+// such GPU.
+absl::StatusOr<DeviceInfo> GetDeviceInfo(int device);
+// The calling thread's current GPU; UNAVAILABLE with no driver or GPU.
 absl::StatusOr<DeviceInfo> CurrentDevice();
+// Runs `fn` with GPU `device` current on the calling thread, then makes the
+// one before current again, so that work for one GPU leaves the thread as it
+// found it. INVALID_ARGUMENT, naming the GPUs there are, for no such GPU.
+absl::Status OnDevice(int device, absl::FunctionRef<absl::Status()> fn);
 
-// A weight in GPU memory in the layout of device_layout.h.
+// A weight in GPU memory in the layout of device_layout.h, on the GPU that
+// was current when it was uploaded.
 class CudaWeight final : public DeviceWeight {
  public:
   // INVALID_ARGUMENT unless `canonical` validates with K a multiple of
@@ -66,12 +73,14 @@ class CudaWeight final : public DeviceWeight {
   CudaWeight(const CudaWeight&) = delete;
   CudaWeight& operator=(const CudaWeight&) = delete;
 
-  // Another copy in GPU memory, copied device to device: what the benchmark
-  // rotates through without laying the weight out again on the host.
+  // Another copy on the same GPU, copied device to device: what the
+  // benchmark rotates through without laying the weight out again on the
+  // host.
   absl::StatusOr<std::unique_ptr<CudaWeight>> Copy() const;
 
   const WeightSpec& spec() const override { return spec_; }
   int64_t device_bytes() const override { return bytes_; }
+  int device() const override { return device_; }
   int64_t padded_n() const { return padded_n_; }
   // What the kernels multiply C by (DeviceLayout::output_scale).
   float output_scale() const { return output_scale_; }
@@ -92,6 +101,7 @@ class CudaWeight final : public DeviceWeight {
   int64_t scale_pairs() const { return spec_.groups() * padded_n_ / 2; }
 
   WeightSpec spec_;
+  int device_ = 0;
   int64_t padded_n_ = 0;
   float output_scale_ = 1.0f;
   int64_t bytes_ = 0;

@@ -76,23 +76,19 @@ absl::Status CudaStatus(cudaError_t error, const std::string& what) {
   }
 }
 
-absl::StatusOr<DeviceInfo> CurrentDevice() {
-  int device = 0;
-  if (absl::Status status = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
-      !status.ok()) {
-    return absl::UnavailableError(status.message());
-  }
+absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   // Properties are slow to query and never change: once per device.
   static absl::Mutex mutex;
   static auto* known = new std::vector<std::unique_ptr<DeviceInfo>>();
   absl::MutexLock lock(&mutex);
-  if (device < static_cast<int>(known->size()) && (*known)[device]) {
+  if (device >= 0 && device < static_cast<int>(known->size()) &&
+      (*known)[device]) {
     return *(*known)[device];
   }
   cudaDeviceProp properties{};
   if (absl::Status status =
           CudaStatus(cudaGetDeviceProperties(&properties, device),
-                     "cudaGetDeviceProperties");
+                     absl::StrCat("cudaGetDeviceProperties of GPU ", device));
       !status.ok()) {
     return absl::UnavailableError(status.message());
   }
@@ -105,6 +101,41 @@ absl::StatusOr<DeviceInfo> CurrentDevice() {
   if (device >= static_cast<int>(known->size())) known->resize(device + 1);
   (*known)[device] = std::move(info);
   return *(*known)[device];
+}
+
+absl::StatusOr<DeviceInfo> CurrentDevice() {
+  int device = 0;
+  if (absl::Status status = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
+      !status.ok()) {
+    return absl::UnavailableError(status.message());
+  }
+  return GetDeviceInfo(device);
+}
+
+absl::Status OnDevice(int device, absl::FunctionRef<absl::Status()> fn) {
+  int previous = 0;
+  if (absl::Status status =
+          CudaStatus(cudaGetDevice(&previous), "cudaGetDevice");
+      !status.ok()) {
+    return status;
+  }
+  if (device == previous) return fn();
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "there is no GPU ", device, ": this process sees ", count,
+        count == 1 ? " GPU (0)" : absl::StrCat(" GPUs (0 to ", count - 1, ")"),
+        " after CUDA_VISIBLE_DEVICES"));
+  }
+  if (absl::Status status = CudaStatus(
+          cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
+      !status.ok()) {
+    return status;
+  }
+  const absl::Status status = fn();
+  cudaSetDevice(previous);
+  return status;
 }
 
 namespace {
@@ -128,6 +159,11 @@ absl::Status CudaWeight::Named(const absl::Status& status) const {
 absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Allocated(
     const WeightSpec& spec, float output_scale) {
   std::unique_ptr<CudaWeight> weight(new CudaWeight());
+  if (absl::Status status =
+          CudaStatus(cudaGetDevice(&weight->device_), "cudaGetDevice");
+      !status.ok()) {
+    return status;
+  }
   weight->spec_ = spec;
   weight->padded_n_ = PaddedN(spec.n);
   weight->output_scale_ = output_scale;
@@ -200,6 +236,7 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::UploadColumns(
 
 absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Copy() const {
   std::unique_ptr<CudaWeight> copy(new CudaWeight());
+  copy->device_ = device_;
   copy->spec_ = spec_;
   copy->padded_n_ = padded_n_;
   copy->output_scale_ = output_scale_;
@@ -207,30 +244,31 @@ absl::StatusOr<std::unique_ptr<CudaWeight>> CudaWeight::Copy() const {
   const int64_t words = code_words();
   const int64_t pairs = scale_pairs();
   const std::string name = spec_.DebugString();
-  if (absl::Status status =
-          CopyOnDevice(&copy->codes_, codes_, words, name + " codes");
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status =
-          CopyOnDevice(&copy->scales_, scales_, pairs, name + " scales");
-      !status.ok()) {
-    return status;
-  }
-  if (zeros_ != nullptr) {
+  const absl::Status copied = OnDevice(device_, [&]() -> absl::Status {
     if (absl::Status status =
-            CopyOnDevice(&copy->zeros_, zeros_, pairs, name + " zeros");
+            CopyOnDevice(&copy->codes_, codes_, words, name + " codes");
         !status.ok()) {
       return status;
     }
-  }
+    if (absl::Status status =
+            CopyOnDevice(&copy->scales_, scales_, pairs, name + " scales");
+        !status.ok()) {
+      return status;
+    }
+    if (zeros_ == nullptr) return absl::OkStatus();
+    return CopyOnDevice(&copy->zeros_, zeros_, pairs, name + " zeros");
+  });
+  if (!copied.ok()) return copied;
   return copy;
 }
 
 CudaWeight::~CudaWeight() {
-  cudaFree(codes_);
-  cudaFree(scales_);
-  cudaFree(zeros_);
+  OnDevice(device_, [this] {
+    cudaFree(codes_);
+    cudaFree(scales_);
+    cudaFree(zeros_);
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 DeviceBuffer::~DeviceBuffer() { cudaFree(data_); }

@@ -1,10 +1,14 @@
 #include "server/core/weight_store.h"
 
 #include <algorithm>
+#include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace nibble::server {
@@ -74,6 +78,31 @@ absl::StatusOr<Backend> ResolveBackend(Backend requested, bool compiled_in,
   return Backend::kCuda;
 }
 
+absl::StatusOr<std::vector<int>> ResolveGpus(const std::vector<int>& requested,
+                                             int visible) {
+  std::vector<int> gpus = requested;
+  if (gpus.empty()) {
+    for (int gpu = 0; gpu < visible; ++gpu) gpus.push_back(gpu);
+  }
+  const std::string there =
+      visible == 1 ? std::string("this process sees GPU 0 only")
+                   : absl::StrCat("this process sees GPUs 0 to ", visible - 1);
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i] < 0 || gpus[i] >= visible) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus names GPU ", gpus[i], ", but ",
+                       visible == 0 ? "this process sees no GPU" : there,
+                       " (device ordinals after CUDA_VISIBLE_DEVICES)"));
+    }
+    if (std::find(gpus.begin(), gpus.begin() + i, gpus[i]) !=
+        gpus.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus names GPU ", gpus[i], " twice"));
+    }
+  }
+  return gpus;
+}
+
 bool AcceleratorServesWhole(Backend backend, const WeightSpec& spec) {
   return backend == Backend::kCuda && cuda::SupportsSpec(spec);
 }
@@ -83,15 +112,15 @@ namespace {
 // `source` (a canonical weight or columns) copied as UploadToBackend says.
 template <typename Source>
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadSource(
-    Backend backend, absl::string_view name, const Source& source) {
+    Backend backend, absl::string_view name, const Source& source, int gpu) {
   if (!AcceleratorServesWhole(backend, source.spec)) return nullptr;
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      cuda::UploadWeight(source);
+      cuda::UploadWeight(source, gpu);
   if (!device.ok()) {
     return absl::Status(
         device.status().code(),
-        absl::StrCat("weight \"", name, "\" could not be copied to the GPU: ",
-                     device.status().message()));
+        absl::StrCat("weight \"", name, "\" could not be copied to GPU ", gpu,
+                     ": ", device.status().message()));
   }
   return device;
 }
@@ -99,13 +128,15 @@ absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadSource(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
-    Backend backend, absl::string_view name, const QuantizedWeight& canonical) {
-  return UploadSource(backend, name, canonical);
+    Backend backend, absl::string_view name, const QuantizedWeight& canonical,
+    int gpu) {
+  return UploadSource(backend, name, canonical, gpu);
 }
 
 absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> UploadToBackend(
-    Backend backend, absl::string_view name, const Fp4Columns& columns) {
-  return UploadSource(backend, name, columns);
+    Backend backend, absl::string_view name, const Fp4Columns& columns,
+    int gpu) {
+  return UploadSource(backend, name, columns, gpu);
 }
 
 absl::StatusOr<PackedWeight> PackForBackend(Backend backend,
@@ -158,7 +189,8 @@ absl::Status NoSuchName(absl::string_view what, absl::string_view name,
 WeightStore::Reservation::Reservation(Reservation&& other) noexcept
     : store_(std::exchange(other.store_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
-      device_bytes_(std::exchange(other.device_bytes_, 0)) {}
+      device_bytes_(std::exchange(other.device_bytes_, 0)),
+      gpu_(std::exchange(other.gpu_, -1)) {}
 
 WeightStore::Reservation& WeightStore::Reservation::operator=(
     Reservation&& other) noexcept {
@@ -167,6 +199,7 @@ WeightStore::Reservation& WeightStore::Reservation::operator=(
     store_ = std::exchange(other.store_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     device_bytes_ = std::exchange(other.device_bytes_, 0);
+    gpu_ = std::exchange(other.gpu_, -1);
   }
   return *this;
 }
@@ -177,29 +210,139 @@ void WeightStore::Reservation::Release() {
   if (store_ == nullptr) return;
   absl::MutexLock lock(&store_->mutex_);
   store_->reserved_bytes_ -= bytes_;
-  store_->reserved_device_bytes_ -= device_bytes_;
+  if (device_bytes_ > 0) {
+    store_->KnownGpuLocked(gpu_).reserved_bytes -= device_bytes_;
+  }
   --store_->reservations_;
   store_ = nullptr;
   bytes_ = 0;
   device_bytes_ = 0;
+  gpu_ = -1;
+}
+
+WeightStore::WeightStore(Limits limits) : limits_(std::move(limits)) {
+  for (const GpuBudget& gpu : limits_.gpus) {
+    usage_.push_back({.gpu = gpu.gpu, .max_bytes = gpu.max_bytes});
+  }
 }
 
 absl::StatusOr<WeightStore::Reservation> WeightStore::Reserve(
-    absl::string_view name, int64_t bytes, int64_t device_bytes) {
+    absl::string_view name, int64_t bytes, int64_t device_bytes,
+    std::optional<int> pinned) {
   absl::MutexLock lock(&mutex_);
   if (absl::Status status = CheckFitsLocked(name, bytes, Reservation());
       !status.ok()) {
     return status;
   }
-  if (absl::Status status =
-          CheckDeviceFitsLocked(name, device_bytes, Reservation());
-      !status.ok()) {
-    return status;
+  int gpu = -1;
+  if (device_bytes > 0) {
+    absl::StatusOr<int> placed = PlaceLocked(name, device_bytes, pinned);
+    if (!placed.ok()) return placed.status();
+    gpu = *placed;
+    KnownGpuLocked(gpu).reserved_bytes += device_bytes;
   }
   reserved_bytes_ += bytes;
-  reserved_device_bytes_ += device_bytes;
   ++reservations_;
-  return Reservation(this, bytes, device_bytes);
+  return Reservation(this, bytes, device_bytes, gpu);
+}
+
+absl::StatusOr<GpuUsage*> WeightStore::FindGpuLocked(absl::string_view name,
+                                                     int gpu) {
+  for (GpuUsage& usage : usage_) {
+    if (usage.gpu == gpu) return &usage;
+  }
+  if (usage_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight \"", name,
+        "\" needs GPU memory, but nibbled places no weights on a GPU (it runs "
+        "--backend=cpu)"));
+  }
+  std::vector<int> gpus;
+  for (const GpuUsage& usage : usage_) gpus.push_back(usage.gpu);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight \"", name, "\" asks for GPU ", gpu,
+      ", but nibbled places weights on GPU", gpus.size() == 1 ? " " : "s ",
+      absl::StrJoin(gpus, ", "), " (--gpus): name one of those, or none"));
+}
+
+GpuUsage& WeightStore::KnownGpuLocked(int gpu) {
+  return **FindGpuLocked("", gpu);
+}
+
+bool WeightStore::DeviceFitsLocked(const GpuUsage& gpu, int64_t device_bytes,
+                                   const Reservation& own) const {
+  if (gpu.max_bytes == 0) return true;
+  const int64_t own_bytes =
+      own.store_ == this && own.gpu_ == gpu.gpu ? own.device_bytes_ : 0;
+  return device_bytes <=
+         gpu.max_bytes - (gpu.resident_bytes + gpu.reserved_bytes - own_bytes);
+}
+
+absl::StatusOr<int> WeightStore::PlaceLocked(absl::string_view name,
+                                             int64_t device_bytes,
+                                             std::optional<int> pinned) {
+  if (pinned.has_value()) {
+    absl::StatusOr<GpuUsage*> gpu = FindGpuLocked(name, *pinned);
+    if (!gpu.ok()) return gpu.status();
+    if (!DeviceFitsLocked(**gpu, device_bytes, Reservation())) {
+      return NoGpuRoomLocked(name, device_bytes, {*gpu});
+    }
+    return *pinned;
+  }
+  if (usage_.empty()) return FindGpuLocked(name, 0).status();
+  // Room left: under the budget, or below no limit at all.
+  const auto room = [](const GpuUsage& gpu) {
+    const int64_t in_use = gpu.resident_bytes + gpu.reserved_bytes;
+    return (gpu.max_bytes == 0 ? std::numeric_limits<int64_t>::max()
+                               : gpu.max_bytes) -
+           in_use;
+  };
+  const GpuUsage* best = nullptr;
+  std::vector<const GpuUsage*> all;
+  for (const GpuUsage& gpu : usage_) {
+    all.push_back(&gpu);
+    if (DeviceFitsLocked(gpu, device_bytes, Reservation()) &&
+        (best == nullptr || room(gpu) > room(*best))) {
+      best = &gpu;
+    }
+  }
+  if (best == nullptr) return NoGpuRoomLocked(name, device_bytes, all);
+  return best->gpu;
+}
+
+absl::Status WeightStore::NoGpuRoomLocked(
+    absl::string_view name, int64_t device_bytes,
+    absl::Span<const GpuUsage* const> gpus) const {
+  const GpuUsage* largest = gpus.front();
+  for (const GpuUsage* gpu : gpus) {
+    if (gpu->max_bytes > largest->max_bytes) largest = gpu;
+  }
+  const bool one = gpus.size() == 1;
+  if (device_bytes > largest->max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "weight \"", name, "\" needs ", device_bytes,
+        " bytes of GPU memory, more than ",
+        one ? absl::StrCat("GPU ", largest->gpu, " may hold (")
+            : absl::StrCat("any one GPU may hold (the most is GPU ",
+                           largest->gpu, "'s "),
+        largest->max_bytes,
+        " bytes by --max_gpu_bytes); nibbled keeps a weight whole on one GPU: "
+        "upload it as smaller weights (e.g. split by columns) or raise "
+        "--max_gpu_bytes"));
+  }
+  std::vector<std::string> held;
+  for (const GpuUsage* gpu : gpus) {
+    held.push_back(absl::StrCat(
+        "GPU ", gpu->gpu, ": ", gpu->resident_bytes + gpu->reserved_bytes,
+        " of ", gpu->max_bytes, " bytes in use, ", gpu->reserved_bytes,
+        " of them reserved by uploads in progress"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "weight \"", name, "\" needs ", device_bytes,
+      " bytes of GPU memory, more than ", one ? "is free" : "any GPU has free",
+      " under --max_gpu_bytes (", absl::StrJoin(held, "; "),
+      "): delete a weight, retry once uploads finish, or raise "
+      "--max_gpu_bytes"));
 }
 
 absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
@@ -210,36 +353,44 @@ absl::Status WeightStore::Insert(std::string name, PackedWeight packed,
   }
   const int64_t bytes = packed.resident_bytes();
   const int64_t device_bytes = device != nullptr ? device->device_bytes() : 0;
+  const int gpu = device != nullptr ? device->device() : -1;
   auto weight = std::make_shared<const ResidentWeight>(
       ResidentWeight{name, std::move(packed), std::move(device)});
   absl::MutexLock lock(&mutex_);
   // On the failures below `reservation` is released when this returns,
-  // after the lock.
+  // after the lock, and the device copy is freed with `weight`: nothing of a
+  // refused weight stays on the GPU.
   if (weights_.contains(name)) return AlreadyExists(name);
   if (absl::Status status = CheckFitsLocked(name, bytes, reservation);
       !status.ok()) {
     return status;
   }
-  // The device copy is freed with `weight` when this returns: nothing of a
-  // refused weight stays on the GPU.
-  if (absl::Status status =
-          CheckDeviceFitsLocked(name, device_bytes, reservation);
-      !status.ok()) {
-    return status;
+  GpuUsage* usage = nullptr;
+  if (device_bytes > 0) {
+    absl::StatusOr<GpuUsage*> found = FindGpuLocked(name, gpu);
+    if (!found.ok()) return found.status();
+    usage = *found;
+    if (!DeviceFitsLocked(*usage, device_bytes, reservation)) {
+      return NoGpuRoomLocked(name, device_bytes, {usage});
+    }
   }
   weights_.emplace(std::move(name), std::move(weight));
   // The reservation turns into the weight's under the same lock, so the
   // weight is never counted twice nor not at all.
   if (reservation.store_ == this) {
     reserved_bytes_ -= reservation.bytes_;
-    reserved_device_bytes_ -= reservation.device_bytes_;
+    if (reservation.device_bytes_ > 0) {
+      KnownGpuLocked(reservation.gpu_).reserved_bytes -=
+          reservation.device_bytes_;
+    }
     --reservations_;
   }
   reservation.store_ = nullptr;
   reservation.bytes_ = 0;
   reservation.device_bytes_ = 0;
+  reservation.gpu_ = -1;
   resident_bytes_ += bytes;
-  device_bytes_ += device_bytes;
+  if (usage != nullptr) usage->resident_bytes += device_bytes;
   return absl::OkStatus();
 }
 
@@ -263,25 +414,6 @@ absl::Status WeightStore::CheckFits(absl::string_view name,
                                     int64_t bytes) const {
   absl::MutexLock lock(&mutex_);
   return CheckFitsLocked(name, bytes, Reservation());
-}
-
-absl::Status WeightStore::CheckDeviceFitsLocked(absl::string_view name,
-                                                int64_t device_bytes,
-                                                const Reservation& own) const {
-  const int64_t max_bytes = limits_.max_device_bytes;
-  const int64_t others_reserved =
-      reserved_device_bytes_ - (own.store_ == this ? own.device_bytes_ : 0);
-  const int64_t in_use = device_bytes_ + others_reserved;
-  if (max_bytes == 0 || device_bytes <= max_bytes - in_use) {
-    return absl::OkStatus();
-  }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "weight \"", name, "\" needs ", device_bytes, " bytes of GPU memory but ",
-      in_use, " of the ", max_bytes,
-      " bytes allowed by --max_gpu_bytes are in use (", device_bytes_,
-      " by resident weights, ", others_reserved,
-      " reserved by uploads in progress): delete a weight, retry once "
-      "uploads finish, or raise --max_gpu_bytes"));
 }
 
 absl::Status WeightStore::CheckFitsLocked(absl::string_view name, int64_t bytes,
@@ -326,8 +458,9 @@ absl::Status WeightStore::Remove(absl::string_view name) {
   auto it = weights_.find(name);
   if (it == weights_.end()) return NotFound(name);
   resident_bytes_ -= it->second->packed.resident_bytes();
-  if (it->second->device != nullptr) {
-    device_bytes_ -= it->second->device->device_bytes();
+  if (const nibble::DeviceWeight* device = it->second->device.get();
+      device != nullptr && device->device_bytes() > 0) {
+    KnownGpuLocked(device->device()).resident_bytes -= device->device_bytes();
   }
   weights_.erase(it);
   return absl::OkStatus();
@@ -363,7 +496,14 @@ int64_t WeightStore::resident_bytes() const {
 
 int64_t WeightStore::device_bytes() const {
   absl::MutexLock lock(&mutex_);
-  return device_bytes_;
+  int64_t bytes = 0;
+  for (const GpuUsage& gpu : usage_) bytes += gpu.resident_bytes;
+  return bytes;
+}
+
+std::vector<GpuUsage> WeightStore::gpu_usage() const {
+  absl::MutexLock lock(&mutex_);
+  return usage_;
 }
 
 int64_t WeightStore::reserved_bytes() const {

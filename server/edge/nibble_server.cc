@@ -25,55 +25,93 @@ namespace {
 // The CPU backend schedules `kernels` by the tuning table's rules for its ISA
 // level; the CUDA backend puts the GPU's kernels first, so that `kernels` run
 // only the shapes those refuse, and picks variants by the table's rules for
-// the GPU, or the GPU's rule where those are silent.
-Scheduler MakeScheduler(Backend backend, std::vector<const GemmKernel*> kernels,
+// the first of `gpus` (all of one kind), or the GPU's rule where those are
+// silent.
+Scheduler MakeScheduler(Backend backend, const std::vector<int>& gpus,
+                        std::vector<const GemmKernel*> kernels,
                         const TuningTable& table) {
   if (backend != Backend::kCuda) return Scheduler(std::move(kernels), table);
   std::vector<const GemmKernel*> all = cuda::CudaKernels();
   all.insert(all.end(), kernels.begin(), kernels.end());
-  return Scheduler(std::move(all), cuda::ForThisGpu(table),
-                   cuda::PreferredVariant);
+  const int gpu = gpus.front();
+  return Scheduler(std::move(all), cuda::ForGpu(table, gpu),
+                   [gpu](const GemmProblem& problem) {
+                     return cuda::PreferredVariant(problem, gpu);
+                   });
 }
 
-// The GPU budget of `options` on `backend`; none off the GPU.
-int64_t MaxDeviceBytes(const ServerOptions& options, Backend backend) {
-  if (backend != Backend::kCuda) return 0;
-  absl::StatusOr<cuda::GpuMemory> memory = cuda::DeviceMemory();
-  return GpuBudgetBytes(options.max_gpu_bytes,
-                        memory.ok() ? memory->free_bytes : 0);
+// Each of `gpus` with its budget from `options` and its free memory now.
+std::vector<GpuBudget> GpuBudgets(const ServerOptions& options,
+                                  const std::vector<int>& gpus) {
+  std::vector<GpuBudget> budgets;
+  for (int gpu : gpus) {
+    absl::StatusOr<cuda::GpuMemory> memory = cuda::DeviceMemory(gpu);
+    budgets.push_back(
+        {.gpu = gpu,
+         .max_bytes = GpuBudgetBytes(options.max_gpu_bytes,
+                                     memory.ok() ? memory->free_bytes : 0)});
+  }
+  return budgets;
 }
 
 // On the GPU, batches run on several dispatchers at once, two per weight,
-// each on its own stream (cuda::kMaxLanes), so that one batch's copies and
-// its replies' work on the host overlap another's kernel; and a batch's
-// replies go to gRPC from several threads, since the host's cores are not
-// busy with kernels (a batch of 60 on the H200 handed its replies over one by
-// one for about a millisecond).
-BatcherOptions GpuBatching(BatcherOptions batching, Backend backend) {
-  if (backend == Backend::kCuda) {
-    batching.dispatchers = std::max(batching.dispatchers, cuda::kMaxLanes / 2);
+// each on its own stream (cuda::kMaxLanes per GPU), so that one batch's
+// copies and its replies' work on the host overlap another's kernel; and a
+// batch's replies go to gRPC from several threads, since the host's cores
+// are not busy with kernels (a batch of 60 on the H200 handed its replies
+// over one by one for about a millisecond). Each GPU gets as many
+// dispatchers and reply threads as one does alone.
+BatcherOptions GpuBatching(BatcherOptions batching, int gpus) {
+  if (gpus > 0) {
+    batching.dispatchers =
+        std::max(batching.dispatchers, gpus * cuda::kMaxLanes / 2);
     batching.max_running_batches = std::max(batching.max_running_batches, 2);
-    batching.reply_threads = std::max(batching.reply_threads, 4);
+    batching.reply_threads = std::max(batching.reply_threads, gpus * 4);
   }
   return batching;
+}
+
+// `backend` resolved, the GPUs of ServerOptions::gpus resolved: none on the
+// CPU backend; FAILED_PRECONDITION for GPUs of different kinds.
+absl::StatusOr<std::vector<int>> GpusToUse(const ServerOptions& options,
+                                           Backend backend) {
+  if (backend != Backend::kCuda) return std::vector<int>();
+  absl::StatusOr<std::vector<int>> gpus =
+      ResolveGpus(options.gpus, cuda::DeviceCount());
+  if (!gpus.ok()) return gpus.status();
+  const int first = gpus->front();
+  for (int gpu : *gpus) {
+    if (!cuda::SameKind(first, gpu)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--gpus: GPU ", gpu, " (", cuda::DeviceDescription(gpu),
+          ") is not of the kind of GPU ", first, " (",
+          cuda::DeviceDescription(first),
+          "), and nibbled tunes its kernels for one kind: name GPUs of one "
+          "kind with --gpus, or run one nibbled per kind"));
+    }
+  }
+  return gpus;
 }
 
 }  // namespace
 
 NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
+                           std::vector<int> gpus,
                            std::vector<const GemmKernel*> kernels)
     : backend_(backend),
+      gpus_(std::move(gpus)),
       pool_(options.threads),
-      scheduler_(
-          MakeScheduler(backend, std::move(kernels), options.tuning_table)),
+      scheduler_(MakeScheduler(backend, gpus_, std::move(kernels),
+                               options.tuning_table)),
       store_({.max_resident_bytes = options.max_weight_bytes,
               .max_weights = options.max_weights,
-              .max_device_bytes = MaxDeviceBytes(options, backend)}),
+              .gpus = GpuBudgets(options, gpus_)}),
       data_dir_(options.data_dir.empty()
                     ? std::nullopt
                     : std::make_optional<WeightDirectory>(options.data_dir)),
       runner_(&scheduler_, &pool_),
-      batcher_(GpuBatching(options.batching, backend), BackendOf(&runner_)),
+      batcher_(GpuBatching(options.batching, static_cast<int>(gpus_.size())),
+               BackendOf(&runner_)),
       auth_(options.auth),
       reply_budget_(options.max_held_reply_bytes),
       service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
@@ -148,8 +186,10 @@ absl::StatusOr<std::unique_ptr<NibbleServer>> NibbleServer::Start(
   absl::StatusOr<Backend> backend =
       ResolveBackend(options.backend, cuda::CompiledIn(), cuda::DeviceCount());
   if (!backend.ok()) return backend.status();
-  std::unique_ptr<NibbleServer> server(
-      new NibbleServer(options, *backend, std::move(kernels)));
+  absl::StatusOr<std::vector<int>> gpus = GpusToUse(options, *backend);
+  if (!gpus.ok()) return gpus.status();
+  std::unique_ptr<NibbleServer> server(new NibbleServer(
+      options, *backend, *std::move(gpus), std::move(kernels)));
   // Checked before listening, so that an unusable directory fails at once.
   if (server->data_dir_.has_value()) {
     if (absl::Status status = server->data_dir_->Prepare(); !status.ok()) {
@@ -273,12 +313,6 @@ void NibbleServer::SetServing(bool serving) {
   serving_ = serving;
 }
 
-int64_t NibbleServer::GpuFreeBytes() const {
-  if (backend_ != Backend::kCuda) return 0;
-  absl::StatusOr<cuda::GpuMemory> memory = cuda::DeviceMemory();
-  return memory.ok() ? memory->free_bytes : 0;
-}
-
 std::string NibbleServer::RenderMetrics() const {
   MetricsSnapshot snapshot{.rpcs = rpc_stats_.Snapshot(),
                            .batcher = batcher_.Stats(),
@@ -288,9 +322,7 @@ std::string NibbleServer::RenderMetrics() const {
                            .max_weights = store_.max_weights(),
                            .held_reply_bytes = reply_budget_.held_bytes(),
                            .max_held_reply_bytes = reply_budget_.max_bytes(),
-                           .gpu_resident_bytes = store_.device_bytes(),
-                           .max_gpu_bytes = store_.max_device_bytes(),
-                           .gpu_free_bytes = GpuFreeBytes(),
+                           .gpus = {},
                            .backend = std::string(BackendName(backend_)),
                            .gpu_run_stages = cuda::RunStages(),
                            .serving = serving_.load(),
@@ -298,7 +330,13 @@ std::string NibbleServer::RenderMetrics() const {
   for (const std::shared_ptr<const ResidentWeight>& weight : store_.List()) {
     snapshot.weights.push_back(
         {.name = weight->name,
-         .resident_bytes = weight->packed.resident_bytes()});
+         .resident_bytes = weight->packed.resident_bytes(),
+         .gpu = weight->device != nullptr ? weight->device->device() : -1});
+  }
+  for (const GpuUsage& usage : store_.gpu_usage()) {
+    absl::StatusOr<cuda::GpuMemory> memory = cuda::DeviceMemory(usage.gpu);
+    snapshot.gpus.push_back(
+        {.usage = usage, .free_bytes = memory.ok() ? memory->free_bytes : 0});
   }
   return RenderPrometheusText(snapshot);
 }

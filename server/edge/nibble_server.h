@@ -78,10 +78,14 @@ struct ServerOptions {
   // Most weights held resident plus uploads in progress (--max_weights); 0
   // for no limit.
   int64_t max_weights = 0;
-  // Most bytes of GPU memory the weights may take on the CUDA backend
-  // (--max_gpu_bytes), as GpuBudgetBytes resolves it: 0 for the free memory
-  // at start less a margin, -1 for no limit.
+  // Most bytes of GPU memory the weights may take on each GPU of the CUDA
+  // backend (--max_gpu_bytes), as GpuBudgetBytes resolves it: 0 for the GPU's
+  // free memory at start less a margin, -1 for no limit.
   int64_t max_gpu_bytes = 0;
+  // The GPUs the CUDA backend places weights on (--gpus), as device
+  // ordinals; empty for every GPU the process sees. They must be of one
+  // kind (cuda::SameKind): the kernels' rules are the first one's.
+  std::vector<int> gpus;
   // How often an idle connection is pinged, and how long the server waits
   // for the answer before closing it (--keepalive_time_ms,
   // --keepalive_timeout_ms), so that vanished clients free their resources.
@@ -158,9 +162,10 @@ class NibbleServer {
   const LoadReport& data_dir_report() const { return data_dir_report_; }
   BatcherStats batcher_stats() const { return batcher_.Stats(); }
   int64_t resident_bytes() const { return store_.resident_bytes(); }
-  // The GPU budget in effect (ServerOptions::max_gpu_bytes resolved); 0 for
-  // none.
-  int64_t max_gpu_bytes() const { return store_.max_device_bytes(); }
+  // The GPUs weights are placed on (ServerOptions::gpus resolved), with
+  // their budgets (ServerOptions::max_gpu_bytes resolved) and what they
+  // hold; none on the CPU backend.
+  std::vector<GpuUsage> gpu_usage() const { return store_.gpu_usage(); }
   // The port of GET /metrics; 0 without options.metrics_listen.
   int metrics_port() const {
     return metrics_http_ != nullptr ? metrics_http_->port() : 0;
@@ -181,16 +186,15 @@ class NibbleServer {
 
  private:
   NibbleServer(const ServerOptions& options, Backend backend,
-               std::vector<const GemmKernel*> kernels);
+               std::vector<int> gpus, std::vector<const GemmKernel*> kernels);
   // Fills the store from data_dir_, and data_dir_report_, leaving out the
   // weights of initial_weights_names_.
   absl::Status LoadWeights();
   // Health of every service, and KServe ServerReady.
   void SetServing(bool serving);
-  // The GPU's free memory now; 0 off the GPU.
-  int64_t GpuFreeBytes() const;
-
   const Backend backend_;
+  // ServerOptions::gpus resolved; empty on the CPU backend.
+  const std::vector<int> gpus_;
   ThreadPool pool_;
   Scheduler scheduler_;
   WeightStore store_;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "format/weight_name.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/packed_weight.h"
 #include "server/core/upload_assembler.h"
 #include "server/edge/matmul_rpc.h"
@@ -56,13 +57,26 @@ int64_t UploadReservationBytes(const WeightSpec& spec,
 }
 
 // The store's reservation for weight `name` of `spec` on `backend`, GPU
-// memory included; refusals are logged for the operator.
+// memory included, on GPU `pinned` when given (WeightHeader.gpu); refusals
+// are logged for the operator.
 absl::StatusOr<WeightStore::Reservation> ReserveBudget(
     WeightStore& store, Backend backend, absl::string_view name,
-    const WeightSpec& spec, bool has_activation_order) {
+    const WeightSpec& spec, bool has_activation_order,
+    std::optional<int> pinned = std::nullopt) {
   const int64_t bytes = UploadReservationBytes(spec, has_activation_order);
+  const int64_t device_bytes = DeviceResidentBytes(backend, spec);
+  if (pinned.has_value() && device_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight \"", name, "\" asks for GPU ", *pinned, ", but ",
+        backend == Backend::kCuda
+            ? absl::StrCat("the GPU's kernels need K to be a multiple of ",
+                           cuda::kKMultiple, " (it is ", spec.k,
+                           "), so the CPU serves it")
+            : "nibbled runs --backend=cpu",
+        ": leave the header's gpu unset"));
+  }
   absl::StatusOr<WeightStore::Reservation> reservation =
-      store.Reserve(name, bytes, DeviceResidentBytes(backend, spec));
+      store.Reserve(name, bytes, device_bytes, pinned);
   if (!reservation.ok()) {
     LogWarning("upload refused: over a limit",
                {{"name", name},
@@ -74,7 +88,7 @@ absl::StatusOr<WeightStore::Reservation> ReserveBudget(
                 {"reserved_bytes", store.reserved_bytes()},
                 {"max_weight_bytes", store.max_resident_bytes()},
                 {"max_weights", store.max_weights()},
-                {"max_gpu_bytes", store.max_device_bytes()},
+                {"gpu_bytes", device_bytes},
                 {"error", reservation.status().message()}});
   }
   return reservation;
@@ -249,9 +263,10 @@ class NibbleServiceImpl::UploadReactor final
         !status.ok()) {
       return status;
     }
-    absl::StatusOr<WeightStore::Reservation> reserved =
-        ReserveBudget(store, service_->backend_, upload.name(), *spec,
-                      !upload.activation_order().empty());
+    absl::StatusOr<WeightStore::Reservation> reserved = ReserveBudget(
+        store, service_->backend_, upload.name(), *spec,
+        !upload.activation_order().empty(),
+        header.has_gpu() ? std::make_optional(header.gpu()) : std::nullopt);
     if (!reserved.ok()) return reserved.status();
     state_->reservation = *std::move(reserved);
     const WeightDirectory* data_dir = service_->data_dir_;
@@ -367,7 +382,8 @@ absl::StatusOr<std::shared_ptr<const ResidentWeight>> NibbleServiceImpl::Commit(
   // Before the commit, so that a weight the GPU cannot take leaves no file
   // behind, and a slow copy delays no other upload.
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      Logged(name, backend_, UploadToBackend(backend_, name, weight));
+      Logged(name, backend_,
+             UploadToBackend(backend_, name, weight, reservation.gpu()));
   if (!device.ok()) return device.status();
   // Written before the commit's lock, so that a slow disk delays no other
   // upload; only the rename waits for it.
@@ -391,7 +407,8 @@ NibbleServiceImpl::CommitColumns(const std::string& name,
       PackedWeight::WithoutPanels(columns.spec, std::move(activation_order));
   if (!packed.ok()) return packed.status();
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      Logged(name, backend_, UploadToBackend(backend_, name, columns));
+      Logged(name, backend_,
+             UploadToBackend(backend_, name, columns, reservation.gpu()));
   if (!device.ok()) return device.status();
   return Insert(name, *std::move(packed), *std::move(device), std::nullopt,
                 std::move(reservation));
@@ -504,12 +521,11 @@ absl::Status NibbleServiceImpl::StoreFile(WeightFileReader& file) {
   // From the header alone: a weight past the budget is refused before its
   // data is read.
   const WeightSpec& spec = file.header().spec;
-  if (absl::Status status = store_->CheckFits(
-          file.name(),
-          PackedResidentBytes(spec, file.header().has_activation_order));
-      !status.ok()) {
-    return status;
-  }
+  absl::StatusOr<WeightStore::Reservation> reservation = store_->Reserve(
+      file.name(),
+      PackedResidentBytes(spec, file.header().has_activation_order),
+      DeviceResidentBytes(backend_, spec));
+  if (!reservation.ok()) return reservation.status();
   if (!AcceleratorServesWhole(backend_, spec)) {
     // Packed as it is read, as an upload is packed as it arrives, so that
     // the canonical weight is never held whole.
@@ -528,16 +544,18 @@ absl::Status NibbleServiceImpl::StoreFile(WeightFileReader& file) {
     }
     absl::StatusOr<PackedWeight> packed = weight.FinishPacked();
     if (!packed.ok()) return packed.status();
-    return store_->Insert(file.name(), *std::move(packed));
+    return store_->Insert(file.name(), *std::move(packed),
+                          *std::move(reservation));
   }
   absl::StatusOr<QuantizedWeight> canonical = file.ReadWhole();
   if (!canonical.ok()) return canonical.status();
   absl::StatusOr<PackedWeight> packed = PackForBackend(backend_, *canonical);
   if (!packed.ok()) return packed.status();
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      UploadToBackend(backend_, file.name(), *canonical);
+      UploadToBackend(backend_, file.name(), *canonical, reservation->gpu());
   if (!device.ok()) return device.status();
-  return store_->Insert(file.name(), *std::move(packed), *std::move(device));
+  return store_->Insert(file.name(), *std::move(packed),
+                        *std::move(reservation), *std::move(device));
 }
 
 absl::Status NibbleServiceImpl::LoadFromDataDir(absl::string_view name) {

@@ -111,8 +111,10 @@ void FillWeightInfo(const ResidentWeight& weight, v1::WeightInfo* info) {
   info->set_canonical_bytes(spec.canonical_bytes());
   info->set_resident_bytes(weight.packed.resident_bytes());
   info->set_activation_order(!weight.packed.activation_order().empty());
-  info->set_gpu_bytes(weight.device != nullptr ? weight.device->device_bytes()
-                                               : 0);
+  if (weight.device != nullptr) {
+    info->set_gpu_bytes(weight.device->device_bytes());
+    info->set_gpu(weight.device->device());
+  }
 }
 
 absl::StatusOr<ListPageRequest> ListPageFromProto(

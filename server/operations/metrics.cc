@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <span>
 #include <string>
 #include <utility>
@@ -158,6 +159,49 @@ void RenderRpcs(const std::vector<RpcMethodStats>& rpcs, Exposition& out) {
   }
 }
 
+// One series per GPU weights are placed on, labelled with its device
+// ordinal; none on the CPU backend.
+void RenderGpus(const MetricsSnapshot& snapshot, Exposition& out) {
+  struct GpuFamily {
+    const char* name;
+    const char* help;
+    int64_t (*value)(const GpuGauge&);
+  };
+  static constexpr GpuFamily kFamilies[] = {
+      {"nibble_gpu_resident_bytes",
+       "Bytes of GPU memory the resident weights take on this GPU "
+       "(--backend=cuda).",
+       [](const GpuGauge& gpu) { return gpu.usage.resident_bytes; }},
+      {"nibble_gpu_reserved_bytes",
+       "Bytes of GPU memory reserved on this GPU by uploads in progress.",
+       [](const GpuGauge& gpu) { return gpu.usage.reserved_bytes; }},
+      {"nibble_max_gpu_bytes",
+       "The budget for GPU memory held by weights on this GPU "
+       "(--max_gpu_bytes); 0 for none.",
+       [](const GpuGauge& gpu) { return gpu.usage.max_bytes; }},
+      {"nibble_gpu_free_bytes",
+       "Bytes of memory free on this GPU, as the driver reports them.",
+       [](const GpuGauge& gpu) { return gpu.free_bytes; }},
+  };
+  std::map<int, int64_t> weights_by_gpu;
+  for (const WeightGauge& weight : snapshot.weights) {
+    if (weight.gpu >= 0) ++weights_by_gpu[weight.gpu];
+  }
+  out.Family("nibble_gpu_weights", "gauge",
+             "Resident weights on this GPU (--backend=cuda).");
+  for (const GpuGauge& gpu : snapshot.gpus) {
+    out.Sample("nibble_gpu_weights", {{"gpu", absl::StrCat(gpu.usage.gpu)}},
+               weights_by_gpu[gpu.usage.gpu]);
+  }
+  for (const GpuFamily& family : kFamilies) {
+    out.Family(family.name, "gauge", family.help);
+    for (const GpuGauge& gpu : snapshot.gpus) {
+      out.Sample(family.name, {{"gpu", absl::StrCat(gpu.usage.gpu)}},
+                 family.value(gpu));
+    }
+  }
+}
+
 void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
   const std::vector<WeightGauge>& weights = snapshot.weights;
   int64_t total_bytes = 0;
@@ -194,18 +238,7 @@ void RenderWeights(const MetricsSnapshot& snapshot, Exposition& out) {
             "The budget for held reply bytes (--max_held_reply_bytes); 0 for "
             "none.",
             snapshot.max_held_reply_bytes);
-  out.Gauge("nibble_gpu_resident_bytes",
-            "Bytes of GPU memory all resident weights take (--backend=cuda); "
-            "0 on the CPU backend.",
-            snapshot.gpu_resident_bytes);
-  out.Gauge("nibble_max_gpu_bytes",
-            "The budget for GPU memory held by weights (--max_gpu_bytes); 0 "
-            "for none.",
-            snapshot.max_gpu_bytes);
-  out.Gauge("nibble_gpu_free_bytes",
-            "Bytes of GPU memory free, as the driver reports them; 0 on the "
-            "CPU backend.",
-            snapshot.gpu_free_bytes);
+  RenderGpus(snapshot, out);
 }
 
 void RenderBatcher(const BatcherStats& stats, bool weight_labels,

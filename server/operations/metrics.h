@@ -30,11 +30,15 @@
 //   max_weights                            gauge, --max_weights; 0 for none
 //   held_reply_bytes                       gauge, matmul replies not yet sent
 //   max_held_reply_bytes                   gauge, their budget; 0 for none
-//   gpu_resident_bytes                     gauge, GPU memory all weights
-//                                          take (--backend=cuda)
-//   max_gpu_bytes                          gauge, their budget
+//   gpu_weights{gpu}                       gauge, per GPU weights are placed
+//                                          on (--backend=cuda; none on the
+//                                          CPU): its resident weights
+//   gpu_resident_bytes{gpu}                gauge, GPU memory they take
+//   gpu_reserved_bytes{gpu}                gauge, reserved by uploads in
+//                                          progress
+//   max_gpu_bytes{gpu}                     gauge, the GPU's budget
 //                                          (--max_gpu_bytes); 0 for none
-//   gpu_free_bytes                         gauge, the GPU's free memory
+//   gpu_free_bytes{gpu}                    gauge, the GPU's free memory
 //   matmul_requests_total{weight}          counter, requests run (no label
 //                                          without weight labels)
 //   matmul_rows_total{weight}              counter, rows of A run (same)
@@ -65,6 +69,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/core/batcher.h"
+#include "server/core/weight_store.h"
 #include "server/edge/rpc_metrics.h"
 
 namespace nibble::server {
@@ -72,6 +77,14 @@ namespace nibble::server {
 struct WeightGauge {
   std::string name;
   int64_t resident_bytes = 0;
+  // The GPU holding its device copy (DeviceWeight::device); -1 for none.
+  int gpu = -1;
+};
+
+struct GpuGauge {
+  GpuUsage usage;
+  // As the driver reports it.
+  int64_t free_bytes = 0;
 };
 
 // What one scrape reports; every part is a copy, so rendering holds no lock.
@@ -89,14 +102,9 @@ struct MetricsSnapshot {
   // none.
   int64_t held_reply_bytes = 0;
   int64_t max_held_reply_bytes = 0;
-  // Accelerator memory the weights' device copies take (see
-  // WeightStore::device_bytes); 0 on the CPU backend.
-  int64_t gpu_resident_bytes = 0;
-  // The budget of gpu_resident_bytes (WeightStore::max_device_bytes); 0 for
-  // none.
-  int64_t max_gpu_bytes = 0;
-  // The GPU's free memory as its driver reports it; 0 on the CPU backend.
-  int64_t gpu_free_bytes = 0;
+  // Each GPU weights are placed on (WeightStore::gpu_usage); none on the
+  // CPU backend.
+  std::vector<GpuGauge> gpus = {};
   // Where matmuls run (BackendName): "cpu" or "cuda".
   std::string backend = "cpu";
   // The CUDA kernels' runs by stage; none on the CPU backend.

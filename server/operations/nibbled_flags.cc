@@ -15,7 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/file_contents.h"
@@ -38,6 +40,12 @@ ABSL_FLAG(std::string, backend, "auto",
           "and copies activations in and out per request (shapes its kernels "
           "refuse run on the CPU); cpu; auto: cuda when a GPU is present, "
           "else cpu.");
+ABSL_FLAG(std::string, gpus, "all",
+          "With --backend=cuda: the GPUs to keep weights on, as device "
+          "ordinals (after CUDA_VISIBLE_DEVICES) separated by commas, e.g. "
+          "0,1; all for every GPU nibbled sees. They must be of one kind. "
+          "Each weight lives whole on one of them: the one with the most "
+          "room left under --max_gpu_bytes, unless its upload names one.");
 ABSL_FLAG(int, threads, 0, "Kernel threads; 0 means one per hardware thread.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest request or response message in bytes (activations and "
@@ -65,10 +73,11 @@ ABSL_FLAG(int64_t, max_weight_bytes, 0,
           "0 for 3/4 of the memory available to nibbled (the smaller of "
           "physical memory and its cgroup's memory limit); -1 for no limit.");
 ABSL_FLAG(int64_t, max_gpu_bytes, 0,
-          "With --backend=cuda: most bytes of GPU memory the weights may "
-          "take; an upload past it fails with RESOURCE_EXHAUSTED and leaves "
-          "nothing on the GPU. 0 for the GPU's free memory at start less a "
-          "margin for staging and workspaces; -1 for no limit.");
+          "With --backend=cuda: most bytes of memory the weights may take on "
+          "each GPU of --gpus; an upload that fits on none fails with "
+          "RESOURCE_EXHAUSTED and leaves nothing on a GPU. 0 for each GPU's "
+          "free memory at start less a margin for staging and workspaces; -1 "
+          "for no limit.");
 ABSL_FLAG(int64_t, max_weights, 100'000,
           "Most weights held resident plus uploads in progress, so that many "
           "tiny weights cannot exhaust memory the byte budget does not see; "
@@ -199,6 +208,23 @@ int64_t BufferBytesFromFlag(int64_t flag, int max_message_bytes) {
   return flag == -1 ? 0 : flag;
 }
 
+// --gpus: device ordinals, or empty for "all".
+absl::StatusOr<std::vector<int>> ParseGpus(absl::string_view text) {
+  std::vector<int> gpus;
+  if (text == "all") return gpus;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int gpu = 0;
+    if (!absl::SimpleAtoi(part, &gpu) || gpu < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpus=", text, ": \"", part,
+          "\" is not a device ordinal: give ordinals separated by commas, "
+          "e.g. 0,1, or all"));
+    }
+    gpus.push_back(gpu);
+  }
+  return gpus;
+}
+
 // NIBBLED_FLAG_NAME in the environment sets --flag_name.
 constexpr absl::string_view kEnvironmentPrefix = "NIBBLED_";
 
@@ -209,6 +235,11 @@ std::string FlagProblems() {
           ParseBackend(absl::GetFlag(FLAGS_backend));
       !backend.ok()) {
     absl::StrAppend(&problems, "--backend: ", backend.status().message(), "\n");
+  }
+  if (absl::StatusOr<std::vector<int>> gpus =
+          ParseGpus(absl::GetFlag(FLAGS_gpus));
+      !gpus.ok()) {
+    absl::StrAppend(&problems, gpus.status().message(), "\n");
   }
   if (absl::GetFlag(FLAGS_threads) < 0) {
     absl::StrAppend(&problems, "--threads=", absl::GetFlag(FLAGS_threads),
@@ -498,6 +529,7 @@ absl::StatusOr<NibbledOptions> OptionsFromFlags() {
 
   ServerOptions& server = options.server;
   server.backend = *ParseBackend(absl::GetFlag(FLAGS_backend));
+  server.gpus = *ParseGpus(absl::GetFlag(FLAGS_gpus));
   server.listen = absl::GetFlag(FLAGS_listen);
   server.threads = absl::GetFlag(FLAGS_threads);
   server.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -1,9 +1,12 @@
 // The CUDA backend's GemmKernels as the server runs them: batches of
 // requests (RowBlocks) from many threads at once, each checked against the
-// float64 reference, and the staging pool (lanes) that repeated runs reuse.
+// float64 reference, on every GPU the machine has, and the staging pool
+// (lanes) that repeated runs reuse.
 // Labelled `gpu`: ctest runs it only where a GPU exists, and each test skips
 // itself without one. Random data from fixed seeds, printed on failure.
 #include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <memory>
@@ -40,11 +43,11 @@ struct GpuWeight {
   std::unique_ptr<DeviceWeight> device;
 };
 
-GpuWeight Upload(const WeightSpec& spec, uint64_t seed) {
+GpuWeight Upload(const WeightSpec& spec, uint64_t seed, int gpu = 0) {
   GpuWeight weight;
   weight.canonical = RandomQuantizedWeight(spec, seed);
   absl::StatusOr<std::unique_ptr<DeviceWeight>> device =
-      UploadWeight(weight.canonical);
+      UploadWeight(weight.canonical, gpu);
   EXPECT_TRUE(device.ok()) << device.status();
   if (device.ok()) weight.device = *std::move(device);
   return weight;
@@ -52,7 +55,7 @@ GpuWeight Upload(const WeightSpec& spec, uint64_t seed) {
 
 // The backend's kernel for `problem`, as the scheduler would pick it.
 const GemmKernel* KernelFor(const GemmProblem& problem) {
-  const KernelVariant variant = PreferredVariant(problem);
+  const KernelVariant variant = PreferredVariant(problem, /*device=*/0);
   for (const GemmKernel* kernel : CudaKernels()) {
     if (kernel->variant() == variant && kernel->Supports(problem)) {
       return kernel;
@@ -138,6 +141,61 @@ TEST(CudaBackendTest, ConcurrentBatchesFromManyThreadsMatchTheReference) {
   const StagingStats staging = Staging();
   EXPECT_GE(staging.lanes, 1);
   EXPECT_LE(staging.lanes, kMaxLanes);
+}
+
+// Weights on every GPU, run from threads that never choose a GPU: each run
+// goes to its weight's GPU and leaves the thread's current GPU alone.
+TEST(CudaBackendTest, EachWeightRunsOnItsOwnGpu) {
+  SKIP_WITHOUT_GPU();
+  SCOPED_TRACE(absl::StrCat("seed=", kSeed, " gpus=", DeviceCount()));
+  std::vector<GpuWeight> weights;
+  for (int gpu = 0; gpu < DeviceCount(); ++gpu) {
+    weights.push_back(
+        Upload({WeightFormat::kU4b8, 512, 264, 128}, kSeed + 10 + gpu, gpu));
+    weights.push_back(
+        Upload({WeightFormat::kNvfp4, 256, 96, 16}, kSeed + 20 + gpu, gpu));
+  }
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0) << "an upload left another GPU current";
+  for (size_t w = 0; w < weights.size(); ++w) {
+    ASSERT_NE(weights[w].device, nullptr);
+    EXPECT_EQ(weights[w].device->device(), static_cast<int>(w / 2));
+  }
+  ThreadPool pool(2);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(kSeed + 200 + t);
+      for (int i = 0; i < 8; ++i) {
+        std::vector<int64_t> rows(1 + rng() % 3);
+        for (int64_t& r : rows) r = 1 + static_cast<int64_t>(rng() % 24);
+        ExpectBatchMatchesReference(weights[rng() % weights.size()], rows,
+                                    kDTypes[rng() % 3], rng(), pool);
+      }
+      int after = -1;
+      EXPECT_EQ(cudaGetDevice(&after), cudaSuccess);
+      EXPECT_EQ(after, 0) << "a run left another GPU current";
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_LE(Staging().lanes, kMaxLanes * DeviceCount());
+}
+
+TEST(CudaBackendTest, AGpuThatIsNotThereIsNamed) {
+  SKIP_WITHOUT_GPU();
+  const QuantizedWeight weight =
+      RandomQuantizedWeight({WeightFormat::kU4b8, 128, 64, 128}, kSeed);
+  absl::StatusOr<std::unique_ptr<DeviceWeight>> device =
+      UploadWeight(weight, DeviceCount());
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(device.status().message().find(
+                absl::StrCat("there is no GPU ", DeviceCount())),
+            std::string::npos)
+      << device.status();
+  EXPECT_EQ(DeviceMemory(-1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(DeviceMemory(DeviceCount() - 1).ok());
 }
 
 TEST(CudaBackendTest, RepeatedRunsAllocateNoMoreStaging) {

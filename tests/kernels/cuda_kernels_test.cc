@@ -423,7 +423,8 @@ TEST(CudaKernelsTest, RunOnHostOperandsMatchesTheReference) {
   SCOPED_TRACE(absl::StrCat("seed=", seed));
   const WeightSpec spec{WeightFormat::kU4, 512, 300, 64};
   const QuantizedWeight weight = SignedRandomWeight(spec, seed);
-  absl::StatusOr<std::unique_ptr<DeviceWeight>> resident = UploadWeight(weight);
+  absl::StatusOr<std::unique_ptr<DeviceWeight>> resident =
+      UploadWeight(weight, /*device=*/0);
   ASSERT_TRUE(resident.ok()) << resident.status();
   ThreadPool pool(1);
   int ran = 0;

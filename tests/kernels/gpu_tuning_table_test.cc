@@ -65,7 +65,7 @@ TEST(GpuLevelTest, TablesParseAndWriteBackEveryLevelName) {
 
 TEST(GpuLevelTest, WithoutAGpuThereAreNoGpuRules) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU";
-  const TuningTable table = cuda::ForThisGpu(TuningTable::Default());
+  const TuningTable table = cuda::ForGpu(TuningTable::Default(), 0);
   EXPECT_TRUE(table.rules().empty());
   EXPECT_EQ(table.isa(), "");
 }

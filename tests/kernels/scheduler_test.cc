@@ -192,7 +192,7 @@ TEST_F(SchedulerTest, RuleKeepsRegistrationOrderAcrossBackends) {
 }
 
 // As nibbled's cuda backend makes it: the GPU's kernels (of its level) before
-// the CPU's, the table narrowed to the GPU's rules (cuda::ForThisGpu), and the
+// the CPU's, the table narrowed to the GPU's rules (cuda::ForGpu), and the
 // GPU's rule where those are silent.
 TEST_F(SchedulerTest, OnTheGpuTheGpusRulesPickAndTheGpuRuleFillsIn) {
   for (KernelVariant variant : cuda::kVariants) {

@@ -862,9 +862,12 @@ int Run(const GpuBenchOptions& options) {
       MeasureCopyBandwidth(*events, stream.get());
   if (!copy.ok()) return fail(copy.status());
 
+  // GPU 0, where the weights and operands below live.
   const Scheduler scheduler(cuda::CudaKernels(),
-                            cuda::ForThisGpu(TuningTable::Default()),
-                            cuda::PreferredVariant);
+                            cuda::ForGpu(TuningTable::Default(), 0),
+                            [](const GemmProblem& problem) {
+                              return cuda::PreferredVariant(problem, 0);
+                            });
   cuda::Workspace workspace;
   // For --latency, as nibbled's default: one thread per hardware thread.
   ThreadPool pool;

@@ -59,6 +59,8 @@ class WeightInfo:
     # Bytes the server holds in host memory, and in GPU memory.
     resident_bytes: int
     gpu_bytes: int
+    # The server's GPU holding it, where gpu_bytes > 0.
+    gpu: int
     # nvfp4's global scale; 1 for the other formats.
     global_scale: float
     # Whether the server reorders A's columns before every matmul.
@@ -72,7 +74,8 @@ class WeightInfo:
                    k=info.k, n=info.n, group=info.group_size,
                    canonical_bytes=info.canonical_bytes,
                    resident_bytes=info.resident_bytes,
-                   gpu_bytes=info.gpu_bytes, global_scale=info.global_scale,
+                   gpu_bytes=info.gpu_bytes, gpu=info.gpu,
+                   global_scale=info.global_scale,
                    activation_order=info.activation_order)
 
 
@@ -123,13 +126,15 @@ class Client:
             raise NibbleError(error.code(), error.details()) from None
 
     def upload(self, name, qweight, scales, zeros=None, format="u4b8",
-               group=None, global_scale=None, activation_order=None):
+               group=None, global_scale=None, activation_order=None,
+               gpu=None):
         """Uploads B [K, N] from its canonical arrays (nibble.formats):
         qweight [K/8, N] uint32 (or int32, bit for bit), scales [K/group, N]
         uint16 slots (or float16 values for fp16 scales, uint8 codes for
         8-bit ones) and, for u4, zeros [K/group, N] 0..15. `group` defaults
         to the one the shapes imply; `global_scale` is nvfp4's;
-        `activation_order`, K entries, a GPTQ act-order weight's. Returns
+        `activation_order`, K entries, a GPTQ act-order weight's; `gpu`, the
+        server's GPU to keep it on (None lets the server place it). Returns
         its WeightInfo. ValueError before anything is sent when the arrays
         do not fit together; NibbleError when the server refuses the
         weight."""
@@ -163,6 +168,8 @@ class Client:
             name=name, format=fmt.wire_value, k=k, n=n,
             group_size=implied_group,
             global_scale=0 if global_scale is None else global_scale)
+        if gpu is not None:
+            header.gpu = gpu
         if activation_order is not None:
             header.activation_order.extend(
                 int(i) for i in np.asarray(activation_order).ravel())

@@ -68,7 +68,7 @@ TEST(UploadToBackendTest, CpuBackendKeepsNoDeviceCopy) {
   const QuantizedWeight weight =
       RandomQuantizedWeight({WeightFormat::kU4b8, 128, 64, 64}, 3);
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      UploadToBackend(Backend::kCpu, "w", weight);
+      UploadToBackend(Backend::kCpu, "w", weight, /*gpu=*/-1);
   ASSERT_TRUE(device.ok()) << device.status();
   EXPECT_EQ(*device, nullptr);
 }
@@ -78,11 +78,11 @@ TEST(UploadToBackendTest, CudaBackendWithoutAGpuCopiesNothing) {
   const QuantizedWeight weight =
       RandomQuantizedWeight({WeightFormat::kU4b8, 128, 64, 64}, 3);
   absl::StatusOr<std::unique_ptr<nibble::DeviceWeight>> device =
-      UploadToBackend(Backend::kCuda, "w", weight);
+      UploadToBackend(Backend::kCuda, "w", weight, /*gpu=*/0);
   if (cuda::SupportsSpec(weight.spec)) {
     EXPECT_EQ(device.status().code(), absl::StatusCode::kUnavailable);
     EXPECT_THAT(device.status().message(),
-                HasSubstr("weight \"w\" could not be copied to the GPU"));
+                HasSubstr("weight \"w\" could not be copied to GPU 0"));
   } else {
     ASSERT_TRUE(device.ok()) << device.status();
     EXPECT_EQ(*device, nullptr);
@@ -120,6 +120,7 @@ class FakeDeviceWeight final : public nibble::DeviceWeight {
       : spec_(spec), bytes_(bytes) {}
   const WeightSpec& spec() const override { return spec_; }
   int64_t device_bytes() const override { return bytes_; }
+  int device() const override { return 1; }
 
  private:
   WeightSpec spec_;
@@ -128,7 +129,7 @@ class FakeDeviceWeight final : public nibble::DeviceWeight {
 
 TEST(WeightStoreDeviceTest, KeepsTheDeviceCopyAndCountsItsBytes) {
   const WeightSpec spec{WeightFormat::kU4b8, 32, 8, 32};
-  WeightStore store;
+  WeightStore store({.gpus = {{.gpu = 0}, {.gpu = 1}}});
   auto device = std::make_unique<FakeDeviceWeight>(spec, 1000);
   const nibble::DeviceWeight* raw = device.get();
   ASSERT_TRUE(store
@@ -140,6 +141,7 @@ TEST(WeightStoreDeviceTest, KeepsTheDeviceCopyAndCountsItsBytes) {
       store.Insert("cpu", *PackedWeight::Pack(RandomQuantizedWeight(spec, 2)))
           .ok());
   EXPECT_EQ(store.device_bytes(), 1000);
+  EXPECT_EQ(store.gpu_usage()[1].resident_bytes, 1000);
   absl::StatusOr<std::shared_ptr<const ResidentWeight>> gpu = store.Get("gpu");
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_EQ((*gpu)->device.get(), raw);
@@ -159,6 +161,7 @@ TEST(WeightStoreDeviceTest, InfoSaysWhereTheWeightLives) {
                  &on_gpu);
   EXPECT_EQ(on_gpu.resident_bytes(), 0);
   EXPECT_EQ(on_gpu.gpu_bytes(), 1000);
+  EXPECT_EQ(on_gpu.gpu(), 1);
   v1::WeightInfo on_cpu;
   FillWeightInfo(ResidentWeight{"cpu", *PackedWeight::Pack(weight), nullptr},
                  &on_cpu);
@@ -168,7 +171,7 @@ TEST(WeightStoreDeviceTest, InfoSaysWhereTheWeightLives) {
 
 TEST(WeightStoreDeviceTest, RefusedInsertCountsNoDeviceBytes) {
   const WeightSpec spec{WeightFormat::kU4b8, 32, 8, 32};
-  WeightStore store;
+  WeightStore store({.gpus = {{.gpu = 1}}});
   ASSERT_TRUE(
       store.Insert("w", *PackedWeight::Pack(RandomQuantizedWeight(spec, 1)))
           .ok());

@@ -1,15 +1,18 @@
 // Tests the resident weight store: names, duplicates, lookups, deletion while
 // a request still holds the weight, the resident-bytes budget with the
-// reservations of uploads in progress, and loading.
+// reservations of uploads in progress, the GPUs' budgets and the placement
+// of device copies on them, and loading.
 #include "server/core/weight_store.h"
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/device_weight.h"
@@ -18,6 +21,7 @@ namespace nibble::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 PackedWeight SmallWeight(uint64_t seed) {
   return *PackedWeight::Pack(
@@ -179,25 +183,38 @@ TEST(WeightStoreBudgetTest, WeightPastTheBudgetIsRefusedAndChangesNothing) {
   EXPECT_TRUE(store.Insert("c", SmallWeight(3)).ok());
 }
 
-// A device copy of `bytes` that counts its destructions in `*freed`, so
-// that tests see what the store keeps of a refused weight.
+// A device copy of `bytes` on GPU `gpu` that counts its destructions in
+// `*freed`, so that tests see what the store keeps of a refused weight.
 class FakeDeviceWeight final : public nibble::DeviceWeight {
  public:
-  FakeDeviceWeight(int64_t bytes, int* freed) : bytes_(bytes), freed_(freed) {}
+  FakeDeviceWeight(int64_t bytes, int* freed, int gpu = 0)
+      : bytes_(bytes), freed_(freed), gpu_(gpu) {}
   ~FakeDeviceWeight() override { ++*freed_; }
   const WeightSpec& spec() const override { return spec_; }
   int64_t device_bytes() const override { return bytes_; }
+  int device() const override { return gpu_; }
 
  private:
   WeightSpec spec_;
   int64_t bytes_;
   int* freed_;
+  int gpu_;
 };
+
+// Each GPU's resident and reserved bytes, in the store's order.
+std::vector<std::pair<int64_t, int64_t>> Held(const WeightStore& store) {
+  std::vector<std::pair<int64_t, int64_t>> held;
+  for (const GpuUsage& gpu : store.gpu_usage()) {
+    held.emplace_back(gpu.resident_bytes, gpu.reserved_bytes);
+  }
+  return held;
+}
 
 TEST(WeightStoreGpuBudgetTest, DeviceCopyPastTheBudgetIsRefusedAndFreed) {
   int freed = 0;
-  WeightStore store({.max_device_bytes = 1000});
-  EXPECT_EQ(store.max_device_bytes(), 1000);
+  WeightStore store({.gpus = {{.gpu = 0, .max_bytes = 1000}}});
+  ASSERT_EQ(store.gpu_usage().size(), 1u);
+  EXPECT_EQ(store.gpu_usage()[0].max_bytes, 1000);
   ASSERT_TRUE(store
                   .Insert("a", SmallWeight(1),
                           std::make_unique<FakeDeviceWeight>(600, &freed))
@@ -205,12 +222,13 @@ TEST(WeightStoreGpuBudgetTest, DeviceCopyPastTheBudgetIsRefusedAndFreed) {
   absl::StatusOr<WeightStore::Reservation> reservation =
       store.Reserve("b", SmallWeight(2).resident_bytes());
   ASSERT_TRUE(reservation.ok());
+  EXPECT_EQ(reservation->gpu(), -1);
   const absl::Status status =
       store.Insert("b", SmallWeight(2), *std::move(reservation),
                    std::make_unique<FakeDeviceWeight>(401, &freed));
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(status.message(), HasSubstr("\"b\" needs 401 bytes of GPU"));
-  EXPECT_THAT(status.message(), HasSubstr("600 of the 1000"));
+  EXPECT_THAT(status.message(), HasSubstr("GPU 0: 600 of 1000 bytes in use"));
   EXPECT_THAT(status.message(), HasSubstr("--max_gpu_bytes"));
   // Nothing of it is kept: not the weight, its device copy nor its budget.
   EXPECT_EQ(freed, 1);
@@ -230,7 +248,7 @@ TEST(WeightStoreGpuBudgetTest, DeviceCopyPastTheBudgetIsRefusedAndFreed) {
 
 TEST(WeightStoreGpuBudgetTest, UploadsReserveGpuBytesBeforeTheirData) {
   int freed = 0;
-  WeightStore store({.max_device_bytes = 1000});
+  WeightStore store({.gpus = {{.gpu = 0, .max_bytes = 1000}}});
   ASSERT_TRUE(store
                   .Insert("a", SmallWeight(1),
                           std::make_unique<FakeDeviceWeight>(300, &freed))
@@ -238,12 +256,13 @@ TEST(WeightStoreGpuBudgetTest, UploadsReserveGpuBytesBeforeTheirData) {
   absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", 1, 500);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->device_bytes(), 500);
+  EXPECT_EQ(b->gpu(), 0);
   // 300 resident and 500 reserved leave 200.
   const absl::Status refused = store.Reserve("c", 1, 201).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.message(), HasSubstr("\"c\" needs 201 bytes of GPU"));
-  EXPECT_THAT(refused.message(), HasSubstr("800 of the 1000"));
-  EXPECT_THAT(refused.message(), HasSubstr("500 reserved by uploads"));
+  EXPECT_THAT(refused.message(), HasSubstr("GPU 0: 800 of 1000 bytes in use"));
+  EXPECT_THAT(refused.message(), HasSubstr("500 of them reserved by uploads"));
   EXPECT_THAT(refused.message(), HasSubstr("--max_gpu_bytes"));
   EXPECT_TRUE(store.Reserve("c", 1, 200).ok());
   // b's own reservation counts as free for b; its copy turns it into
@@ -265,13 +284,185 @@ TEST(WeightStoreGpuBudgetTest, UploadsReserveGpuBytesBeforeTheirData) {
 
 TEST(WeightStoreGpuBudgetTest, NoBudgetTakesAnyDeviceCopy) {
   int freed = 0;
-  WeightStore store;
+  WeightStore store({.gpus = {{.gpu = 0}}});
   EXPECT_TRUE(
       store
           .Insert("a", SmallWeight(1),
                   std::make_unique<FakeDeviceWeight>(int64_t{1} << 50, &freed))
           .ok());
   EXPECT_EQ(freed, 0);
+}
+
+TEST(WeightStoreGpuBudgetTest, DeviceBytesWithoutGpusAreRefused) {
+  int freed = 0;
+  WeightStore store;
+  EXPECT_EQ(store.Reserve("a", 1, 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const absl::Status status = store.Insert(
+      "a", SmallWeight(1), std::make_unique<FakeDeviceWeight>(100, &freed));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("places no weights on a GPU"));
+  EXPECT_EQ(freed, 1);
+  // Weights without a device copy need no GPU.
+  EXPECT_TRUE(store.Insert("b", SmallWeight(2)).ok());
+}
+
+TEST(WeightStorePlacementTest, EachWeightGoesWhereTheMostRoomIsLeft) {
+  WeightStore store(
+      {.gpus = {{.gpu = 0, .max_bytes = 1000}, {.gpu = 1, .max_bytes = 1500}}});
+  // Room 1000 and 1500: GPU 1; then 1000 and 900: GPU 0; then 400 and 900.
+  absl::StatusOr<WeightStore::Reservation> a = store.Reserve("a", 1, 600);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->gpu(), 1);
+  absl::StatusOr<WeightStore::Reservation> b = store.Reserve("b", 1, 600);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->gpu(), 0);
+  absl::StatusOr<WeightStore::Reservation> c = store.Reserve("c", 1, 500);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->gpu(), 1);
+  EXPECT_EQ(Held(store),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 600}, {0, 1100}}));
+  // 400 left on each: a tie goes to the first of --gpus.
+  absl::StatusOr<WeightStore::Reservation> d = store.Reserve("d", 1, 100);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->gpu(), 0);
+
+  const absl::Status refused = store.Reserve("e", 1, 401).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("more than any GPU has free"));
+  EXPECT_THAT(refused.message(), HasSubstr("GPU 0: 700 of 1000 bytes in use"));
+  EXPECT_THAT(refused.message(), HasSubstr("GPU 1: 1100 of 1500 bytes in use"));
+  // A reservation given back frees its own GPU's bytes.
+  *b = WeightStore::Reservation();
+  EXPECT_EQ(Held(store),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 100}, {0, 1100}}));
+  absl::StatusOr<WeightStore::Reservation> e = store.Reserve("e", 1, 401);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->gpu(), 0);
+}
+
+TEST(WeightStorePlacementTest, DeviceCopiesCountOnTheirOwnGpu) {
+  int freed = 0;
+  WeightStore store(
+      {.gpus = {{.gpu = 2, .max_bytes = 1000}, {.gpu = 5, .max_bytes = 1000}}});
+  absl::StatusOr<WeightStore::Reservation> a = store.Reserve("a", 1, 300);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->gpu(), 2);
+  ASSERT_TRUE(store
+                  .Insert("a", SmallWeight(1), *std::move(a),
+                          std::make_unique<FakeDeviceWeight>(300, &freed, 2))
+                  .ok());
+  ASSERT_TRUE(store
+                  .Insert("b", SmallWeight(2),
+                          std::make_unique<FakeDeviceWeight>(700, &freed, 5))
+                  .ok());
+  EXPECT_EQ(Held(store),
+            (std::vector<std::pair<int64_t, int64_t>>{{300, 0}, {700, 0}}));
+  EXPECT_EQ(store.device_bytes(), 1000);
+  // A copy on a GPU the store does not place on is refused and freed.
+  const absl::Status elsewhere = store.Insert(
+      "c", SmallWeight(3), std::make_unique<FakeDeviceWeight>(1, &freed, 3));
+  EXPECT_EQ(elsewhere.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(elsewhere.message(), HasSubstr("GPUs 2, 5"));
+  EXPECT_EQ(freed, 1);
+  ASSERT_TRUE(store.Remove("b").ok());
+  EXPECT_EQ(Held(store),
+            (std::vector<std::pair<int64_t, int64_t>>{{300, 0}, {0, 0}}));
+}
+
+TEST(WeightStorePlacementTest, APinnedGpuIsTakenOrRefused) {
+  WeightStore store(
+      {.gpus = {{.gpu = 0, .max_bytes = 1000}, {.gpu = 1, .max_bytes = 500}}});
+  absl::StatusOr<WeightStore::Reservation> a = store.Reserve("a", 1, 300, 1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->gpu(), 1);
+  const absl::Status full = store.Reserve("b", 1, 201, 1).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("more than is free"));
+  EXPECT_THAT(full.message(), HasSubstr("GPU 1: 300 of 500"));
+  EXPECT_THAT(full.message(), Not(HasSubstr("GPU 0")));
+  const absl::Status absent = store.Reserve("b", 1, 10, 7).status();
+  EXPECT_EQ(absent.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(absent.message(), HasSubstr("asks for GPU 7"));
+  EXPECT_THAT(absent.message(), HasSubstr("GPUs 0, 1 (--gpus)"));
+  EXPECT_EQ(Held(store),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 300}}));
+}
+
+TEST(WeightStorePlacementTest, AWeightLargerThanAnyGpuSaysSo) {
+  WeightStore store(
+      {.gpus = {{.gpu = 0, .max_bytes = 1000}, {.gpu = 1, .max_bytes = 1500}}});
+  const absl::Status status = store.Reserve("huge", 1, 1501).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(),
+              HasSubstr("more than any one GPU may hold (the most is GPU 1's "
+                        "1500 bytes"));
+  EXPECT_THAT(status.message(), HasSubstr("whole on one GPU"));
+  EXPECT_EQ(Held(store),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 0}}));
+}
+
+TEST(WeightStorePlacementTest, WithoutBudgetsTheLeastHeldGpuTakesTheWeight) {
+  WeightStore store({.gpus = {{.gpu = 0}, {.gpu = 1}, {.gpu = 2}}});
+  std::vector<int> placed;
+  std::vector<WeightStore::Reservation> held;
+  for (int64_t bytes : {500, 300, 100, 50}) {
+    absl::StatusOr<WeightStore::Reservation> reservation =
+        store.Reserve(absl::StrCat("w", bytes), 1, bytes);
+    ASSERT_TRUE(reservation.ok()) << reservation.status();
+    placed.push_back(reservation->gpu());
+    held.push_back(*std::move(reservation));
+  }
+  EXPECT_EQ(placed, (std::vector<int>{0, 1, 2, 2}));
+}
+
+// Issue 30's rule: placement fills every GPU before it refuses, so a refused
+// weight fits on none of them.
+TEST(WeightStorePlacementTest, FillsEveryGpuBeforeRefusing) {
+  constexpr uint64_t kSeed = 30;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  std::mt19937_64 rng(kSeed);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<GpuBudget> budgets;
+    const int gpus = 1 + static_cast<int>(rng() % 4);
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      budgets.push_back(
+          {.gpu = gpu, .max_bytes = 1000 + static_cast<int64_t>(rng() % 9000)});
+    }
+    WeightStore store({.gpus = budgets});
+    std::vector<WeightStore::Reservation> held;
+    for (int i = 0;; ++i) {
+      const int64_t bytes = 1 + static_cast<int64_t>(rng() % 2000);
+      absl::StatusOr<WeightStore::Reservation> reservation =
+          store.Reserve(absl::StrCat("w", i), 0, bytes);
+      if (reservation.ok()) {
+        held.push_back(*std::move(reservation));
+        continue;
+      }
+      ASSERT_EQ(reservation.status().code(),
+                absl::StatusCode::kResourceExhausted);
+      for (const GpuUsage& gpu : store.gpu_usage()) {
+        EXPECT_GT(bytes, gpu.max_bytes - gpu.reserved_bytes)
+            << "round " << round << ": " << bytes << " bytes fit GPU "
+            << gpu.gpu << " but were refused";
+      }
+      break;
+    }
+  }
+}
+
+TEST(ResolveGpusTest, AllByDefaultOrTheOnesNamed) {
+  EXPECT_EQ(*ResolveGpus({}, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(*ResolveGpus({2, 0}, 3), (std::vector<int>{2, 0}));
+  const absl::Status past = ResolveGpus({0, 2}, 2).status();
+  EXPECT_EQ(past.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(past.message(), HasSubstr("GPU 2"));
+  EXPECT_THAT(past.message(), HasSubstr("GPUs 0 to 1"));
+  EXPECT_THAT(ResolveGpus({1}, 1).status().message(),
+              HasSubstr("sees GPU 0 only"));
+  EXPECT_THAT(ResolveGpus({0}, 0).status().message(), HasSubstr("sees no GPU"));
+  EXPECT_THAT(ResolveGpus({1, 0, 1}, 2).status().message(),
+              HasSubstr("GPU 1 twice"));
 }
 
 TEST(GpuBudgetBytesTest, FlagOrFreeMemoryLessTheMargin) {

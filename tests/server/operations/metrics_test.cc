@@ -366,9 +366,7 @@ MetricsSnapshot RandomSnapshot(std::mt19937_64& rng) {
       .weights = {},
       .reserved_weight_bytes = static_cast<int64_t>(rng() >> 24),
       .max_weight_bytes = static_cast<int64_t>(rng() >> 8),
-      .gpu_resident_bytes = static_cast<int64_t>(rng() >> 16),
-      .max_gpu_bytes = static_cast<int64_t>(rng() >> 12),
-      .gpu_free_bytes = static_cast<int64_t>(rng() >> 14),
+      .gpus = {},
       .backend = rng() % 2 == 0 ? "cpu" : "cuda",
       .gpu_run_stages = {.runs = static_cast<int64_t>(rng() >> 40),
                          .lane_wait_ns = static_cast<int64_t>(rng() >> 20),
@@ -376,9 +374,21 @@ MetricsSnapshot RandomSnapshot(std::mt19937_64& rng) {
                          .device_ns = static_cast<int64_t>(rng() >> 20),
                          .scatter_ns = static_cast<int64_t>(rng() >> 20)},
       .serving = rng() % 2 == 0};
+  // GPUs 0 and 3 of a host, and weights on either or on the CPU.
+  for (int gpu : {0, 3}) {
+    snapshot.gpus.push_back(
+        {.usage = {.gpu = gpu,
+                   .resident_bytes = static_cast<int64_t>(rng() >> 16),
+                   .reserved_bytes = static_cast<int64_t>(rng() >> 18),
+                   .max_bytes = static_cast<int64_t>(rng() >> 12)},
+         .free_bytes = static_cast<int64_t>(rng() >> 14)});
+  }
+  constexpr int kPlaces[] = {-1, 0, 3};
   for (const std::string& weight : weights) {
     snapshot.weights.push_back(
-        {.name = weight, .resident_bytes = static_cast<int64_t>(rng() >> 20)});
+        {.name = weight,
+         .resident_bytes = static_cast<int64_t>(rng() >> 20),
+         .gpu = kPlaces[rng() % 3]});
   }
   return snapshot;
 }
@@ -425,14 +435,29 @@ TEST(RenderPrometheusTextTest, RandomStatsRenderValidExpositionText) {
                     "nibble_resident_weight_bytes"),
               resident_bytes);
     EXPECT_EQ(Value(*families, "nibble_weights", "nibble_weights"), 3);
-    EXPECT_EQ(Value(*families, "nibble_gpu_resident_bytes",
-                    "nibble_gpu_resident_bytes"),
-              snapshot.gpu_resident_bytes);
-    EXPECT_EQ(Value(*families, "nibble_max_gpu_bytes", "nibble_max_gpu_bytes"),
-              snapshot.max_gpu_bytes);
-    EXPECT_EQ(
-        Value(*families, "nibble_gpu_free_bytes", "nibble_gpu_free_bytes"),
-        snapshot.gpu_free_bytes);
+    for (const GpuGauge& gpu : snapshot.gpus) {
+      const std::map<std::string, std::string> label = {
+          {"gpu", absl::StrCat(gpu.usage.gpu)}};
+      int weights_there = 0;
+      for (const WeightGauge& weight : snapshot.weights) {
+        weights_there += weight.gpu == gpu.usage.gpu;
+      }
+      EXPECT_EQ(
+          Value(*families, "nibble_gpu_weights", "nibble_gpu_weights", label),
+          weights_there);
+      EXPECT_EQ(Value(*families, "nibble_gpu_resident_bytes",
+                      "nibble_gpu_resident_bytes", label),
+                gpu.usage.resident_bytes);
+      EXPECT_EQ(Value(*families, "nibble_gpu_reserved_bytes",
+                      "nibble_gpu_reserved_bytes", label),
+                gpu.usage.reserved_bytes);
+      EXPECT_EQ(Value(*families, "nibble_max_gpu_bytes", "nibble_max_gpu_bytes",
+                      label),
+                gpu.usage.max_bytes);
+      EXPECT_EQ(Value(*families, "nibble_gpu_free_bytes",
+                      "nibble_gpu_free_bytes", label),
+                gpu.free_bytes);
+    }
 
     const BatcherStats& batcher = snapshot.batcher;
     for (const auto& [weight, counts] : batcher.run_by_weight) {
@@ -535,7 +560,9 @@ TEST(RenderPrometheusTextTest, EmptySnapshotRendersEveryFamily) {
                            "nibble_weights",
                            "nibble_resident_weight_bytes",
                            "nibble_weight_bytes",
+                           "nibble_gpu_weights",
                            "nibble_gpu_resident_bytes",
+                           "nibble_gpu_reserved_bytes",
                            "nibble_max_gpu_bytes",
                            "nibble_gpu_free_bytes",
                            "nibble_matmul_requests_total",
@@ -872,9 +899,8 @@ TEST(NibbleServerMetricsTest, ScrapeParsesAndCountsTheServersWork) {
   EXPECT_EQ(Value(*families, "nibble_reserved_weight_bytes",
                   "nibble_reserved_weight_bytes"),
             0);
-  EXPECT_EQ(Value(*families, "nibble_gpu_resident_bytes",
-                  "nibble_gpu_resident_bytes"),
-            0);
+  // The CPU backend has no GPU series.
+  EXPECT_TRUE(families->at("nibble_gpu_resident_bytes").samples.empty());
   EXPECT_EQ(Value(*families, "nibble_weight_bytes", "nibble_weight_bytes",
                   {{"weight", "proj"}}),
             (*server)->resident_bytes());
