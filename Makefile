@@ -79,7 +79,9 @@ latency-bench: configure
 # The GPU serving benchmark (issue 26), on the GPU machine: Check and Matmul
 # on tiny, 4096x4096 and 8192x28672 u4b8 weights at concurrency 1, 64 and
 # 256, batching on and off, unary and MatmulStream, beside nibble-gpu-bench's
-# kernel times; JSON and a markdown table in $(BUILD_DIR)-gpu/gpu-serve-bench.
+# kernel times, and on a machine with several GPUs the 8192x28672 weight once
+# per GPU against all of it on GPU 0; JSON and a markdown table in
+# $(BUILD_DIR)-gpu/gpu-serve-bench.
 # nibbled, nibble and nibble-load come from the portable bundle in
 # PORTABLE_DIR (unpacked from PORTABLE_DIR.tar.xz when only that is there),
 # which `make portable-bundle` makes on a machine with gRPC and nvcc;

@@ -12,7 +12,14 @@
 #     M = 1 f16 requests, unary Matmul and MatmulStream, at concurrency 1, 64
 #     and 256, with batching on (default flags) and off (--max_batch_rows=1);
 #     replies of the two smaller weights are checked against the float64
-#     reference (nibble-load --verify).
+#     reference (nibble-load --verify);
+#   - on a machine with several GPUs (issue 30), the 8192x28672 weight once
+#     per GPU and 64 and 256 clients spread evenly over the copies, unary and
+#     MatmulStream, with nibbled on GPU 0 alone (every copy there, --gpus=0)
+#     and on every GPU (each copy placed on its own), and the tiny weight
+#     likewise on every GPU (the server's ceiling with next to no GPU work):
+#     requests/s summed over the copies, in multi_gpu.tsv and the report's
+#     last table.
 # It writes results.json (every run, with nibble-load's JSON) and report.md
 # (the table and issue 26's targets, each PASS or FAIL) and prints the report;
 # under each matmul run it prints where its requests' time went, from
@@ -24,7 +31,10 @@
 #     (build/portable/bin, build/gpu-serve-bench)
 #   Environment: GPU_SERVE_DURATION=5 GPU_SERVE_WARMUP=1 (seconds per run),
 #   GPU_SERVE_CONCURRENCY="1 64 256", GPU_SERVE_BACKEND=cuda,
-#   GPU_SERVE_KERNEL_REPEATS=200, NIBBLE_GPU_BENCH (default
+#   GPU_SERVE_KERNEL_REPEATS=200, GPU_SERVE_GPUS (default: the GPUs
+#   nvidia-smi lists; the multi-GPU runs need 2 or more),
+#   GPU_SERVE_MULTI_CONCURRENCY="64 256", GPU_SERVE_MULTI_APIS="Matmul
+#   MatmulStream", NIBBLE_GPU_BENCH (default
 #   BIN_DIR/nibble-gpu-bench), PYTHON=python3.
 set -euo pipefail
 
@@ -35,11 +45,15 @@ warmup=${GPU_SERVE_WARMUP:-1}
 concurrency=${GPU_SERVE_CONCURRENCY:-1 64 256}
 backend=${GPU_SERVE_BACKEND:-cuda}
 repeats=${GPU_SERVE_KERNEL_REPEATS:-200}
+gpus=${GPU_SERVE_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+multi_concurrency=${GPU_SERVE_MULTI_CONCURRENCY:-64 256}
+multi_apis=${GPU_SERVE_MULTI_APIS:-Matmul MatmulStream}
 gpu_bench=${NIBBLE_GPU_BENCH:-$bin/nibble-gpu-bench}
 python=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-rm -f "$out"/load_*.json "$out"/stages_*.txt "$out"/cpu_*.txt "$out/kernels.jsonl" "$out/runs.tsv"
+rm -f "$out"/load_*.json "$out"/stages_*.txt "$out"/cpu_*.txt "$out/kernels.jsonl" "$out/runs.tsv" \
+  "$out"/multi_*
 work=$(mktemp -d)
 source "$here/../../deploy/nibbled_lib.sh"
 trap 'stop_nibbled || true; rm -rf "$work"' EXIT
@@ -138,7 +152,74 @@ for batching in on off; do
   stop_nibbled || { echo "$0: nibbled exited with an error:" >&2; tail -n 20 "$work/nibbled.err" >&2; }
 done
 
+# multi_gpu PLACEMENT WEIGHT K N [NIBBLED FLAGS...]: a u4b8 g128 weight of
+# K x N uploaded as WEIGHT0, WEIGHT1, ... (one per GPU), then for each API of
+# $multi_apis and each of $multi_concurrency clients one nibble-load per copy
+# with its share of the clients, all at once; a line of multi_gpu.tsv per
+# run with the summed requests/s and the worst p50, where the CPU went
+# (multi_cpu_*.txt), and `nibble list` (which GPU holds each copy) in
+# multi_list_PLACEMENT_WEIGHT.txt.
+multi_gpu() {
+  local placement=$1 weight=$2 k=$3 n=$4
+  start_nibbled --backend="$backend" "${@:5}"
+  echo "== $gpus copies of $weight, nibbled $placement: $(cat "$work/nibbled.out")"
+  local copy c api
+  for ((copy = 0; copy < gpus; ++copy)); do
+    "$bin/nibble" upload --target="$target" --name="$weight$copy" \
+      --format=u4b8 --k="$k" --n="$n" --group=128 --random=13 >/dev/null
+  done
+  "$bin/nibble" list --target="$target" \
+    >"$out/multi_list_${placement}_$weight.txt"
+  sed 's/^/   /' "$out/multi_list_${placement}_$weight.txt"
+  for api in $multi_apis; do
+    for c in $multi_concurrency; do
+      local share=$((c / gpus)) pids=() jsons=()
+      local run="${placement}_${weight}_${api}_$c"
+      for ((copy = 0; copy < gpus; ++copy)); do
+        local json="$out/multi_${run}_$copy.json"
+        jsons+=("$json")
+        "$bin/nibble-load" --target="$target" --name="$weight$copy" \
+          --api="$api" --m=1 --dtype=f16 --concurrency="$share" \
+          --connections=$((share < 16 ? share : 16)) --duration="$duration" \
+          --warmup="$warmup" --json="$json" >"$work/multi_$copy.out" 2>&1 &
+        pids+=($!)
+      done
+      (sleep "$(awk "BEGIN { print $warmup + $duration / 4 }")" &&
+        "$python" "$here/thread_cpu.py" "$(awk "BEGIN { print $duration / 2 }")" \
+          "$server_pid" "${pids[@]}" >"$out/multi_cpu_$run.txt" 2>&1) &
+      local sampler_pid=$! failed=0 pid
+      for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+      wait "$sampler_pid" || true
+      if ((failed)); then
+        echo "   $run: a nibble-load failed:" >&2
+        tail -n 5 "$work"/multi_*.out >&2
+        continue
+      fi
+      local rps=0 p50=0 errors=0 json
+      for json in "${jsons[@]}"; do
+        rps=$(awk "BEGIN { print $rps + $(json_number throughput_rps "$json") }")
+        p50=$(awk "BEGIN { p = $(json_number p50 "$json"); print (p > $p50 ? p : $p50) }")
+        errors=$((errors + $(json_number errors "$json")))
+      done
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$placement" "$weight" "$api" \
+        "$c" "$rps" "$p50" "$errors" >>"$out/multi_gpu.tsv"
+      printf '   %-4s %-4s %-12s c=%-4s %10.0f req/s  worst p50 %8s us  errors %s\n' \
+        "$placement" "$weight" "$api" "$c" "$rps" "$p50" "$errors"
+      sed 's/^/      /' "$out/multi_cpu_$run.txt"
+    done
+  done
+  stop_nibbled || { echo "$0: nibbled exited with an error:" >&2; tail -n 20 "$work/nibbled.err" >&2; }
+}
+
+# The big weight on GPU 0 alone and on every GPU; the tiny one on every GPU
+# gives the server's ceiling with next to no GPU work.
+if ((gpus >= 2)); then
+  multi_gpu one big 8192 28672 --gpus=0
+  multi_gpu all big 8192 28672
+  multi_gpu all tiny 128 256
+fi
+
 "$python" "$here/gpu_serve_report.py" --runs="$out/runs.tsv" \
   --kernels="$out/kernels.jsonl" --json="$out/results.json" \
-  --markdown="$out/report.md"
+  --markdown="$out/report.md" --multi_gpu="$out/multi_gpu.tsv" --gpus="$gpus"
 cat "$out/report.md"

@@ -2,10 +2,12 @@
 """The report of bench/server/gpu_serve_bench.sh: reads the nibble-load JSON
 of every run (listed in runs.tsv) and nibble-gpu-bench's JSON lines, writes
 all of it as one JSON document and a markdown table with issue 26's targets,
-each PASS or FAIL (or MISSING when a run has no result).
+each PASS or FAIL (or MISSING when a run has no result); with --multi_gpu,
+also the multi-GPU runs (multi_gpu.tsv) and issue 30's throughput target.
 
   gpu_serve_report.py --runs=runs.tsv --kernels=kernels.jsonl \
-      --json=results.json --markdown=report.md
+      --json=results.json --markdown=report.md \
+      [--multi_gpu=multi_gpu.tsv --gpus=2]
 """
 
 import argparse
@@ -103,7 +105,62 @@ def targets(runs, kernels):
     return rows
 
 
-def markdown(runs, kernels, target_rows):
+def read_multi_gpu(path):
+    """multi_gpu.tsv's rows: placement ("one" or "all"), weight, api,
+    concurrency, summed requests/s, worst p50 and errors."""
+    rows = []
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path) as tsv:
+        for line in tsv:
+            placement, weight, api, concurrency, rps, p50, errors = \
+                line.rstrip("\n").split("\t")
+            rows.append({"placement": placement, "weight": weight, "api": api,
+                         "concurrency": int(concurrency),
+                         "requests_per_second": float(rps), "p50_us": float(p50),
+                         "errors": int(errors)})
+    return rows
+
+
+def multi_gpu_markdown(rows, gpus):
+    """The multi-GPU table and issue 30's target: all GPUs >= 1.8 x GPU 0
+    alone at 256 clients (unary, big weight), beside the ceiling the tiny
+    weight shows."""
+    if not rows:
+        return []
+    lines = ["", f"## {gpus} GPUs (issue 30)", "",
+             f"Each weight uploaded {gpus} times, clients spread evenly over "
+             "the copies; nibbled on GPU 0 alone (`--gpus=0`) or on every "
+             "GPU (each copy on its own). The tiny weight's runs are the "
+             "server's ceiling with next to no GPU work.", "",
+             "| nibbled on | weight | api | clients | requests/s "
+             "| worst p50 us | errors |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        where = "GPU 0" if row["placement"] == "one" else f"all {gpus} GPUs"
+        shape = SHAPES.get(row["weight"], ("?", "?"))
+        lines.append(f"| {where} | {row['weight']} {shape[0]}x{shape[1]} "
+                     f"| {row['api']} | {row['concurrency']} "
+                     f"| {row['requests_per_second']:.0f} | {row['p50_us']:.0f} "
+                     f"| {row['errors']} |")
+    rate = {(r["placement"], r["weight"], r["api"], r["concurrency"]):
+            r["requests_per_second"] for r in rows}
+    one = rate.get(("one", "big", "Matmul", 256))
+    every = rate.get(("all", "big", "Matmul", 256))
+    ceiling = rate.get(("all", "tiny", "Matmul", 256))
+    if one and every:
+        ratio = every / one
+        verdict = "PASS" if ratio >= 1.8 else "FAIL"
+        lines += ["", f"Target: all GPUs >= 1.8 x GPU 0 alone at 256 clients "
+                      f"(unary): {ratio:.2f} x, {verdict}."]
+        if ceiling:
+            lines.append(f"The tiny weight on every GPU, same clients: "
+                         f"{ceiling:.0f} requests/s; the big weight on every "
+                         f"GPU reaches {100 * every / ceiling:.0f} % of it.")
+    return lines
+
+
+def markdown(runs, kernels, target_rows, multi_rows=(), gpus=0):
     lines = ["# gpu-serve-bench", "",
              "M = 1 f16 closed loop; kernel times are nibble-gpu-bench's "
              "medians for the scheduler's pick, backend call its --latency "
@@ -130,6 +187,7 @@ def markdown(runs, kernels, target_rows):
               "|---|---|---|"]
     lines += [f"| {what} | {measured} | {verdict} |"
               for what, measured, verdict in target_rows]
+    lines += multi_gpu_markdown(multi_rows, gpus)
     return "\n".join(lines) + "\n"
 
 
@@ -139,18 +197,22 @@ def main():
     parser.add_argument("--kernels", required=True)
     parser.add_argument("--json", required=True)
     parser.add_argument("--markdown", required=True)
+    parser.add_argument("--multi_gpu", default="")
+    parser.add_argument("--gpus", type=int, default=0)
     args = parser.parse_args()
     runs = read_runs(args.runs) if os.path.exists(args.runs) else []
     kernels = read_kernels(args.kernels)
     target_rows = targets(runs, kernels)
+    multi_rows = read_multi_gpu(args.multi_gpu)
     with open(args.json, "w") as f:
         json.dump({"runs": runs,
                    "kernels": [{"k": k, "n": n, "m": m, **v}
                                for (k, n, m), v in sorted(kernels.items())],
                    "targets": [{"target": t, "measured": m, "verdict": v}
-                                for t, m, v in target_rows]}, f, indent=1)
+                                for t, m, v in target_rows],
+                   "multi_gpu": multi_rows}, f, indent=1)
     with open(args.markdown, "w") as f:
-        f.write(markdown(runs, kernels, target_rows))
+        f.write(markdown(runs, kernels, target_rows, multi_rows, args.gpus))
     return 0 if runs else 1
 
 
