@@ -8,8 +8,9 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <tuple>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -74,25 +75,40 @@ const void* FunctionOf(const KernelChoice& kernel) {
              : reinterpret_cast<const void*>(kernel.wgmma_function);
 }
 
-// The calling thread's current GPU, which the attributes below belong to.
-int CurrentOrdinal() {
+// What launches learn once per kernel on a GPU (its shared-memory limit is
+// that GPU's own), each GPU's behind a lock of its own.
+struct LaunchFacts {
+  absl::Mutex mutex;
+  absl::flat_hash_map<const void*, int> blocks_per_sm ABSL_GUARDED_BY(mutex);
+  absl::flat_hash_map<std::pair<const void*, int64_t>, int> active_clusters
+      ABSL_GUARDED_BY(mutex);
+};
+
+// The calling thread's current GPU's.
+LaunchFacts& CurrentGpuFacts() {
+  static const auto* facts = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    auto* made = new std::vector<std::unique_ptr<LaunchFacts>>();
+    for (int device = 0; device < std::max(count, 1); ++device) {
+      made->push_back(std::make_unique<LaunchFacts>());
+    }
+    return made;
+  }();
   int device = 0;
   cudaGetDevice(&device);
-  return device;
+  return *(*facts)[device];
 }
 
 // Raises the kernel's shared-memory limit on the current GPU and asks how
-// many of its blocks fit on a multiprocessor there, once per kernel and GPU
-// (the limit is a GPU's own): launches stay cheap on the host.
+// many of its blocks fit on a multiprocessor there, once per kernel and GPU:
+// launches stay cheap on the host.
 absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
-  static absl::Mutex mutex;
-  static auto* known =
-      new absl::flat_hash_map<std::pair<int, const void*>, int>();
-  const std::pair<int, const void*> key = {CurrentOrdinal(),
-                                           FunctionOf(kernel)};
-  const void* function = key.second;
-  absl::MutexLock lock(&mutex);
-  if (auto it = known->find(key); it != known->end()) {
+  LaunchFacts& facts = CurrentGpuFacts();
+  const void* function = FunctionOf(kernel);
+  absl::MutexLock lock(&facts.mutex);
+  if (auto it = facts.blocks_per_sm.find(function);
+      it != facts.blocks_per_sm.end()) {
     return it->second;
   }
   if (absl::Status status =
@@ -111,7 +127,7 @@ absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
       !status.ok()) {
     return status;
   }
-  known->emplace(key, blocks);
+  facts.blocks_per_sm.emplace(function, blocks);
   return blocks;
 }
 
@@ -137,14 +153,11 @@ cudaLaunchConfig_t LaunchConfig(const KernelChoice& kernel, int64_t blocks,
 // How many clusters of `size` blocks of `kernel` the current GPU runs at
 // once (0 for a size it does not run), once per kernel, size and GPU.
 int ActiveClusters(const KernelChoice& kernel, int64_t size) {
-  static absl::Mutex mutex;
-  static auto* known =
-      new absl::flat_hash_map<std::tuple<int, const void*, int64_t>, int>();
+  LaunchFacts& facts = CurrentGpuFacts();
   const void* function = FunctionOf(kernel);
-  const std::tuple<int, const void*, int64_t> key = {CurrentOrdinal(), function,
-                                                     size};
-  absl::MutexLock lock(&mutex);
-  if (auto it = known->find(key); it != known->end()) {
+  absl::MutexLock lock(&facts.mutex);
+  if (auto it = facts.active_clusters.find({function, size});
+      it != facts.active_clusters.end()) {
     return it->second;
   }
   cudaLaunchAttribute cluster;
@@ -156,7 +169,7 @@ int ActiveClusters(const KernelChoice& kernel, int64_t size) {
     cudaGetLastError();  // the workspace serves instead
     clusters = 0;
   }
-  known->emplace(key, clusters);
+  facts.active_clusters.emplace(std::make_pair(function, size), clusters);
   return clusters;
 }
 

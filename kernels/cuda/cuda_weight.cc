@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "kernels/cuda/arrange_weight.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_gemm.h"
@@ -76,31 +75,49 @@ absl::Status CudaStatus(cudaError_t error, const std::string& what) {
   }
 }
 
-absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
-  // Properties are slow to query and never change: once per device.
-  static absl::Mutex mutex;
-  static auto* known = new std::vector<std::unique_ptr<DeviceInfo>>();
-  absl::MutexLock lock(&mutex);
-  if (device >= 0 && device < static_cast<int>(known->size()) &&
-      (*known)[device]) {
-    return *(*known)[device];
-  }
-  cudaDeviceProp properties{};
-  if (absl::Status status =
+namespace {
+
+// Every GPU's properties, or the status that stopped their query: slow to
+// ask for and never changing, so read once, and then without a lock, since
+// each launch asks.
+struct AllDevices {
+  std::vector<DeviceInfo> devices;
+  absl::Status status;
+};
+
+const AllDevices& KnownDevices() {
+  static const AllDevices* all = [] {
+    auto* made = new AllDevices();
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    for (int device = 0; device < count && made->status.ok(); ++device) {
+      cudaDeviceProp properties{};
+      made->status =
           CudaStatus(cudaGetDeviceProperties(&properties, device),
                      absl::StrCat("cudaGetDeviceProperties of GPU ", device));
-      !status.ok()) {
-    return absl::UnavailableError(status.message());
+      made->devices.push_back(
+          {.name = properties.name,
+           .sm_count = properties.multiProcessorCount,
+           .compute_capability = properties.major * 10 + properties.minor,
+           .l2_bytes = properties.l2CacheSize,
+           .memory_bytes = static_cast<int64_t>(properties.totalGlobalMem)});
+    }
+    return made;
+  }();
+  return *all;
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
+  const AllDevices& all = KnownDevices();
+  if (!all.status.ok()) return absl::UnavailableError(all.status.message());
+  if (device < 0 || device >= static_cast<int>(all.devices.size())) {
+    return absl::UnavailableError(
+        absl::StrCat("there is no GPU ", device, ": this process sees ",
+                     all.devices.size(), " after CUDA_VISIBLE_DEVICES"));
   }
-  auto info = std::make_unique<DeviceInfo>();
-  info->name = properties.name;
-  info->sm_count = properties.multiProcessorCount;
-  info->compute_capability = properties.major * 10 + properties.minor;
-  info->l2_bytes = properties.l2CacheSize;
-  info->memory_bytes = static_cast<int64_t>(properties.totalGlobalMem);
-  if (device >= static_cast<int>(known->size())) known->resize(device + 1);
-  (*known)[device] = std::move(info);
-  return *(*known)[device];
+  return all.devices[device];
 }
 
 absl::StatusOr<DeviceInfo> CurrentDevice() {
@@ -120,8 +137,7 @@ absl::Status OnDevice(int device, absl::FunctionRef<absl::Status()> fn) {
     return status;
   }
   if (device == previous) return fn();
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  const int count = static_cast<int>(KnownDevices().devices.size());
   if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "there is no GPU ", device, ": this process sees ", count,
