@@ -10,6 +10,40 @@
 
 namespace nibble::server {
 
+void AddStats(const BatcherStats& from, BatcherStats& to) {
+  to.batches_run += from.batches_run;
+  to.requests_run += from.requests_run;
+  to.rows_run += from.rows_run;
+  to.batch_rows.Add(from.batch_rows);
+  to.queue_seconds.Add(from.queue_seconds);
+  to.compute_seconds.Add(from.compute_seconds);
+  to.kernel_seconds.Add(from.kernel_seconds);
+  to.reply_seconds.Add(from.reply_seconds);
+  for (const auto& [name, counts] : from.run_by_weight) {
+    WeightMatmulCounts& into = to.run_by_weight[name];
+    into.requests += counts.requests;
+    into.rows += counts.rows;
+    into.batches += counts.batches;
+    into.failed_requests += counts.failed_requests;
+    into.failed_rows += counts.failed_rows;
+    into.queue_time += counts.queue_time;
+    into.compute_time += counts.compute_time;
+    into.failed_time += counts.failed_time;
+    into.last_run = std::max(into.last_run, counts.last_run);
+    for (const auto& [rows, size] : counts.batches_by_rows) {
+      into.batches_by_rows[rows].batches += size.batches;
+      into.batches_by_rows[rows].compute_time += size.compute_time;
+    }
+  }
+  to.requests_refused_queue_full += from.requests_refused_queue_full;
+  to.requests_refused_shutting_down += from.requests_refused_shutting_down;
+  to.requests_expired += from.requests_expired;
+  to.requests_cancelled += from.requests_cancelled;
+  for (const auto& [name, rows] : from.queued_rows_by_weight) {
+    to.queued_rows_by_weight[name] += rows;
+  }
+}
+
 MatmulBackend BackendOf(const MatmulRunner* runner) {
   return {.run =
               [runner](const ResidentWeight& weight, DType dtype,

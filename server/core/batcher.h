@@ -197,6 +197,9 @@ struct BatcherStats {
   std::map<std::string, int64_t> queued_rows_by_weight;
 };
 
+// Adds the counts of `from` into `to`, as if one batcher had run both's work.
+void AddStats(const BatcherStats& from, BatcherStats& to);
+
 class MatmulBatcher final {
  public:
   // Rows up to which a request on an idle weight (nothing queued or running,

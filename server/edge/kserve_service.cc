@@ -91,7 +91,7 @@ int64_t KServeStreamProtocol::EnvelopeBytes(const Pending& pending) {
 }
 
 KServeServiceImpl::KServeServiceImpl(const WeightStore* store,
-                                     MatmulBatcher* batcher,
+                                     DeviceBatchers* batcher,
                                      ModelRepository repository,
                                      const TokenAuthenticator* auth,
                                      int64_t max_reply_bytes,
@@ -222,7 +222,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelConfig(
       FindKServeModel(*store_, request->name(), request->version());
   if (weight.ok()) {
     FillTritonModelConfig((*weight)->name, (*weight)->packed.spec(),
-                          batcher_->options(), response->mutable_config());
+                          batcher_->OptionsFor(**weight),
+                          response->mutable_config());
   }
   return FinishNow(context, weight.status());
 }

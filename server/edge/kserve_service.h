@@ -26,6 +26,7 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nibble/v1/nibble.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/device_batchers.h"
 #include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 #include "server/operations/auth.h"
@@ -52,7 +53,7 @@ class KServeServiceImpl final
   // A ModelInfer whose reply would pass `max_reply_bytes`
   // (--max_message_bytes; 0 for no limit), or `reply_budget` (may be null),
   // is refused before it runs.
-  KServeServiceImpl(const WeightStore* store, MatmulBatcher* batcher,
+  KServeServiceImpl(const WeightStore* store, DeviceBatchers* batcher,
                     ModelRepository repository,
                     const TokenAuthenticator* auth = nullptr,
                     int64_t max_reply_bytes = 0,
@@ -126,7 +127,7 @@ class KServeServiceImpl final
 
  private:
   const WeightStore* store_;
-  MatmulBatcher* batcher_;
+  DeviceBatchers* batcher_;
   const ModelRepository repository_;
   const TokenAuthenticator* auth_;
   const int64_t max_reply_bytes_;

@@ -92,7 +92,7 @@ RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit) {
 }
 
 void SubmitMatmulRpc(
-    const WeightStore& store, MatmulBatcher& batcher,
+    const WeightStore& store, DeviceBatchers& batcher,
     const v1::MatmulRequest& request, RpcCall call,
     std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
         done) {

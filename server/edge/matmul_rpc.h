@@ -24,6 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/device_batchers.h"
 #include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 
@@ -71,7 +72,7 @@ RpcCall CallOf(grpc::CallbackServerContext* context, ReplyLimit reply_limit);
 // `request` is read in place, A not copied: it must stay alive and unchanged
 // until `done` has been called.
 void SubmitMatmulRpc(
-    const WeightStore& store, MatmulBatcher& batcher,
+    const WeightStore& store, DeviceBatchers& batcher,
     const v1::MatmulRequest& request, RpcCall call,
     std::function<void(absl::StatusOr<v1::MatmulResponse>, ReplyBudget::Hold)>
         done);

@@ -58,7 +58,7 @@ int64_t NibbleStreamProtocol::EnvelopeBytes(const Pending&) {
 
 template <typename Protocol>
 BasicMatmulStreamReactor<Protocol>::BasicMatmulStreamReactor(
-    const WeightStore* store, MatmulBatcher* batcher,
+    const WeightStore* store, DeviceBatchers* batcher,
     grpc::CallbackServerContext* context, int64_t max_reply_bytes,
     ReplyBudget* reply_budget)
     : store_(store),

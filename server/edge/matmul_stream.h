@@ -51,6 +51,7 @@
 #include "inference/grpc_predict_v2.pb.h"
 #include "nibble/v1/nibble.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/device_batchers.h"
 #include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
 
@@ -121,7 +122,7 @@ class BasicMatmulStreamReactor final
   // outlive the reactor; requests get the call's deadline, and those whose
   // reply would pass `max_reply_bytes` (--max_message_bytes; 0 for no limit)
   // or the reply budget are answered with an error before they run.
-  BasicMatmulStreamReactor(const WeightStore* store, MatmulBatcher* batcher,
+  BasicMatmulStreamReactor(const WeightStore* store, DeviceBatchers* batcher,
                            grpc::CallbackServerContext* context,
                            int64_t max_reply_bytes = 0,
                            ReplyBudget* reply_budget = nullptr);
@@ -156,7 +157,7 @@ class BasicMatmulStreamReactor final
   bool Failed() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const WeightStore* const store_;
-  MatmulBatcher* const batcher_;
+  DeviceBatchers* const batcher_;
   const absl::Time deadline_;
   const int64_t max_reply_bytes_;
   ReplyBudget* const reply_budget_;

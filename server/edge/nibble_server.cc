@@ -54,20 +54,16 @@ std::vector<GpuBudget> GpuBudgets(const ServerOptions& options,
   return budgets;
 }
 
-// On the GPU, batches run on several dispatchers at once, two per weight,
-// each on its own stream (cuda::kMaxLanes per GPU), so that one batch's
+// Each GPU's batcher runs batches on several dispatchers at once, two per
+// weight, each on its own stream (cuda::kMaxLanes), so that one batch's
 // copies and its replies' work on the host overlap another's kernel; and a
 // batch's replies go to gRPC from several threads, since the host's cores
 // are not busy with kernels (a batch of 60 on the H200 handed its replies
-// over one by one for about a millisecond). Each GPU gets as many
-// dispatchers and reply threads as one does alone.
-BatcherOptions GpuBatching(BatcherOptions batching, int gpus) {
-  if (gpus > 0) {
-    batching.dispatchers =
-        std::max(batching.dispatchers, gpus * cuda::kMaxLanes / 2);
-    batching.max_running_batches = std::max(batching.max_running_batches, 2);
-    batching.reply_threads = std::max(batching.reply_threads, gpus * 4);
-  }
+// over one by one for about a millisecond).
+BatcherOptions GpuBatching(BatcherOptions batching) {
+  batching.dispatchers = std::max(batching.dispatchers, cuda::kMaxLanes / 2);
+  batching.max_running_batches = std::max(batching.max_running_batches, 2);
+  batching.reply_threads = std::max(batching.reply_threads, 4);
   return batching;
 }
 
@@ -110,14 +106,14 @@ NibbleServer::NibbleServer(const ServerOptions& options, Backend backend,
                     ? std::nullopt
                     : std::make_optional<WeightDirectory>(options.data_dir)),
       runner_(&scheduler_, &pool_),
-      batcher_(GpuBatching(options.batching, static_cast<int>(gpus_.size())),
-               BackendOf(&runner_)),
+      batchers_(options.batching, GpuBatching(options.batching), gpus_,
+                BackendOf(&runner_)),
       auth_(options.auth),
       reply_budget_(options.max_held_reply_bytes),
-      service_(&store_, &batcher_, data_dir_ ? &*data_dir_ : nullptr,
+      service_(&store_, &batchers_, data_dir_ ? &*data_dir_ : nullptr,
                auth_ ? &*auth_ : nullptr, backend, options.max_message_bytes,
                &reply_budget_, options.uploads),
-      kserve_service_(&store_, &batcher_,
+      kserve_service_(&store_, &batchers_,
                       {.load =
                            [this](absl::string_view name) {
                              return service_.LoadFromDataDir(name);
@@ -315,7 +311,7 @@ void NibbleServer::SetServing(bool serving) {
 
 std::string NibbleServer::RenderMetrics() const {
   MetricsSnapshot snapshot{.rpcs = rpc_stats_.Snapshot(),
-                           .batcher = batcher_.Stats(),
+                           .batcher = batchers_.Stats(),
                            .weights = {},
                            .reserved_weight_bytes = store_.reserved_bytes(),
                            .max_weight_bytes = store_.max_resident_bytes(),
@@ -361,7 +357,7 @@ void NibbleServer::Drain(absl::Duration delay, absl::Duration grace) {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   // Every call has ended, so no client waits on the batcher any more; this
   // stops its threads once they have answered what they still hold.
-  batcher_.Shutdown();
+  batchers_.Shutdown();
   LogInfo("draining: done, every call has ended");
 }
 

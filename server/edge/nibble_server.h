@@ -42,6 +42,7 @@
 #include "kernels/scheduler.h"
 #include "kernels/tuning_table.h"
 #include "server/core/batcher.h"
+#include "server/core/device_batchers.h"
 #include "server/core/matmul_runner.h"
 #include "server/core/reply_budget.h"
 #include "server/core/weight_store.h"
@@ -102,11 +103,12 @@ struct ServerOptions {
   Backend backend = Backend::kCpu;
   // Which kernel variant wins for which shape (nibbled --tuning_table): the
   // rules of the CPU's ISA level, or on kCuda of the GPU's level
-  // (cuda::ForThisGpu), the GPU's own rule deciding where those are silent.
+  // (cuda::ForGpu), the GPU's own rule deciding where those are silent.
   TuningTable tuning_table = TuningTable::Default();
   // How Matmul requests on one weight are merged (nibbled --max_batch_rows,
-  // --max_batch_delay_us, --max_queue_rows). On the CUDA backend the server
-  // runs several batches at once (GpuBatching).
+  // --max_batch_delay_us, --max_queue_rows). On the CUDA backend each GPU
+  // has a batcher of its own that runs several batches at once
+  // (GpuBatching); weights the CPU serves keep these options.
   BatcherOptions batching;
   // What uploads may hold (--upload_idle_seconds,
   // --max_uploads_per_connection).
@@ -160,7 +162,7 @@ class NibbleServer {
   // What Start found in options.data_dir: all zero and empty without one.
   // The files of weights options.initial_weights stored are not counted.
   const LoadReport& data_dir_report() const { return data_dir_report_; }
-  BatcherStats batcher_stats() const { return batcher_.Stats(); }
+  BatcherStats batcher_stats() const { return batchers_.Stats(); }
   int64_t resident_bytes() const { return store_.resident_bytes(); }
   // The GPUs weights are placed on (ServerOptions::gpus resolved), with
   // their budgets (ServerOptions::max_gpu_bytes resolved) and what they
@@ -203,8 +205,9 @@ class NibbleServer {
   // The weights ServerOptions::initial_weights stored.
   absl::flat_hash_set<std::string> initial_weights_names_;
   MatmulRunner runner_;
-  // Outlives the services and the gRPC server, whose calls it answers.
-  MatmulBatcher batcher_;
+  // One per GPU of gpus_ and one for the CPU. Outlives the services and the
+  // gRPC server, whose calls it answers.
+  DeviceBatchers batchers_;
   std::optional<TokenAuthenticator> auth_;
   // Outlives the services, whose calls hold replies in it.
   ReplyBudget reply_budget_;

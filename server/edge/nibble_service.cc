@@ -103,7 +103,8 @@ absl::Status NotStored(absl::string_view name, const absl::Status& status) {
 
 }  // namespace
 
-NibbleServiceImpl::NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
+NibbleServiceImpl::NibbleServiceImpl(WeightStore* store,
+                                     DeviceBatchers* batcher,
                                      const WeightDirectory* data_dir,
                                      const TokenAuthenticator* auth,
                                      Backend backend, int64_t max_reply_bytes,

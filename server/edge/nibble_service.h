@@ -27,6 +27,7 @@
 #include "grpcpp/grpcpp.h"
 #include "nibble/v1/nibble.grpc.pb.h"
 #include "server/core/batcher.h"
+#include "server/core/device_batchers.h"
 #include "server/core/idle_watchdog.h"
 #include "server/core/per_key_limit.h"
 #include "server/core/reply_budget.h"
@@ -60,7 +61,7 @@ class NibbleServiceImpl final
   // UploadToBackend). A matmul whose reply would pass `max_reply_bytes`
   // (--max_message_bytes; 0 for no limit), or `reply_budget` (may be null),
   // is refused before it runs.
-  NibbleServiceImpl(WeightStore* store, MatmulBatcher* batcher,
+  NibbleServiceImpl(WeightStore* store, DeviceBatchers* batcher,
                     const WeightDirectory* data_dir = nullptr,
                     const TokenAuthenticator* auth = nullptr,
                     Backend backend = Backend::kCpu,
@@ -160,7 +161,7 @@ class NibbleServiceImpl final
       WeightStore::Reservation reservation);
 
   WeightStore* store_;
-  MatmulBatcher* batcher_;
+  DeviceBatchers* batcher_;
   const WeightDirectory* data_dir_;
   const TokenAuthenticator* auth_;
   const Backend backend_;

@@ -15,6 +15,14 @@ void Histogram::Record(double value) {
   sum_ += value;
 }
 
+void Histogram::Add(const Histogram& other) {
+  for (size_t i = 0; i < bucket_counts_.size(); ++i) {
+    bucket_counts_[i] += other.bucket_counts_[i];
+  }
+  count_ += other.count_;
+  sum_ += other.sum_;
+}
+
 std::vector<int64_t> Histogram::CumulativeCounts() const {
   std::vector<int64_t> cumulative(bucket_counts_.size());
   int64_t total = 0;

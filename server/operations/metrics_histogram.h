@@ -36,6 +36,8 @@ class Histogram {
 
   // Adds `value` to the first bucket whose upper bound is >= value.
   void Record(double value);
+  // Adds every observation of `other`, which has the same upper bounds.
+  void Add(const Histogram& other);
 
   std::span<const double> upper_bounds() const { return upper_bounds_; }
   // Observations per bucket, not cumulative: one per upper bound, then +Inf.
