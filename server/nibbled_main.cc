@@ -191,6 +191,10 @@ void AnnounceListening(const NibbledOptions& options,
   const std::string& tuning_table_path = options.tuning_table_path;
   const std::string tuning_table_name =
       tuning_table_path.empty() ? "built-in" : tuning_table_path;
+  if (!on_gpu && !options.server.gpus.empty()) {
+    LogWarning("--gpus has no effect: nibbled runs the cpu backend",
+               {{"gpus", absl::StrJoin(options.server.gpus, ",")}});
+  }
   if (options.server.batching.activation_precision ==
           nibble::ActivationPrecision::kInt8 &&
       (on_gpu || isa < nibble::cpu::Isa::kAvx512Vnni)) {
@@ -252,7 +256,8 @@ void AnnounceListening(const NibbledOptions& options,
         max_weight_bytes > 0 ? absl::StrCat(max_weight_bytes) : "none"},
        {"max_weight_bytes_from", options.max_weight_bytes_source},
        {"max_weights", options.server.max_weights},
-       {"max_gpu_bytes", absl::StrJoin(gpu_budgets, ",")},
+       {"max_gpu_bytes",
+        gpu_budgets.empty() ? "none" : absl::StrJoin(gpu_budgets, ",")},
        {"max_receive_buffer_bytes", max_receive_buffer_bytes > 0
                                         ? absl::StrCat(max_receive_buffer_bytes)
                                         : "none"},

@@ -1,6 +1,8 @@
 // Starts real nibbled processes with each --backend: cuda without a GPU (or
 // in a build without nvcc) and unknown backends are usage errors, auto
-// serves on the CPU when there is no GPU.
+// serves on the CPU when there is no GPU; a --gpus list that does not parse
+// is a usage error, and an upload asking for a GPU on the CPU backend is
+// refused.
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +51,40 @@ TEST(NibbledBackendTest, UnknownBackendIsAUsageError) {
       << output;
   EXPECT_THAT(output, HasSubstr("--backend: backend \"bogus\" is not one of "
                                 "auto, cpu or cuda"));
+}
+
+TEST(NibbledBackendTest, AGpuListThatDoesNotParseIsAUsageError) {
+  std::string output;
+  EXPECT_EQ(testing::RunCommand(absl::StrCat("timeout 10 ", NIBBLED_PATH,
+                                             " --listen=127.0.0.1:0"
+                                             " --gpus=0,x"),
+                                &output),
+            2)
+      << output;
+  EXPECT_THAT(output, HasSubstr("--gpus=0,x: \"x\" is not a device ordinal"));
+  EXPECT_THAT(output, ::testing::Not(HasSubstr("listening on")));
+}
+
+TEST(NibbledBackendTest, AnUploadAskingForAGpuOnTheCpuBackendIsRefused) {
+  absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+      testing::NibbledProcess::Start(NIBBLED_PATH,
+                                     {"--threads=2", "--backend=cpu"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::NibbleService::NewStub(grpc::CreateChannel(
+      (*server)->target(), grpc::InsecureChannelCredentials()));
+  const WeightSpec spec{WeightFormat::kU4b8, 128, 32, 64};
+  std::vector<v1::UploadWeightRequest> messages =
+      testing::UploadMessages("w", RandomQuantizedWeight(spec, 7));
+  messages[0].mutable_header()->set_gpu(0);
+  const grpc::Status status = testing::UploadWeight(*stub, messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("asks for GPU 0, but nibbled runs --backend=cpu"));
+  // Without the field the same weight goes in.
+  messages[0].mutable_header()->clear_gpu();
+  EXPECT_TRUE(testing::UploadWeight(*stub, messages).ok());
+  stub.reset();
+  EXPECT_EQ((*server)->Stop(), 0);
 }
 
 TEST(NibbledBackendTest, AutoWithoutAGpuServesOnTheCpu) {
