@@ -107,15 +107,24 @@ const AllDevices& KnownDevices() {
   return *all;
 }
 
+// `code` for GPU `device`, not among the `count` this process sees.
+absl::Status NoSuchGpu(absl::StatusCode code, int device, int count) {
+  return absl::Status(
+      code, absl::StrCat("there is no GPU ", device, ": this process sees ",
+                         count == 0   ? std::string("none")
+                         : count == 1 ? std::string("GPU 0 only")
+                                      : absl::StrCat("GPUs 0 to ", count - 1),
+                         " after CUDA_VISIBLE_DEVICES"));
+}
+
 }  // namespace
 
 absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   const AllDevices& all = KnownDevices();
   if (!all.status.ok()) return absl::UnavailableError(all.status.message());
-  if (device < 0 || device >= static_cast<int>(all.devices.size())) {
-    return absl::UnavailableError(
-        absl::StrCat("there is no GPU ", device, ": this process sees ",
-                     all.devices.size(), " after CUDA_VISIBLE_DEVICES"));
+  const int count = static_cast<int>(all.devices.size());
+  if (device < 0 || device >= count) {
+    return NoSuchGpu(absl::StatusCode::kUnavailable, device, count);
   }
   return all.devices[device];
 }
@@ -139,10 +148,7 @@ absl::Status OnDevice(int device, absl::FunctionRef<absl::Status()> fn) {
   if (device == previous) return fn();
   const int count = static_cast<int>(KnownDevices().devices.size());
   if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "there is no GPU ", device, ": this process sees ", count,
-        count == 1 ? " GPU (0)" : absl::StrCat(" GPUs (0 to ", count - 1, ")"),
-        " after CUDA_VISIBLE_DEVICES"));
+    return NoSuchGpu(absl::StatusCode::kInvalidArgument, device, count);
   }
   if (absl::Status status = CudaStatus(
           cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
