@@ -44,9 +44,6 @@
 
 namespace nibble::cuda::internal {
 
-// What the producer warpgroup keeps of its registers (setmaxnreg): one
-// thread of it issues tensor copies.
-inline constexpr int kWgmmaProducerRegisters = 40;
 // Rows of K per stage: one 128-byte swizzle row of fp16 A, one 64-row word
 // group of the codes.
 inline constexpr int kWgmmaStepK = 64;
@@ -88,14 +85,21 @@ struct WgmmaTile {
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kBlocksPerSm = BlocksPerSm;
+  // What the producer warpgroup keeps of its registers (setmaxnreg): one
+  // thread of it issues tensor copies. 40 serve two consumers (24 took
+  // 1.01-1.025x the time at M = 64 and 256 on an H100). Four consumers would
+  // get 104 of them, too few for ptxas to keep their MMAs in flight: it
+  // serializes them (C7512, "insufficient register resources"); with 24,
+  // setmaxnreg's least, they get 112, and the 128-row tile takes 0.96-1.01x
+  // the time at M = 96 and 128, median 0.99 (H100, 2026-11-27).
+  static constexpr int kProducerRegisters = kConsumers == 4 ? 24 : 40;
   // Registers per thread at launch, the launch bounds' share of the
   // register file (in eights, as setmaxnreg counts), and what the consumers
-  // take of the block's once the producers go down to
-  // kWgmmaProducerRegisters.
+  // take of the block's once the producers go down to kProducerRegisters.
   static constexpr int kLaunchRegisters =
       65536 / (kThreads * BlocksPerSm) / 8 * 8;
   static constexpr int kConsumerRegisters =
-      (kLaunchRegisters * kThreads - 128 * kWgmmaProducerRegisters) /
+      (kLaunchRegisters * kThreads - 128 * kProducerRegisters) /
       kConsumerThreads / 8 * 8;
   static constexpr WeightFormat kFormat = Format;
   using T = Element;  // of A: half or __nv_bfloat16
@@ -394,7 +398,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   }
   __syncthreads();
   if (threadIdx.x < 128) {
-    LowerRegisters<kWgmmaProducerRegisters>();
+    LowerRegisters<Tile::kProducerRegisters>();
     if (threadIdx.x == 0) {
       ProduceStages<Tile>(params, stages, full, empty, iterations);
     }
