@@ -92,6 +92,14 @@ PORTABLE_DIR ?= $(BUILD_DIR)/portable
 gpu-serve-bench:
 	JOBS=$(JOBS) bench/server/gpu_serve_check.sh $(PORTABLE_DIR) $(BUILD_DIR)-gpu
 
+# The soak (tests/soak/soak.sh) on the GPU machine with --backend=cuda, the
+# portable bundle's binaries, GPU memory bounded as RSS is: GPU_SOAK_SECONDS
+# (120); results in $(BUILD_DIR)-gpu/gpu-soak.
+.PHONY: gpu-soak
+gpu-soak:
+	GPU_SERVE_STEPS=soak bench/server/gpu_serve_check.sh $(PORTABLE_DIR) \
+	  $(BUILD_DIR)-gpu
+
 # The portable bundle, and the same as one .tar.xz to carry (about 10 MB).
 portable-bundle: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target nibbled nibble nibble-load \

@@ -5,7 +5,11 @@
 # present), runs the gpu-labelled tests of the CUDA backend's request path
 # (nibble_cuda_backend_test), then bench/server/gpu_serve_bench.sh with the
 # bundle's nibbled, nibble and nibble-load and the nibble-gpu-bench just
-# built. Ends with the report, and status 1 when a step failed.
+# built. Ends with the report, and status 1 when a step failed. The step
+# "soak", not among the default ones (`make gpu-soak`), runs
+# tests/soak/soak.sh on the bundle with --backend=cuda, its GPU memory
+# bounded as its RSS is, for GPU_SOAK_SECONDS (120), results in
+# BUILD_DIR/gpu-soak.
 #
 #   bench/server/gpu_serve_check.sh [PORTABLE_DIR] [BUILD_DIR]
 #     (build/portable, build-gpu)
@@ -50,7 +54,9 @@ test_gpu() {
     --output-on-failure --timeout 300
 }
 
-bench_gpu() {
+# The portable bundle's binaries, unpacked from its .tar.xz when only that
+# is there.
+unpack_portable() {
   if [[ ! -x $portable/bin/nibbled && -f $portable.tar.xz ]]; then
     mkdir -p "$(dirname "$portable")" &&
       tar -C "$(dirname "$portable")" -xJf "$portable.tar.xz" || return 1
@@ -60,8 +66,18 @@ bench_gpu() {
       "\`make portable-bundle\` on a machine with gRPC and nvcc"
     return 1
   }
+}
+
+bench_gpu() {
+  unpack_portable || return 1
   NIBBLE_GPU_BENCH=$build/bin/nibble-gpu-bench \
     bench/server/gpu_serve_bench.sh "$portable/bin" "$build/gpu-serve-bench"
+}
+
+soak_gpu() {
+  unpack_portable || return 1
+  SOAK_BACKEND=cuda SOAK_OUT=$build/gpu-soak \
+    tests/soak/soak.sh "$portable/bin" "${GPU_SOAK_SECONDS:-120}"
 }
 
 for step in $steps; do
@@ -69,7 +85,8 @@ for step in $steps; do
     build) run_step "build $build" build_gpu ;;
     test) run_step "gpu tests (CudaBackendTest)" test_gpu ;;
     bench) run_step gpu-serve-bench bench_gpu ;;
-    *) echo "unknown step $step (build, test, bench)"; failed+=("$step") ;;
+    soak) run_step "soak with --backend=cuda" soak_gpu ;;
+    *) echo "unknown step $step (build, test, bench, soak)"; failed+=("$step") ;;
   esac
 done
 echo "== failed: ${failed[*]:-none}"

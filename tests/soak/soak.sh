@@ -11,10 +11,16 @@
 #
 # Knobs: SOAK_RATE, requests/s over both load instances (default 200);
 # SOAK_RSS_SLACK_MIB, the least growth the memory bound allows (default 32);
+# SOAK_BACKEND, nibbled's --backend (default: nibbled's own default); with
+# cuda the GPUs' used memory is sampled and bounded too, with
+# SOAK_GPU_SLACK_MIB (default 64) as the least growth it allows;
 # SOAK_OUT, where the results go (default BIN_DIR/../soak): rss.csv and
-# rss.svg (nibbled's VmRSS each second), the nibble-load JSON, churn.log,
-# nibbled's output and any sanitizer report (sanitizer.PID for nibbled,
-# sanitizer-client.PID for the CLI and nibble-load).
+# rss.svg (nibbled's VmRSS each second), gpu.csv and gpu.svg (with cuda),
+# the nibble-load JSON, churn.log, nibbled's output and any sanitizer report
+# (sanitizer.PID for nibbled, sanitizer-client.PID for the CLI and
+# nibble-load).
+#
+#   SOAK_BACKEND=cuda tests/soak/soak.sh build/portable/bin 120   # make gpu-soak
 set -euo pipefail
 
 if [[ $# -ne 2 || ! "$2" =~ ^[0-9]+$ || "$2" -lt 10 ]]; then
@@ -25,13 +31,25 @@ bin=$1
 duration=$2
 rate=${SOAK_RATE:-200}
 out=${SOAK_OUT:-$bin/../soak}
+backend=${SOAK_BACKEND:-}
+backend_flags=()
+[[ -n "$backend" ]] && backend_flags=(--backend="$backend")
+# The CUDA kernels take f32 activations as bf16 (docs/architecture.md): the
+# churn's f32 checks use the f16 and bf16 tolerance there.
+check_flags=()
+[[ "$backend" == cuda ]] && check_flags=(--tolerance=1e-2)
+if [[ "$backend" == cuda ]] && ! command -v nvidia-smi >/dev/null; then
+  echo "$0: SOAK_BACKEND=cuda samples GPU memory with nvidia-smi, which is" \
+    "not on PATH" >&2
+  exit 2
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 # Only what an earlier soak left: a stale report must not fail this one.
 rm -rf "$out/data"
-rm -f "$out"/sanitizer* "$out"/*.json "$out"/rss.* "$out"/churn.* \
+rm -f "$out"/sanitizer* "$out"/*.json "$out"/rss.* "$out"/gpu.* "$out"/churn.* \
   "$out"/nibbled.* "$out"/load-*.log "$out"/metrics.txt "$out"/summary.txt
 work=$out # nibbled_lib.sh keeps nibbled.out and nibbled.err in $work
 # shellcheck source-path=SCRIPTDIR source=../../deploy/nibbled_lib.sh
@@ -68,7 +86,8 @@ $tsan_supp"
 
 phase "starting nibbled from $bin (results in $out)"
 sanitizer_env "$out/sanitizer"
-start_nibbled --data_dir="$out/data" --metrics_listen=127.0.0.1:0
+start_nibbled --data_dir="$out/data" --metrics_listen=127.0.0.1:0 \
+  "${backend_flags[@]}"
 metrics=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' \
   "$out/nibbled.out")
 sanitizer_env "$out/sanitizer-client"
@@ -80,19 +99,29 @@ phase "uploading the steady weights"
 "$bin/nibble" upload --target="$target" --name=steady-fp4 --format=fp4 \
   --k=1024 --n=512 --group=32 --random=12 >/dev/null
 
-# nibbled's VmRSS once a second, the clock starting with the load.
-sample_rss() {
-  local t0 now rss
+# nibbled's VmRSS, and with cuda the memory used on its GPUs (all of it,
+# since nvidia-smi's per-process view does not see through PID namespaces),
+# once a second in KiB, the clock starting with the load.
+rss_kib() {
+  awk '/^VmRSS:/ { print $2 }' "/proc/$server_pid/status" 2>/dev/null
+}
+gpu_kib() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits |
+    awk '{ mib += $1 } END { print mib * 1024 }'
+}
+sample() {
+  local name=$1 t0 now kib
   t0=${EPOCHREALTIME%.*}
-  echo "seconds,rss_kib" >"$out/rss.csv"
+  echo "seconds,${name}_kib" >"$out/$name.csv"
   while kill -0 "$server_pid" 2>/dev/null; do
-    rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$server_pid/status" \
-      2>/dev/null) || break
+    kib=$("${name}_kib") || break
     now=${EPOCHREALTIME%.*}
-    [[ -n "$rss" ]] && echo "$((now - t0)),$rss" >>"$out/rss.csv"
+    [[ -n "$kib" ]] && echo "$((now - t0)),$kib" >>"$out/$name.csv"
     sleep 1
   done
 }
+memories=(rss)
+[[ "$backend" == cuda ]] && memories+=(gpu)
 
 # Once a second: a fresh weight of another shape and format, one matmul on
 # it checked against the float64 reference, and its delete. The counts go to
@@ -112,7 +141,8 @@ churn() {
         --random=$((1000 + i)) &&
         "$bin/nibble" matmul --target="$target" --name="$name" \
           --m=$((1 + i % 7)) --dtype="${dtypes[(i / 2) % 3]}" \
-          --random_input="$i" --check --random=$((1000 + i)) >/dev/null &&
+          --random_input="$i" --check --random=$((1000 + i)) \
+          "${check_flags[@]}" >/dev/null &&
         "$bin/nibble" delete --target="$target" --name="$name"
     } >>"$out/churn.log" 2>&1 || {
       bad=$((bad + 1))
@@ -128,8 +158,10 @@ churn() {
 phase "load: ${rate} requests/s open loop for ${duration}s (Matmul on" \
   "steady-u4b8, ModelInfer on steady-fp4, every 4th reply verified)" \
   "+ churn once a second"
-sample_rss &
-bg_pids+=($!)
+for memory in "${memories[@]}"; do
+  sample "$memory" &
+  bg_pids+=($!)
+done
 churn $((${EPOCHREALTIME%.*} + duration)) &
 churn_pid=$!
 bg_pids+=("$churn_pid")
@@ -219,35 +251,53 @@ read -r cycles churn_failures <"$out/churn.counts" || cycles=0 churn_failures=1
   fail "churn: $churn_failures of $cycles cycles failed (churn.log)"
 ((cycles > 0)) || fail "churn: no cycle ran"
 
-# Memory: after warm-up (the first 20 %, at least 5 s), the largest RSS of
-# the last quarter against the largest of the first quarter, with room for
-# max(10 %, SOAK_RSS_SLACK_MIB). A leak of a request's buffers (4 KiB at 200
-# requests/s is 0.8 MB/s) passes the default 32 MiB within a minute;
-# allocator noise does not.
+# Memory: after warm-up (the first 20 %, at least 5 s), the largest sample
+# of the last quarter against the largest of the first quarter, with room
+# for max(10 %, the slack). A leak of a request's buffers (4 KiB at 200
+# requests/s is 0.8 MB/s) passes the default 32 MiB of RSS slack within a
+# minute; allocator noise does not.
 warmup=$((duration / 5 > 5 ? duration / 5 : 5))
-slack_kib=$((${SOAK_RSS_SLACK_MIB:-32} * 1024))
-read -r rss_start rss_end base last bound <<<"$(awk -F, -v w="$warmup" \
-  -v d="$duration" -v min_slack="$slack_kib" 'NR > 1 && $1 >= w && $1 <= d {
-    q = (d - w) / 4
-    if (start == "") start = $2
-    end = $2
-    if ($1 < w + q && $2 > base) base = $2
-    if ($1 >= d - q && $2 > last) last = $2
-  }
-  END {
-    slack = base * 0.10 > min_slack ? base * 0.10 : min_slack
-    printf "%d %d %d %d %d\n", start, end, base, last, base + slack
-  }' "$out/rss.csv")"
-if ((base == 0 || last == 0)); then
-  fail "too few RSS samples after the ${warmup}s warm-up ($out/rss.csv)"
-elif ((last > bound)); then
-  fail "RSS grew: largest of the last quarter $((last / 1024)) MiB >" \
-    "$((bound / 1024)) MiB (first quarter's $((base / 1024)) MiB + slack)"
-fi
+declare -A title=([rss]="nibbled RSS" [gpu]="GPU memory used")
+declare -A slack_mib=([rss]=${SOAK_RSS_SLACK_MIB:-32}
+  [gpu]=${SOAK_GPU_SLACK_MIB:-64})
+declare -A lines
+# Checks and draws $out/NAME.csv; its summary line goes to lines[NAME].
+check_memory() {
+  local name=$1 start end base last bound growth
+  read -r start end base last bound <<<"$(awk -F, -v w="$warmup" \
+    -v d="$duration" -v min_slack="$((${slack_mib[$name]} * 1024))" \
+    'NR > 1 && $1 >= w && $1 <= d {
+      q = (d - w) / 4
+      if (start == "") start = $2
+      end = $2
+      if ($1 < w + q && $2 > base) base = $2
+      if ($1 >= d - q && $2 > last) last = $2
+    }
+    END {
+      slack = base * 0.10 > min_slack ? base * 0.10 : min_slack
+      printf "%d %d %d %d %d\n", start, end, base, last, base + slack
+    }' "$out/$name.csv")"
+  if ((base == 0 || last == 0)); then
+    fail "too few ${title[$name]} samples after the ${warmup}s warm-up" \
+      "($out/$name.csv)"
+  elif ((last > bound)); then
+    fail "${title[$name]} grew: largest of the last quarter" \
+      "$((last / 1024)) MiB > $((bound / 1024)) MiB (first quarter's" \
+      "$((base / 1024)) MiB + slack)"
+  fi
+  plot_memory "$name" "$bound" >"$out/$name.svg"
+  growth=$(awk -v a="$base" -v b="$last" \
+    'BEGIN { printf "%+.1f", a ? (b - a) * 100 / a : 0 }')
+  lines[$name]="${title[$name]} after the ${warmup}s warm-up: \
+$((start / 1024)) MiB, at end: $((end / 1024)) MiB; largest first quarter \
+$((base / 1024)) MiB, last quarter $((last / 1024)) MiB ($growth %, bound \
+$((bound / 1024)) MiB)"
+}
 
-# The memory curve, for people: a polyline of RSS (MiB) over seconds, the
-# warm-up's end and the bound drawn in.
-awk -F, -v w="$warmup" -v bound="$bound" 'NR > 1 {
+# The memory curve, for people: a polyline of NAME (MiB) over seconds, the
+# warm-up's end and the bound (KiB) drawn in.
+plot_memory() {
+  awk -F, -v w="$warmup" -v bound="$2" -v title="${title[$1]}" 'NR > 1 {
     t[n] = $1; r[n] = $2 / 1024; n++
     if ($1 > tmax) tmax = $1
     if ($2 / 1024 > rmax) rmax = $2 / 1024
@@ -260,7 +310,7 @@ awk -F, -v w="$warmup" -v bound="$bound" 'NR > 1 {
     sx = (W - L - 20) / tmax; sy = (H - B - 20) / rmax
     printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
     printf "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H
-    printf "<text x=\"%d\" y=\"14\">nibbled RSS (MiB) over the soak (s)</text>\n", L
+    printf "<text x=\"%d\" y=\"14\">%s (MiB) over the soak (s)</text>\n", L, title
     printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, H - B, W - 20, H - B
     printf "<line x1=\"%d\" y1=\"20\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, L, H - B
     for (i = 0; i <= 4; i++) {
@@ -278,22 +328,20 @@ awk -F, -v w="$warmup" -v bound="$bound" 'NR > 1 {
     printf "<polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"1.5\" points=\""
     for (i = 0; i < n; i++) printf "%.1f,%.1f ", L + t[i] * sx, H - B - r[i] * sy
     printf "\"/>\n</svg>\n"
-  }' "$out/rss.csv" >"$out/rss.svg"
+  }' "$out/$1.csv"
+}
 
-growth=$(awk -v a="$base" -v b="$last" \
-  'BEGIN { printf "%+.1f", a ? (b - a) * 100 / a : 0 }')
+for memory in "${memories[@]}"; do check_memory "$memory"; done
 {
-  echo "soak: ${duration}s at ${rate} requests/s"
+  echo "soak: ${duration}s at ${rate} requests/s${backend:+, --backend=$backend}"
   echo "requests: $requests, verified: $verified, errors: $errors"
   echo "churn cycles: $cycles (upload + checked matmul + delete), failed:" \
     "$churn_failures"
-  echo "RSS after the ${warmup}s warm-up: $((rss_start / 1024)) MiB, at end:" \
-    "$((rss_end / 1024)) MiB; largest first quarter $((base / 1024)) MiB," \
-    "last quarter $((last / 1024)) MiB ($growth %, bound" \
-    "$((bound / 1024)) MiB)"
+  for memory in "${memories[@]}"; do echo "${lines[$memory]}"; done
   echo "nibbled exit status: $server_exit; sanitizer reports:" \
     "$(echo -n "$reports" | grep -c . || true)"
-  echo "memory curve: $out/rss.csv, $out/rss.svg"
+  echo "memory curves: $(for memory in "${memories[@]}"; do
+    echo -n "$out/$memory.csv, $out/$memory.svg "; done)"
 } | tee "$out/summary.txt"
 
 if ((${#failures[@]} > 0)); then
