@@ -216,11 +216,13 @@ MatmulBatcher::WeightQueue* MatmulBatcher::NextReadyQueue(absl::Time now,
         queue.requests.empty()) {
       continue;
     }
-    // Beside a running batch of the weight only a full one starts: a part
-    // of one would cost a pass over the weight for a few rows, which wait
-    // for the running batch to end instead.
+    // Beside a running batch of the weight only a full one starts (or one
+    // of rows_beside_running rows): a part of one would cost a pass over
+    // the weight for a few rows, which wait for the running batch to end
+    // instead.
     if (!stopping_ && queue.running > 0 &&
-        queue.rows < options_.max_batch_rows) {
+        queue.rows <
+            options_.rows_beside_running.value_or(options_.max_batch_rows)) {
       continue;
     }
     const absl::Time enqueued = queue.requests.front().enqueued;

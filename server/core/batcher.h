@@ -81,10 +81,13 @@ struct BatcherOptions {
   int64_t max_request_rows = 4096;
   // Threads running batches.
   int dispatchers = 1;
-  // Batches of one weight that may run at once, all but one of them full.
-  // One lets the most requests gather; on a GPU two let one batch's copies
-  // overlap another's kernel.
+  // Batches of one weight that may run at once, all but one of them of at
+  // least rows_beside_running rows. One lets the most requests gather; on a
+  // GPU two let one batch's copies overlap another's kernel.
   int max_running_batches = 1;
+  // Rows a batch needs to start beside a running batch of its weight; empty
+  // for a full batch (max_batch_rows).
+  std::optional<int64_t> rows_beside_running;
   // A request of at most kMaxInlineRows on an idle weight runs at once on
   // the submitting thread; off, every request goes through a dispatcher.
   bool run_idle_inline = true;

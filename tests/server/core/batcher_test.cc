@@ -324,6 +324,28 @@ TEST_F(BatcherTest, FullSecondBatchOfAWeightRunsWhileTheFirstIsHeld) {
   EXPECT_THAT(CallRows(), ElementsAre(1, 8));
 }
 
+TEST_F(BatcherTest, SecondBatchOfRowsBesideRunningRunsWhileTheFirstIsHeld) {
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  std::unique_ptr<MatmulBatcher> batcher = Start({.max_batch_rows = 8,
+                                                  .dispatchers = 2,
+                                                  .max_running_batches = 2,
+                                                  .rows_beside_running = 4});
+  std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
+  std::vector<std::shared_ptr<Submitted>> submitted;
+  submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
+  // Two rows of the four: they wait for the held batch.
+  EXPECT_FALSE(submitted[0]->answered.WaitForNotificationWithTimeout(
+      absl::Milliseconds(200)));
+  submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
+  // Four now, half a batch: the second dispatcher runs it beside the held
+  // one.
+  for (const auto& request : submitted) request->ExpectCorrect();
+  EXPECT_FALSE(held->answered.HasBeenNotified());
+  Release();
+  held->ExpectCorrect();
+  EXPECT_THAT(CallRows(), ElementsAre(1, 4));
+}
+
 TEST_F(BatcherTest, OneRunningBatchPerWeightByDefault) {
   std::unique_ptr<MatmulBatcher> batcher =
       Start({.max_batch_rows = 8, .dispatchers = 2});
