@@ -245,6 +245,25 @@ class BatcherTest : public ::testing::Test {
 
   void Release() { release_.Notify(); }
 
+  // With a held batch of weight_a_ running, submits requests of 2 rows
+  // until they hold `rows`: before that they wait for the held batch, then
+  // the second dispatcher runs them beside it (max_running_batches = 2).
+  void ExpectSecondBatchStartsAt(MatmulBatcher& batcher, int rows) {
+    std::shared_ptr<Submitted> held = SubmitHeld(batcher);
+    std::vector<std::shared_ptr<Submitted>> submitted;
+    for (int i = 0; i < rows / 2 - 1; ++i) {
+      submitted.push_back(Submit(batcher, weight_a_, 2, DType::kF16));
+    }
+    EXPECT_FALSE(submitted[0]->answered.WaitForNotificationWithTimeout(
+        absl::Milliseconds(200)));
+    submitted.push_back(Submit(batcher, weight_a_, 2, DType::kF16));
+    for (const auto& request : submitted) request->ExpectCorrect();
+    EXPECT_FALSE(held->answered.HasBeenNotified());
+    Release();
+    held->ExpectCorrect();
+    EXPECT_THAT(CallRows(), ElementsAre(1, rows));
+  }
+
   std::vector<KernelCall> Calls() {
     absl::MutexLock lock(&mu_);
     return calls_;
@@ -306,22 +325,7 @@ TEST_F(BatcherTest, FullSecondBatchOfAWeightRunsWhileTheFirstIsHeld) {
   SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
   std::unique_ptr<MatmulBatcher> batcher =
       Start({.max_batch_rows = 8, .dispatchers = 2, .max_running_batches = 2});
-  std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
-  std::vector<std::shared_ptr<Submitted>> submitted;
-  for (int i = 0; i < 3; ++i) {
-    submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
-  }
-  // Six rows of eight: they wait for the held batch rather than run beside
-  // it as a part of a batch.
-  EXPECT_FALSE(submitted[0]->answered.WaitForNotificationWithTimeout(
-      absl::Milliseconds(200)));
-  submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
-  // Full now: the second dispatcher runs it beside the held batch.
-  for (const auto& request : submitted) request->ExpectCorrect();
-  EXPECT_FALSE(held->answered.HasBeenNotified());
-  Release();
-  held->ExpectCorrect();
-  EXPECT_THAT(CallRows(), ElementsAre(1, 8));
+  ExpectSecondBatchStartsAt(*batcher, 8);
 }
 
 TEST_F(BatcherTest, SecondBatchOfRowsBesideRunningRunsWhileTheFirstIsHeld) {
@@ -330,20 +334,7 @@ TEST_F(BatcherTest, SecondBatchOfRowsBesideRunningRunsWhileTheFirstIsHeld) {
                                                   .dispatchers = 2,
                                                   .max_running_batches = 2,
                                                   .rows_beside_running = 4});
-  std::shared_ptr<Submitted> held = SubmitHeld(*batcher);
-  std::vector<std::shared_ptr<Submitted>> submitted;
-  submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
-  // Two rows of the four: they wait for the held batch.
-  EXPECT_FALSE(submitted[0]->answered.WaitForNotificationWithTimeout(
-      absl::Milliseconds(200)));
-  submitted.push_back(Submit(*batcher, weight_a_, 2, DType::kF16));
-  // Four now, half a batch: the second dispatcher runs it beside the held
-  // one.
-  for (const auto& request : submitted) request->ExpectCorrect();
-  EXPECT_FALSE(held->answered.HasBeenNotified());
-  Release();
-  held->ExpectCorrect();
-  EXPECT_THAT(CallRows(), ElementsAre(1, 4));
+  ExpectSecondBatchStartsAt(*batcher, 4);
 }
 
 TEST_F(BatcherTest, OneRunningBatchPerWeightByDefault) {
