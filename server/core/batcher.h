@@ -16,10 +16,10 @@
 // run it; a weight has at most max_running_batches batches in its kernel
 // call (one by default), so that requests arriving meanwhile gather into its
 // next one. With more, a batch starts beside a running one of its weight
-// only once it is full (max_batch_rows). A batch's replies are handed to
-// their callers by reply_threads threads, its dispatcher among them, after
-// its kernel call: meanwhile another dispatcher may run the weight's next
-// batch.
+// only once it is full (max_batch_rows) or has rows_beside_running rows. A
+// batch's replies are handed to their callers by reply_threads threads, its
+// dispatcher among them, after its kernel call: meanwhile another
+// dispatcher may run the weight's next batch.
 // Queueing: one FIFO per weight, bounded by max_queue_rows rows of A. A queue
 // is ready once it holds max_batch_rows rows or its oldest request has waited
 // max_batch_delay. A batch takes the oldest request and then, in order, every
