@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/weight_format.h"
@@ -25,15 +26,18 @@ namespace {
 using ::nibble::client::ToProto;
 using ::testing::HasSubstr;
 
+// nibbled on loopback with `flags`, stopped after 10 s at the latest: its
+// exit status, its output in `output`.
+int RunNibbled(absl::string_view flags, std::string* output) {
+  return testing::RunCommand(absl::StrCat("timeout 10 ", NIBBLED_PATH,
+                                          " --listen=127.0.0.1:0 ", flags),
+                             output);
+}
+
 TEST(NibbledBackendTest, CudaWithoutAGpuIsAUsageErrorSayingWhatIsMissing) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU";
   std::string output;
-  EXPECT_EQ(testing::RunCommand(absl::StrCat("timeout 10 ", NIBBLED_PATH,
-                                             " --listen=127.0.0.1:0"
-                                             " --backend=cuda"),
-                                &output),
-            2)
-      << output;
+  EXPECT_EQ(RunNibbled("--backend=cuda", &output), 2) << output;
   EXPECT_THAT(output, HasSubstr("nibbled: --backend=cuda: "));
   EXPECT_THAT(output,
               HasSubstr(cuda::CompiledIn() ? "no GPU is visible to nibbled"
@@ -43,24 +47,14 @@ TEST(NibbledBackendTest, CudaWithoutAGpuIsAUsageErrorSayingWhatIsMissing) {
 
 TEST(NibbledBackendTest, UnknownBackendIsAUsageError) {
   std::string output;
-  EXPECT_EQ(testing::RunCommand(absl::StrCat("timeout 10 ", NIBBLED_PATH,
-                                             " --listen=127.0.0.1:0"
-                                             " --backend=bogus"),
-                                &output),
-            2)
-      << output;
+  EXPECT_EQ(RunNibbled("--backend=bogus", &output), 2) << output;
   EXPECT_THAT(output, HasSubstr("--backend: backend \"bogus\" is not one of "
                                 "auto, cpu or cuda"));
 }
 
 TEST(NibbledBackendTest, AGpuListThatDoesNotParseIsAUsageError) {
   std::string output;
-  EXPECT_EQ(testing::RunCommand(absl::StrCat("timeout 10 ", NIBBLED_PATH,
-                                             " --listen=127.0.0.1:0"
-                                             " --gpus=0,x"),
-                                &output),
-            2)
-      << output;
+  EXPECT_EQ(RunNibbled("--gpus=0,x", &output), 2) << output;
   EXPECT_THAT(output, HasSubstr("--gpus=0,x: \"x\" is not a device ordinal"));
   EXPECT_THAT(output, ::testing::Not(HasSubstr("listening on")));
 }
