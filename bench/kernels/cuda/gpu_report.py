@@ -4,8 +4,9 @@ nibble-gpu-bench and bench/kernels/cuda/torch_baselines.py.
 
 Prints one table per (format, group, shape): a row per M with the µs of the
 scheduler's pick and of each variant, the floor (weight bytes at the copy
-bandwidth), cuBLAS fp16 and torch int4, and the ratios the targets name,
-each marked PASS or MISS; then, per shape, the formats side by side (the
+bandwidth), the weight read alone (a kernel that only reads it, launched as
+the matmuls are), cuBLAS fp16 and torch int4, and the ratios the targets
+name, each marked PASS or MISS, with the pick's time over the read; then, per shape, the formats side by side (the
 pick's µs of each, and its time over fp4's; no targets); then the count.
 Exit status: 0 when every target is met, 1 when one is missed or has no
 data, 2 when the input is unusable.
@@ -29,8 +30,9 @@ INT4_MS = (1,)  # where the pick must beat torch int4
 TARGETS_TEXT = (
     "Targets: M = 1 and 16: pick <= 1.2 x floor; M = 1: faster than torch "
     "int4; M = 64: >= 2.5x faster than cuBLAS fp16; M = 256: no slower than "
-    "cuBLAS; M = 1024: >= 0.9x cuBLAS's speed. x floor = pick / floor; the "
-    "x columns of the baselines are their time over the pick's.")
+    "cuBLAS; M = 1024: >= 0.9x cuBLAS's speed. x floor = pick / floor; "
+    "x read = pick / the weight read alone (no target); the x columns of the "
+    "baselines are their time over the pick's.")
 
 
 def fail(message):
@@ -90,18 +92,21 @@ def point_rows(points, baselines, key, verdicts):
         pick = next((r for r in variants.values() if r.get("pick")), None)
         pick_us = pick["median_us"] if pick else None
         floor_us = next(iter(variants.values()))["floor_us"]
+        read_us = next(iter(variants.values())).get("read_us")
         cublas_us = baselines.get((CUBLAS, k, n, m))
         int4_us = baselines.get((INT4, k, n, m))
         cells = [str(m),
                  pick["variant"] if pick else "-", us(pick_us)]
         cells += [us(variants[v]["median_us"]) if v in variants else "-"
                   for v, _ in VARIANTS]
-        cells += [us(floor_us), us(cublas_us), us(int4_us)]
+        cells += [us(floor_us), us(read_us), us(cublas_us), us(int4_us)]
         over_floor = ratio(pick_us, floor_us)
         if m in FLOOR_MS:
             cells.append(verdicts.check(over_floor, lambda r: r <= FLOOR_MAX))
         else:
             cells.append("-" if over_floor is None else f"{over_floor:.2f}")
+        over_read = ratio(pick_us, read_us)
+        cells.append("-" if over_read is None else f"{over_read:.2f}")
         speedup = ratio(cublas_us, pick_us)
         if m in CUBLAS_MIN:
             cells.append(verdicts.check(
@@ -118,8 +123,8 @@ def point_rows(points, baselines, key, verdicts):
 
 
 HEADER = ["M", "pick", "pick us", "fused us", "pipelined us", "striped us",
-          "floor us", "cuBLAS fp16 us", "torch int4 us", "x floor",
-          "cuBLAS x", "int4 x"]
+          "floor us", "read us", "cuBLAS fp16 us", "torch int4 us", "x floor",
+          "x read", "cuBLAS x", "int4 x"]
 
 
 def render(title, rows, markdown):

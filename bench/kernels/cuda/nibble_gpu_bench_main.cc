@@ -15,7 +15,10 @@
 // of several uploaded copies of the weight, together more than 4x the L2, so
 // that the weight comes from HBM as a served weight does. The scheduler's
 // pick (the built-in tuning table's rules for this GPU, else
-// cuda::PreferredVariant) is the row marked "pick", not timed again.
+// cuda::PreferredVariant) is the row marked "pick", not timed again. Each
+// weight is also read alone by a kernel that does nothing else
+// (weight_read.h), timed the same way: read_us, its stream without a
+// matmul's math.
 // --write_tuning_table writes the fastest variant at each point as tuning
 // rules of this GPU's level (bench/kernels/tuning_writer.h).
 #include <cuda_runtime_api.h>
@@ -49,6 +52,7 @@
 #include "base/command_line.h"
 #include "base/thread_pool.h"
 #include "bench/kernels/bench_flags.h"
+#include "bench/kernels/cuda/weight_read.h"
 #include "bench/kernels/report.h"
 #include "bench/kernels/timing.h"
 #include "bench/kernels/tuning_writer.h"
@@ -469,6 +473,7 @@ struct GpuPoint {
   int64_t m = 0;
   // What one launch reads of the weight: the spec's codes, scales and zeros.
   int64_t weight_bytes = 0;
+  double read_us = 0;  // the weight read alone (WeightReader), per launch
   KernelVariant pick = KernelVariant::kFused;
   std::vector<VariantTiming> variants;  // in kFastVariants order
   std::optional<BackendLatency> latency;
@@ -564,7 +569,7 @@ absl::StatusOr<BackendLatency> TimeBackendCalls(
 absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                         const GpuBenchOptions& options,
                         const cuda::DeviceInfo& device,
-                        const Scheduler& scheduler,
+                        const Scheduler& scheduler, const WeightReader& reader,
                         std::span<const Event> events,
                         cuda::Workspace& workspace, cudaStream_t stream,
                         ThreadPool& pool, int& step, int total,
@@ -582,6 +587,16 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
   if (!a.ok()) return a.status();
   absl::StatusOr<DeviceMemory> c = Allocate(max_m * shape.n * 2, "C");
   if (!c.ok()) return c.status();
+  absl::StatusOr<LaunchTiming> read = TimeLaunches(
+      [&](int launch) {
+        return reader.Launch(*(*copies)[launch % copies->size()], stream);
+      },
+      events.first(options.repeats + 1), stream);
+  if (!read.ok()) {
+    return absl::Status(read.status().code(),
+                        absl::StrCat("reading ", spec.DebugString(),
+                                     " alone: ", read.status().message()));
+  }
 
   for (const int64_t m : options.ms) {
     absl::FPrintF(stderr, "[%d/%d] %s\n", ++step, total,
@@ -597,6 +612,7 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                    .m = m,
                    .weight_bytes = spec.qweight_bytes() + spec.scales_bytes() +
                                    spec.zeros_bytes(),
+                   .read_us = read->timing.median_us,
                    .pick = scheduler.PreferredVariant(problem),
                    .variants = {},
                    .latency = std::nullopt};
@@ -698,7 +714,7 @@ std::string RowJson(const GpuPoint& point, const VariantTiming& variant,
       ",\"gbps\":", Number(GigabytesPerSecond(bytes, us)),
       ",\"gflops\":", Number(Gflops(point.m, point.shape.k, point.shape.n, us)),
       ",\"floor_us\":", Number(FloorMicros(bytes, copy_gbps)),
-      LatencyJson(point, variant), "}");
+      ",\"read_us\":", Number(point.read_us), LatencyJson(point, variant), "}");
 }
 
 // The points as nibble-bench's, for its tuning table writer; threads is the
@@ -745,15 +761,17 @@ std::string FormatTable(const std::vector<GpuPoint>& points,
       &table,
       "  columns         pick = the scheduler's variant, x best = its time "
       "over the best, x floor = its time over floor_us (weight bytes at the "
-      "copy bandwidth); GB/s and TFLOP/s of the pick; cpu_us = the CPU time "
+      "copy bandwidth), x read = its time over read_us (a kernel that only "
+      "reads the weight, timed the same way); GB/s and TFLOP/s of the pick; "
+      "cpu_us = the CPU time "
       "of one LaunchGemm call for the pick, * where it exceeds the GPU "
       "time\n\n");
   absl::StrAppendFormat(&table,
                         "%-6s %5s %5s %6s %6s %9s %9s %9s  %-16s %6s %9s "
-                        "%7s %7s %7s %8s\n",
+                        "%7s %8s %7s %7s %7s %8s\n",
                         "format", "group", "m", "k", "n", "fused", "dbl_buf",
                         "striped", "pick", "x best", "floor_us", "x floor",
-                        "GB/s", "TFLOP/s", "cpu_us");
+                        "read_us", "x read", "GB/s", "TFLOP/s", "cpu_us");
   for (size_t i = 0; i < points.size(); ++i) {
     const GpuPoint& point = points[i];
     if (i > 0 && (points[i - 1].weight != point.weight ||
@@ -775,16 +793,18 @@ std::string FormatTable(const std::vector<GpuPoint>& points,
     }
     const double floor_us = FloorMicros(point.weight_bytes, copy.gbps);
     if (pick == nullptr) {
-      absl::StrAppendFormat(&table, "  %-16s %6s %9.1f %7s %7s %7s %8s\n",
+      absl::StrAppendFormat(&table,
+                            "  %-16s %6s %9.1f %7s %8.1f %7s %7s %7s %8s\n",
                             KernelVariantName(point.pick), "-", floor_us, "-",
-                            "-", "-", "-");
+                            point.read_us, "-", "-", "-", "-");
       continue;
     }
     const double us = pick->timing.median_us;
     absl::StrAppendFormat(
-        &table, "  %-16s %6.2f %9.1f %7.2f %7.1f %7.1f %7.1f%s\n",
+        &table, "  %-16s %6.2f %9.1f %7.2f %8.1f %7.2f %7.1f %7.1f %7.1f%s\n",
         KernelVariantName(pick->variant), us / best->timing.median_us, floor_us,
-        us / floor_us, GigabytesPerSecond(point.weight_bytes, us),
+        us / floor_us, point.read_us, us / point.read_us,
+        GigabytesPerSecond(point.weight_bytes, us),
         Gflops(point.m, point.shape.k, point.shape.n, us) / 1e3,
         pick->launch_us, pick->launch_us > us ? "*" : " ");
   }
@@ -868,6 +888,8 @@ int Run(const GpuBenchOptions& options) {
                             [](const GemmProblem& problem) {
                               return cuda::PreferredVariant(problem, 0);
                             });
+  absl::StatusOr<WeightReader> reader = WeightReader::Create();
+  if (!reader.ok()) return fail(reader.status());
   cuda::Workspace workspace;
   // For --latency, as nibbled's default: one thread per hardware thread.
   ThreadPool pool;
@@ -877,9 +899,9 @@ int Run(const GpuBenchOptions& options) {
   int step = 0;
   for (const Shape& shape : options.shapes) {
     for (const WeightKind& kind : options.weights) {
-      if (absl::Status status =
-              TimeWeight(kind, shape, options, *device, scheduler, *events,
-                         workspace, stream.get(), pool, step, total, points);
+      if (absl::Status status = TimeWeight(
+              kind, shape, options, *device, scheduler, *reader, *events,
+              workspace, stream.get(), pool, step, total, points);
           !status.ok()) {
         return fail(status);
       }

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""bench/kernels/cuda/gpu_report.py on made-up nibble-gpu-bench rows: the
+floor verdict, the pick's time over the weight read alone (x read), and rows
+written before nibble-gpu-bench timed that read."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                      "..", "bench", "kernels", "cuda", "gpu_report.py")
+
+
+def bench_row(m, variant, median_us, pick, read_us):
+    row = {"backend": "cuda", "kernel": f"{variant}_u4b8_sm90",
+           "variant": variant, "pick": pick, "format": "u4b8", "group": 128,
+           "m": m, "k": 8192, "n": 28672, "threads": 132,
+           "median_us": median_us, "floor_us": 40.0}
+    if read_us is not None:
+        row["read_us"] = read_us
+    return row
+
+
+def report(rows):
+    """gpu_report.py's exit status and its table's rows, cell by cell."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "nibble.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps({"machine": {"gpu": "test", "sms": 132,
+                                            "copy_gbps": 3000.0}}) + "\n")
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        result = subprocess.run(
+            [sys.executable, REPORT, path, os.path.join(directory, "none")],
+            capture_output=True, text=True)
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines)
+                  if line.split()[:2] == ["M", "pick"])
+    table = []
+    for line in lines[header + 1:]:
+        if not line.strip():
+            break
+        table.append(line.split())
+    return result.returncode, lines[header].split(), table
+
+
+class GpuReportTest(unittest.TestCase):
+
+    def test_x_read_is_the_picks_time_over_the_read(self):
+        status, header, table = report([
+            bench_row(1, "double_buffered", 47.0, True, 43.5),
+            bench_row(1, "striped", 52.0, False, 43.5),
+            bench_row(16, "double_buffered", 54.0, True, 43.5)])
+        self.assertIn("read", header)
+        one, sixteen = table
+        # M, pick, pick us, fused us (not timed), pipelined us, striped us,
+        # floor us, read us, the two baselines (none), x floor and its
+        # verdict, x read, ...
+        self.assertEqual(one[:3], ["1", "double_buffered", "47.0"])
+        self.assertEqual(one[6:8], ["40.0", "43.5"])
+        self.assertEqual(one[10:13], ["1.18", "PASS", "1.08"])
+        self.assertEqual(sixteen[10:13], ["1.35", "MISS", "1.24"])
+        self.assertEqual(status, 1)  # a MISS, and no baselines
+
+    def test_rows_without_a_read_show_none(self):
+        _, _, table = report([bench_row(1, "double_buffered", 47.0, True,
+                                        None)])
+        (one,) = table
+        self.assertEqual(one[6:8], ["40.0", "-"])
+        self.assertEqual(one[10:13], ["1.18", "PASS", "-"])
+
+
+if __name__ == "__main__":
+    unittest.main()
