@@ -88,10 +88,10 @@ class CudaWeight final : public DeviceWeight {
   const uint32_t* scales() const { return scales_; }
   const uint16_t* zeros() const { return zeros_; }  // nullptr unless kU4
   // The bytes of each array, as a launch reads them (zero points: 0 without).
-  int64_t code_bytes() const { return code_words() * 4; }
-  int64_t scale_bytes() const { return scale_pairs() * 4; }
+  int64_t code_bytes() const { return code_words() * sizeof(*codes_); }
+  int64_t scale_bytes() const { return scale_pairs() * sizeof(*scales_); }
   int64_t zero_bytes() const {
-    return zeros_ == nullptr ? 0 : scale_pairs() * 2;
+    return zeros_ == nullptr ? 0 : scale_pairs() * sizeof(*zeros_);
   }
 
  private:

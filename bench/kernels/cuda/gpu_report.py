@@ -6,8 +6,9 @@ Prints one table per (format, group, shape): a row per M with the µs of the
 scheduler's pick and of each variant, the floor (weight bytes at the copy
 bandwidth), the weight read alone (a kernel that only reads it, launched as
 the matmuls are), cuBLAS fp16 and torch int4, and the ratios the targets
-name, each marked PASS or MISS, with the pick's time over the read; then, per shape, the formats side by side (the
-pick's µs of each, and its time over fp4's; no targets); then the count.
+name, each marked PASS or MISS, with the pick's time over the read; then,
+per shape, the formats side by side (the pick's µs of each, and its time
+over fp4's; no targets); then the count.
 Exit status: 0 when every target is met, 1 when one is missed or has no
 data, 2 when the input is unusable.
 
