@@ -312,8 +312,7 @@ class FusedPairsKernel final : public FormatKernel {
       : FormatKernel(KernelVariant::kFused, format, DotProducts::kIsa) {}
 
   bool Supports(const GemmProblem& problem) const override {
-    return FormatKernel::Supports(problem) &&
-           (problem.dtype == DType::kBF16 || problem.m >= kMinConvertedRows);
+    return FormatKernel::Supports(problem) && RoundingToBf16Allowed(problem);
   }
   bool RoundsActivationsToBf16(DType dtype) const override {
     return dtype != DType::kBF16;

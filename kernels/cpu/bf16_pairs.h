@@ -254,7 +254,8 @@ class Bf16PairKernel final : public FormatKernel {
       : FormatKernel(KernelVariant::kDoubleBuffered, format, U::kIsa) {}
 
   bool Supports(const GemmProblem& problem) const override {
-    return FormatKernel::Supports(problem) && U::SupportsK(problem.k);
+    return FormatKernel::Supports(problem) && U::SupportsK(problem.k) &&
+           RoundingToBf16Allowed(problem);
   }
   bool RoundsActivationsToBf16(DType dtype) const override {
     return dtype != DType::kBF16;

@@ -20,17 +20,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "format/dtype.h"
 #include "format/weight_format.h"
 #include "kernels/gemm_kernel.h"
 
 namespace nibble::cpu {
 
-// The fewest rows of A that the bf16 fused kernel rounds (f32 and f16 A) and
-// the int8 kernels quantize. With fewer rows the weight's read, not the
-// products, sets the pace, so a request keeps the fp32 fused kernels' exact
-// products; the tuning rules keep double_buffered's bf16 kernels from those
-// rows as well.
+// The fewest rows of A that the bf16 kernels round (f32 and f16 A) and the
+// int8 kernels quantize. Fewer rows of f32 or f16 A keep exact fp32
+// products, whatever kernel a tuning table prefers: there the weight's read
+// sets most of the time.
 inline constexpr int64_t kMinConvertedRows = 16;
+
+// Whether a kernel that rounds f32 and f16 A to bf16 takes `problem`: bf16 A
+// (nothing to round) at any M, other A from kMinConvertedRows rows.
+inline bool RoundingToBf16Allowed(const GemmProblem& problem) {
+  return problem.dtype == DType::kBF16 || problem.m >= kMinConvertedRows;
+}
 
 class FormatKernel : public GemmKernel {
  public:
