@@ -149,11 +149,13 @@ constexpr int StageBytes(bool register_codes) {
 // nibble-gpu-bench (fused stays the fastest on 28672 x 8192), fp4
 // 0.99-1.03x (H100, 2026-11-27); eight stages measured 1.00-1.04x. fp4's
 // fused 8-row tile, whose dequantization takes more instructions, gains
-// the same way from six register stages at one block per SM (0.92-0.95x its
-// time, H100, 2026-11-27), u4b8's loses (1.10-1.28x).
+// from more register stages at one block per SM: six took 0.92-0.95x the
+// time of four at two blocks per SM, five 0.98-1.00x that of six and seven
+// 1.01-1.03x (H100, 2026-11-27); u4b8's loses (1.10-1.28x).
 constexpr int kFusedStages = 4;
 constexpr int kPipelinedStages = 4;
 constexpr int kStreamingStages = 6;
+constexpr int kFp4RegisterStages = 5;
 
 // The 8-row tiles, which stream the weight, run two blocks per SM where
 // their registers fit the 128 that allows: bounded so, ptxas keeps them
@@ -557,7 +559,7 @@ KernelChoice ChooseStaged(bool register_codes, bool hopper) {
   if (register_codes) {
     if constexpr (kRowTiles == 1 && kFormat == WeightFormat::kFp4) {
       if (hopper)
-        return ChooseStagedKernel<kFormat, T, 1, true, kStreamingStages>();
+        return ChooseStagedKernel<kFormat, T, 1, true, kFp4RegisterStages>();
     }
     return ChooseStagedKernel<kFormat, T, kRowTiles, true, kFusedStages>();
   }
