@@ -58,14 +58,20 @@ for round in $(seq 1 "$rounds"); do
   echo "round $round of $rounds: nibble ($(date -u +%T), load $(cut -d' ' -f1 /proc/loadavg))" >&2
   for group in "${nibble_groups[@]}"; do
     read -r m shapes <<< "$group"
-    # The default pick (bf16 activations allowed), then the opt-in int8 path.
+    # The default pick on f32 A (bf16 activations allowed), the opt-in int8
+    # path, then A sent as bf16, which no kernel rounds further (below 16
+    # rows f32 A keeps exact fp32 products).
     precisions=bf16
     [[ $m == 1 ]] || precisions="bf16 int8"  # int8 kernels take >= 16 rows
-    for precision in $precisions; do
+    for precision in $precisions bf16_a; do
+      dtype=f32
+      [[ $precision == bf16_a ]] && dtype=bf16
       flock "$lock" "$nibble_bin/nibble-bench" --m="$m" --shapes="$shapes" \
         --formats=u4b8 --groups=128 --threads="$threads" \
-        --activation_precision="$precision" --json 2> /dev/null |
-        sed "s/^{/{\"precision\":\"$precision\",/" >> "$out/nibble_r$round.jsonl"
+        --activation_precision="${precision%_a}" --dtype="$dtype" \
+        --json 2> /dev/null |
+        sed "s/^{/{\"precision\":\"${precision%_a}\",\"a\":\"$dtype\",/" \
+        >> "$out/nibble_r$round.jsonl"
     done
   done
 done

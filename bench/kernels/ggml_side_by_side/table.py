@@ -40,6 +40,7 @@ def main():
                 row["median_ms"])
             buffer_type = row["buffer_type"]
     pick, best, int8, floor, kernels, machines = {}, {}, {}, {}, {}, []
+    bf16_a = {}  # (m, k, n) -> [ms of the pick on A sent as bf16, per round]
     for round_index, lines in enumerate(nibble_rounds):
         for row in lines:
             if "machine" in row:
@@ -49,6 +50,10 @@ def main():
                 continue
             point = (row["m"], row["k"], row["n"])
             ms = row["median_us"] / 1000
+            if row.get("a") == "bf16":
+                if row["pick"]:
+                    bf16_a.setdefault(point, []).append(ms)
+                continue
             if row["precision"] == "bf16":
                 # The fastest variant of each round, whichever it is.
                 times = best.setdefault(point, {})
@@ -73,8 +78,8 @@ def main():
           f"(floor = weight bytes / its median)\n")
     print("| M | K×N | ggml Q4_0 ms | nibble u4b8 g128 pick ms | pick / ggml "
           "| nibble best ms | best / ggml | nibble int8 ms | int8 / ggml "
-          "| floor ms | pick / floor |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| floor ms | pick / floor | nibble, A in bf16, ms | bf16 A / ggml |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def median(values):
         return statistics.median(values) if values else None
@@ -88,6 +93,7 @@ def main():
         p = median(pick.get(point, []))
         i = median(int8.get(point, []))
         f = median(floor.get(point, []))
+        a = median(bf16_a.get(point, []))
         variant = ", ".join(sorted(short_name(name)
                                    for name in kernels.get(point, [])))
         rounds_best = best.get(point, {}).values()
@@ -98,7 +104,8 @@ def main():
               f"| {cell(b)} ({best_variants}) "
               f"| {cell(b / g if b else None, 2)} | {cell(i)} "
               f"| {cell(i / g if i else None, 2)} | {cell(f)} "
-              f"| {cell(p / f if p and f else None, 2)} |")
+              f"| {cell(p / f if p and f else None, 2)} | {cell(a)} "
+              f"| {cell(a / g if a else None, 2)} |")
 
 
 if __name__ == "__main__":
