@@ -61,16 +61,18 @@ for round in $(seq 1 "$rounds"); do
     # The default pick on f32 A (bf16 activations allowed), the opt-in int8
     # path, then A sent as bf16, which no kernel rounds further (below 16
     # rows f32 A keeps exact fp32 products).
-    precisions=bf16
-    [[ $m == 1 ]] || precisions="bf16 int8"  # int8 kernels take >= 16 rows
-    for precision in $precisions bf16_a; do
-      dtype=f32
-      [[ $precision == bf16_a ]] && dtype=bf16
+    # Runs as precision:dtype of A.
+    runs="bf16:f32"
+    [[ $m == 1 ]] || runs+=" int8:f32"  # int8 kernels take >= 16 rows
+    runs+=" bf16:bf16"
+    for run in $runs; do
+      precision=${run%:*}
+      dtype=${run#*:}
       flock "$lock" "$nibble_bin/nibble-bench" --m="$m" --shapes="$shapes" \
         --formats=u4b8 --groups=128 --threads="$threads" \
-        --activation_precision="${precision%_a}" --dtype="$dtype" \
+        --activation_precision="$precision" --dtype="$dtype" \
         --json 2> /dev/null |
-        sed "s/^{/{\"precision\":\"${precision%_a}\",\"a\":\"$dtype\",/" \
+        sed "s/^{/{\"precision\":\"$precision\",\"a\":\"$dtype\",/" \
         >> "$out/nibble_r$round.jsonl"
     done
   done

@@ -78,7 +78,8 @@ def main():
           f"(floor = weight bytes / its median)\n")
     print("| M | K×N | ggml Q4_0 ms | nibble u4b8 g128 pick ms | pick / ggml "
           "| nibble best ms | best / ggml | nibble int8 ms | int8 / ggml "
-          "| floor ms | pick / floor | nibble, A in bf16, ms | bf16 A / ggml |")
+          "| floor ms | pick / floor | nibble, A in bf16, ms "
+          "| bf16 A / ggml |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def median(values):
