@@ -31,6 +31,21 @@ v1::ActivationPrecision ToProto(ActivationPrecision precision) {
   return v1::ACTIVATION_PRECISION_UNSPECIFIED;
 }
 
+std::optional<ActivationPrecision> FromProto(
+    v1::ActivationPrecision precision) {
+  for (ActivationPrecision known : kAllActivationPrecisions) {
+    if (ToProto(known) == precision) return known;
+  }
+  return std::nullopt;
+}
+
+double ErrorBoundOf(const v1::MatmulResponse& response) {
+  const absl::StatusOr<DType> dtype = FromProto(response.dtype());
+  return MatmulErrorBound(FromProto(response.activation_precision())
+                              .value_or(ActivationPrecision::kExact),
+                          dtype.ok() ? *dtype : DType::kF32);
+}
+
 absl::StatusOr<WeightFormat> FromProto(v1::WeightFormat format) {
   return WeightFormatFromWire(format, v1::WeightFormat_Name(format));
 }

@@ -12,6 +12,7 @@
 #define NIBBLE_CLIENT_PROTO_CONVERSIONS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -27,6 +28,14 @@ v1::WeightFormat ToProto(WeightFormat format);
 v1::DType ToProto(DType dtype);
 v1::CodeLayout ToProto(CodeLayout layout);
 v1::ActivationPrecision ToProto(ActivationPrecision precision);
+// What a reply says its kernel made of A; empty for UNSPECIFIED and unknown
+// values (a server that does not say).
+std::optional<ActivationPrecision> FromProto(v1::ActivationPrecision precision);
+
+// The largest MaxRelativeError against the float64 reference that the reply's
+// C may show: MatmulErrorBound of what its kernel made of A (as sent, where
+// it does not say) and of its dtype.
+double ErrorBoundOf(const v1::MatmulResponse& response);
 
 // INVALID_ARGUMENT, listing the valid values, for UNSPECIFIED and unknown
 // values.

@@ -42,6 +42,18 @@ absl::StatusOr<ActivationPrecision> ParseActivationPrecision(
       "unknown activation precision \"", name, "\": use exact, bf16 or int8"));
 }
 
+double MatmulErrorBound(ActivationPrecision precision, DType dtype) {
+  switch (precision) {
+    case ActivationPrecision::kExact:
+      return dtype == DType::kF32 ? 1e-4 : 1e-2;
+    case ActivationPrecision::kBf16:
+      return 1e-2;
+    case ActivationPrecision::kInt8:
+      return 5e-2;
+  }
+  return 0;
+}
+
 ActivationPrecision ActivationPrecisionOf(const GemmKernel& kernel,
                                           DType dtype) {
   if (kernel.QuantizesActivationsToInt8()) return ActivationPrecision::kInt8;

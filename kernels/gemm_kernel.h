@@ -61,6 +61,13 @@ absl::string_view ActivationPrecisionName(ActivationPrecision precision);
 absl::StatusOr<ActivationPrecision> ParseActivationPrecision(
     absl::string_view name);
 
+// The largest MaxRelativeError (format/reference.h) against the float64
+// reference that C of `dtype` may show from a kernel that made `precision`
+// of A: 1e-4 for fp32 products of f32 A, 1e-2 once A or C has bf16's or
+// fp16's precision, 5e-2 for A quantized to int8 (docs/performance.md
+// measures each).
+double MatmulErrorBound(ActivationPrecision precision, DType dtype);
+
 struct GemmProblem {
   int64_t m = 0;
   int64_t n = 0;

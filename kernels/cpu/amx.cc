@@ -197,7 +197,7 @@ struct Tiles {
 }  // namespace
 
 std::vector<std::unique_ptr<GemmKernel>> MakeAmxKernels() {
-  return bf16::MakeBf16PairKernels<Tiles>();
+  return bf16::MakeBf16PairKernels<Tiles>(kMinConvertedRows);
 }
 
 }  // namespace nibble::cpu

@@ -14,8 +14,8 @@
 // core cannot run at DRAM speed, and no pairs go through memory, which at 16
 // to 256 rows makes it faster than double_buffered. A in bf16 needs no
 // rounding, so its products are exact, as in the fp32 kernels. f32 and f16 A
-// is rounded to bf16 once per call, as double_buffered does, and only from
-// kMinConvertedRows rows (format_kernel.h).
+// is rounded to bf16 once per call, as double_buffered does, from the rows
+// the level that lists the kernels says (cpu_kernels.cc).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -305,14 +305,17 @@ void RunFusedPairs(const Bf16Context& ctx, float* c, ThreadPool& pool,
   }
 }
 
-// The fused kernel of one format, named "fused_<format>_avx512_bf16".
+// The fused kernel of one format, named "fused_<format>_avx512_bf16", which
+// rounds f32 and f16 A from `min_rounded_rows` rows.
 class FusedPairsKernel final : public FormatKernel {
  public:
-  explicit FusedPairsKernel(WeightFormat format)
-      : FormatKernel(KernelVariant::kFused, format, DotProducts::kIsa) {}
+  FusedPairsKernel(WeightFormat format, int64_t min_rounded_rows)
+      : FormatKernel(KernelVariant::kFused, format, DotProducts::kIsa),
+        min_rounded_rows_(min_rounded_rows) {}
 
   bool Supports(const GemmProblem& problem) const override {
-    return FormatKernel::Supports(problem) && RoundingToBf16Allowed(problem);
+    return FormatKernel::Supports(problem) &&
+           RoundingToBf16Allowed(problem, min_rounded_rows_);
   }
   bool RoundsActivationsToBf16(DType dtype) const override {
     return dtype != DType::kBF16;
@@ -341,15 +344,20 @@ class FusedPairsKernel final : public FormatKernel {
     }
     return absl::OkStatus();
   }
+
+ private:
+  int64_t min_rounded_rows_;
 };
 
 }  // namespace
 
-std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Bf16Kernels() {
+std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Bf16Kernels(
+    int64_t min_rounded_rows) {
   std::vector<std::unique_ptr<GemmKernel>> kernels =
-      bf16::MakeBf16PairKernels<DotProducts>();
+      bf16::MakeBf16PairKernels<DotProducts>(min_rounded_rows);
   for (WeightFormat format : kAllWeightFormats) {
-    kernels.push_back(std::make_unique<FusedPairsKernel>(format));
+    kernels.push_back(
+        std::make_unique<FusedPairsKernel>(format, min_rounded_rows));
   }
   return kernels;
 }

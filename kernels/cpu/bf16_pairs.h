@@ -6,9 +6,10 @@
 // so every instantiation is local to its file and built for its instruction
 // set. Include it nowhere else.
 //
-// A is rounded to bf16 once per call, in U's layout. Codes dequantize without
-// their scale straight into (k, k + 1) bf16 pairs, one column per 32-bit lane:
-// the packed words keep codes k and k + 1 in the two 16-bit halves
+// A is rounded to bf16 once per call, in U's layout, from the rows of f32
+// or f16 A the kernel is made for (MakeBf16PairKernels). Codes dequantize
+// without their scale straight into (k, k + 1) bf16 pairs, one column per
+// 32-bit lane: the packed words keep codes k and k + 1 in the two 16-bit halves
 // (PackedWeight::CodeShift), so one 16-bit shift and one vpermw of a 32-entry
 // table make 16 columns of pairs. Those values are exact in bf16; each group's
 // sums are scaled in fp32, so the only rounding beyond fp32 is A's. A format
@@ -30,7 +31,7 @@
 //   #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,...")
 //   #include "kernels/cpu/bf16_pairs.h"
 //   struct DotProducts { ... };
-//   return bf16::MakeBf16PairKernels<DotProducts>();
+//   return bf16::MakeBf16PairKernels<DotProducts>(min_rounded_rows);
 #ifndef NIBBLE_KERNELS_CPU_BF16_PAIRS_H_
 #define NIBBLE_KERNELS_CPU_BF16_PAIRS_H_
 
@@ -246,16 +247,18 @@ void RunBf16Pairs(const Bf16Context& ctx, float* c, ThreadPool& pool,
 }
 
 // The double-buffered kernel of one format on unit U, named
-// "double_buffered_<format>_<U::kIsa>".
+// "double_buffered_<format>_<U::kIsa>", which rounds f32 and f16 A from
+// `min_rounded_rows` rows.
 template <class U>
 class Bf16PairKernel final : public FormatKernel {
  public:
-  explicit Bf16PairKernel(WeightFormat format)
-      : FormatKernel(KernelVariant::kDoubleBuffered, format, U::kIsa) {}
+  Bf16PairKernel(WeightFormat format, int64_t min_rounded_rows)
+      : FormatKernel(KernelVariant::kDoubleBuffered, format, U::kIsa),
+        min_rounded_rows_(min_rounded_rows) {}
 
   bool Supports(const GemmProblem& problem) const override {
     return FormatKernel::Supports(problem) && U::SupportsK(problem.k) &&
-           RoundingToBf16Allowed(problem);
+           RoundingToBf16Allowed(problem, min_rounded_rows_);
   }
   bool RoundsActivationsToBf16(DType dtype) const override {
     return dtype != DType::kBF16;
@@ -275,14 +278,19 @@ class Bf16PairKernel final : public FormatKernel {
     });
     return absl::OkStatus();
   }
+
+ private:
+  int64_t min_rounded_rows_;
 };
 
 // The double-buffered kernel of every format on unit U.
 template <class U>
-std::vector<std::unique_ptr<GemmKernel>> MakeBf16PairKernels() {
+std::vector<std::unique_ptr<GemmKernel>> MakeBf16PairKernels(
+    int64_t min_rounded_rows) {
   std::vector<std::unique_ptr<GemmKernel>> kernels;
   for (WeightFormat format : kAllWeightFormats) {
-    kernels.push_back(std::make_unique<Bf16PairKernel<U>>(format));
+    kernels.push_back(
+        std::make_unique<Bf16PairKernel<U>>(format, min_rounded_rows));
   }
   return kernels;
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "kernels/cpu/format_kernel.h"
 #include "kernels/cpu/reference_kernel.h"
 #include "kernels/cpu/simd_kernels.h"
 
@@ -84,8 +85,22 @@ const std::vector<CpuKernel>& AllCpuKernels() {
     for (auto& kernel : MakeAmxKernels()) {
       list->push_back({kernel.release(), Isa::kAmx});
     }
-    for (auto& kernel : MakeAvx512Bf16Kernels()) {
-      list->push_back({kernel.release(), Isa::kAvx512Bf16});
+    // The fewest rows of f32 or f16 A each bf16 level rounds. On Zen 4 the
+    // fused bf16 kernel with A rounded takes 0.43-0.76x the exact fp32 loop's
+    // time at M = 1-8 (u4b8 and fp4 g128, 4096 x 4096 and 8192 x 28672,
+    // 2026-11-27), so avx512_bf16 rounds from one row. The amx level keeps
+    // its tiles' 16 rows: its rules were measured on exact kernels below
+    // them, and on the Xeon that wrote them the fused bf16 kernel runs at
+    // 0.7x the fp32 kernels' speed (docs/performance.md).
+    for (auto& kernel : MakeAvx512Bf16Kernels(kMinConvertedRows)) {
+      list->push_back({.kernel = kernel.release(),
+                       .isa = Isa::kAvx512Bf16,
+                       .lowest_level = Isa::kAmx});
+    }
+    for (auto& kernel : MakeAvx512Bf16Kernels(/*min_rounded_rows=*/1)) {
+      list->push_back({.kernel = kernel.release(),
+                       .isa = Isa::kAvx512Bf16,
+                       .highest_level = Isa::kAvx512Bf16});
     }
     for (auto& kernel : MakeAvx512Kernels()) {
       list->push_back({kernel.release(), Isa::kAvx512});
@@ -104,7 +119,9 @@ const std::vector<CpuKernel>& AllCpuKernels() {
 std::vector<const GemmKernel*> CpuKernels(Isa isa) {
   std::vector<const GemmKernel*> kernels;
   for (const CpuKernel& entry : AllCpuKernels()) {
-    if (entry.isa <= isa) kernels.push_back(entry.kernel);
+    if (entry.lowest_level <= isa && isa <= entry.highest_level) {
+      kernels.push_back(entry.kernel);
+    }
   }
   return kernels;
 }

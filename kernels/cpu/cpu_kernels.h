@@ -33,9 +33,15 @@ Isa DetectIsa();
 struct CpuKernel {
   const GemmKernel* kernel;
   Isa isa;  // the level the kernel needs
+  // The levels that list it: from `isa` up, but for the avx512_bf16 kernels,
+  // made once for each bf16 level, as each rounds A from its own rows
+  // (cpu_kernels.cc).
+  Isa lowest_level = isa;
+  Isa highest_level = Isa::kAmx;
 };
 
-// Every CPU kernel compiled in, whether or not this CPU can run it.
+// Every CPU kernel compiled in, whether or not this CPU can run it. A name
+// appears twice where two levels list a kernel made differently.
 const std::vector<CpuKernel>& AllCpuKernels();
 
 // The kernels that run at `isa`: the int8 ones first (only problems that

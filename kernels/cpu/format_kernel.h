@@ -26,16 +26,15 @@
 
 namespace nibble::cpu {
 
-// The fewest rows of A that the bf16 kernels round (f32 and f16 A) and the
-// int8 kernels quantize. Fewer rows of f32 or f16 A keep exact fp32
-// products, whatever kernel a tuning table prefers: there the weight's read
-// sets most of the time.
+// The fewest rows of A that the int8 kernels quantize, and that the kernels
+// the amx level lists round to bf16 (f32 and f16 A; cpu_kernels.cc says why).
 inline constexpr int64_t kMinConvertedRows = 16;
 
-// Whether a kernel that rounds f32 and f16 A to bf16 takes `problem`: bf16 A
-// (nothing to round) at any M, other A from kMinConvertedRows rows.
-inline bool RoundingToBf16Allowed(const GemmProblem& problem) {
-  return problem.dtype == DType::kBF16 || problem.m >= kMinConvertedRows;
+// Whether a kernel that rounds f32 and f16 A to bf16 from `min_rounded_rows`
+// rows takes `problem`: bf16 A (nothing to round) at any M.
+inline bool RoundingToBf16Allowed(const GemmProblem& problem,
+                                  int64_t min_rounded_rows) {
+  return problem.dtype == DType::kBF16 || problem.m >= min_rounded_rows;
 }
 
 class FormatKernel : public GemmKernel {

@@ -7,6 +7,7 @@
 #ifndef NIBBLE_KERNELS_CPU_SIMD_KERNELS_H_
 #define NIBBLE_KERNELS_CPU_SIMD_KERNELS_H_
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -25,12 +26,14 @@ std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Kernels();
 // ActivationPrecision::kInt8.
 std::vector<std::unique_ptr<GemmKernel>> MakeAvx512VnniKernels();
 // AVX-512 BF16 dot products (vdpbf16ps), on top of MakeAvx512Kernels' sets:
-// double-buffered, for large M, which rounds A to bf16 (fp32 accumulation;
-// the 4-bit weights stay exact), and fused, for small M, which supports only
-// bf16 A and so loses nothing.
-std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Bf16Kernels();
+// double-buffered, for large M, and fused, for small M. Both round f32 and
+// f16 A to bf16 from `min_rounded_rows` rows (fp32 accumulation; the 4-bit
+// weights stay exact) and take bf16 A, which loses nothing, at any M.
+std::vector<std::unique_ptr<GemmKernel>> MakeAvx512Bf16Kernels(
+    int64_t min_rounded_rows);
 // AMX-BF16 with AVX-512 BF16: double-buffered only, for large M, with the
-// precision of MakeAvx512Bf16Kernels.
+// precision of MakeAvx512Bf16Kernels, rounding from kMinConvertedRows rows
+// (a tile's).
 std::vector<std::unique_ptr<GemmKernel>> MakeAmxKernels();
 
 // Asks Linux for the AMX tile state (once per process); false when refused.

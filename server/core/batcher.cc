@@ -367,6 +367,7 @@ void MatmulBatcher::RunBatch(Batch batch) {
         for (int64_t i = begin; i < end; ++i) {
           if (run.ok()) {
             results[i].kernel = run->kernel;
+            results[i].activation_precision = run->activation_precision;
             results[i].compute_time_ns = run->compute_time_ns;
             batch.run[i].done(std::move(results[i]));
           } else {

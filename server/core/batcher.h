@@ -87,7 +87,7 @@ struct BatcherOptions {
   int max_running_batches = 1;
   // Rows a batch needs to start beside a running batch of its weight; empty
   // for a full batch (max_batch_rows).
-  std::optional<int64_t> rows_beside_running;
+  std::optional<int64_t> rows_beside_running = std::nullopt;
   // A request of at most kMaxInlineRows on an idle weight runs at once on
   // the submitting thread; off, every request goes through a dispatcher.
   bool run_idle_inline = true;

@@ -56,6 +56,7 @@ absl::StatusOr<MatmulResult> MatmulRunner::Run(
       RunBlocks(weight, dtype, ActivationPrecision::kBf16, {block}, device);
   if (!run.ok()) return run.status();
   result.kernel = std::move(run->kernel);
+  result.activation_precision = run->activation_precision;
   result.compute_time_ns = run->compute_time_ns;
   return result;
 }
@@ -75,7 +76,8 @@ absl::StatusOr<MatmulRun> MatmulRunner::RunBlocks(
   absl::StatusOr<const GemmKernel*> kernel = scheduler_->Pick(problem);
   if (!kernel.ok()) return kernel.status();
 
-  MatmulRun run{.kernel = std::string((*kernel)->name())};
+  MatmulRun run{.kernel = std::string((*kernel)->name()),
+                .activation_precision = ActivationPrecisionOf(**kernel, dtype)};
   const auto start = std::chrono::steady_clock::now();
   // An act-order weight's rows were regrouped at import: every kernel, CPU
   // or CUDA, reads A with its columns gathered the same way, here into one

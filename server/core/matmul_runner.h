@@ -33,6 +33,8 @@ namespace nibble::server {
 struct MatmulResult {
   std::string c;  // [M, N] in the request's dtype
   std::string kernel;
+  // What the kernel made of A (ActivationPrecisionOf).
+  ActivationPrecision activation_precision = ActivationPrecision::kExact;
   int64_t compute_time_ns = 0;
 };
 
@@ -40,6 +42,7 @@ struct MatmulResult {
 // went into the blocks.
 struct MatmulRun {
   std::string kernel;
+  ActivationPrecision activation_precision = ActivationPrecision::kExact;
   int64_t compute_time_ns = 0;
 };
 

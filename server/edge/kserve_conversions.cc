@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -262,15 +263,22 @@ void FillKServeInferResponse(const inference::ModelInferRequest& request,
   if (request.inputs(0).shape_size() != 1) output->add_shape(matmul.m());
   output->add_shape(matmul.n());
   response->add_raw_output_contents(std::move(*matmul.mutable_c()));
-  (*response->mutable_parameters())[kKServeKernelParameter].set_string_param(
+  auto& parameters = *response->mutable_parameters();
+  parameters[kKServeKernelParameter].set_string_param(
       std::move(*matmul.mutable_kernel()));
+  const absl::StatusOr<std::optional<ActivationPrecision>> precision =
+      FromProto(matmul.activation_precision());
+  if (precision.ok() && precision->has_value()) {
+    parameters[kKServeActivationPrecisionParameter].set_string_param(
+        std::string(ActivationPrecisionName(**precision)));
+  }
 }
 
 int64_t KServeInferReplyEnvelopeBytes(
     const inference::ModelInferRequest& request) {
-  // The version, output name and shape, the parameter's key, and every tag
-  // and length: far below this.
-  constexpr int64_t kFixedBytes = 128;
+  // The version, output name and shape, the two parameters (the kernel's
+  // name up to about 40 bytes), and every tag and length: far below this.
+  constexpr int64_t kFixedBytes = 192;
   const int64_t datatype_bytes =
       request.inputs_size() > 0 ? request.inputs(0).datatype().size() : 0;
   return kFixedBytes + static_cast<int64_t>(request.model_name().size()) +

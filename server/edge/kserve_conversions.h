@@ -31,6 +31,10 @@ inline constexpr char kKServeInputName[] = "a";
 inline constexpr char kKServeOutputName[] = "c";
 // The response parameter naming the kernel that ran, e.g. "fused_u4_avx512".
 inline constexpr char kKServeKernelParameter[] = "kernel";
+// The response parameter saying what that kernel made of A: "exact", "bf16"
+// or "int8" (MatmulResponse.activation_precision).
+inline constexpr char kKServeActivationPrecisionParameter[] =
+    "activation_precision";
 // A weight is replaced by deleting and uploading it again, never versioned,
 // so each model has exactly one version.
 inline constexpr char kKServeModelVersion[] = "1";

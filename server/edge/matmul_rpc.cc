@@ -147,6 +147,8 @@ void SubmitMatmulRpc(
          response.set_dtype(proto_dtype);
          response.set_kernel(std::move(result->kernel));
          response.set_compute_time_ns(result->compute_time_ns);
+         response.set_activation_precision(
+             ToProto(result->activation_precision));
          done(std::move(response), hold);
        }});
 }

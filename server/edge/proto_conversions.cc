@@ -34,6 +34,18 @@ absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout) {
   }
 }
 
+v1::ActivationPrecision ToProto(ActivationPrecision precision) {
+  switch (precision) {
+    case ActivationPrecision::kExact:
+      return v1::ACTIVATION_PRECISION_EXACT;
+    case ActivationPrecision::kBf16:
+      return v1::ACTIVATION_PRECISION_BF16;
+    case ActivationPrecision::kInt8:
+      return v1::ACTIVATION_PRECISION_INT8;
+  }
+  return v1::ACTIVATION_PRECISION_UNSPECIFIED;
+}
+
 absl::StatusOr<std::optional<ActivationPrecision>> FromProto(
     v1::ActivationPrecision precision) {
   switch (precision) {

@@ -31,6 +31,7 @@ absl::StatusOr<DType> FromProto(v1::DType dtype);
 // INVALID_ARGUMENT, listing the valid values, for unknown values.
 absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout);
 
+v1::ActivationPrecision ToProto(ActivationPrecision precision);
 // Empty for UNSPECIFIED (the server's default); INVALID_ARGUMENT, listing
 // the valid values, for unknown values.
 absl::StatusOr<std::optional<ActivationPrecision>> FromProto(

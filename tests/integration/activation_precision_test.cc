@@ -1,7 +1,7 @@
 // Starts real nibbled processes with --activation_precision and sends
 // Matmul requests with and without their own activation_precision: the
-// reply's kernel says what ran, an unknown value is INVALID_ARGUMENT and a
-// bad flag a usage error.
+// reply's kernel and activation_precision say what ran, an unknown value is
+// INVALID_ARGUMENT and a bad flag a usage error.
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,12 +72,16 @@ class ActivationPrecisionTest : public ::testing::Test {
     return stub_->Matmul(&context, request, response);
   }
 
-  // The kernel a request of `precision` ran on.
-  std::string KernelOf(v1::ActivationPrecision precision) {
+  // The reply to a request of `precision`.
+  v1::MatmulResponse ReplyTo(v1::ActivationPrecision precision) {
     v1::MatmulResponse response;
     const grpc::Status status = Matmul(precision, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.kernel();
+    return response;
+  }
+  // The kernel a request of `precision` ran on.
+  std::string KernelOf(v1::ActivationPrecision precision) {
+    return ReplyTo(precision).kernel();
   }
 
   std::unique_ptr<testing::NibbledProcess> server_;
@@ -99,6 +103,26 @@ TEST_F(ActivationPrecisionTest, TheRequestsFieldOverridesTheServersDefault) {
     EXPECT_THAT(KernelOf(v1::ACTIVATION_PRECISION_INT8),
                 Not(EndsWith("_int8")));
   }
+}
+
+// The reply says what its kernel made of the f32 A: rounded to bf16 where the
+// CPU has bf16 kernels and the request accepts it, quantized where it accepts
+// int8 and the CPU has VNNI, else as sent.
+TEST_F(ActivationPrecisionTest, TheReplySaysWhatTheKernelMadeOfA) {
+  Start({});
+  const v1::ActivationPrecision bf16_or_exact =
+      cpu::DetectIsa() >= cpu::Isa::kAvx512Bf16
+          ? v1::ACTIVATION_PRECISION_BF16
+          : v1::ACTIVATION_PRECISION_EXACT;
+  EXPECT_EQ(ReplyTo(v1::ACTIVATION_PRECISION_EXACT).activation_precision(),
+            v1::ACTIVATION_PRECISION_EXACT);
+  EXPECT_EQ(
+      ReplyTo(v1::ACTIVATION_PRECISION_UNSPECIFIED).activation_precision(),
+      bf16_or_exact);
+  const v1::MatmulResponse int8 = ReplyTo(v1::ACTIVATION_PRECISION_INT8);
+  EXPECT_EQ(int8.activation_precision(),
+            HasVnni() ? v1::ACTIVATION_PRECISION_INT8 : bf16_or_exact)
+      << int8.kernel();
 }
 
 TEST_F(ActivationPrecisionTest, TheServersFlagSetsTheDefault) {

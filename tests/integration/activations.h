@@ -1,5 +1,6 @@
 // Random activations for integration tests, as the wire carries them and as
-// the float64 reference takes them, and outputs read back from the wire.
+// the float64 reference takes them, outputs read back from the wire, and the
+// error a KServe or Triton reply may show.
 //
 // Example:
 //   const Activations a = RandomActivations(4, spec.k, DType::kBF16, 7);
@@ -15,7 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "format/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/gemm_kernel.h"
 
 namespace nibble::testing {
 
@@ -30,6 +34,22 @@ Activations RandomActivations(int64_t m, int64_t k, DType dtype, uint64_t seed);
 
 // The elements of `bytes`, little-endian `dtype`, as doubles.
 std::vector<double> OutputValues(const std::string& bytes, DType dtype);
+
+// MatmulErrorBound of what a KServe or Triton reply's "activation_precision"
+// parameter says its kernel made of A, for C of `dtype`; a failure and 0 for
+// a reply without a valid one.
+template <class InferResponse>
+double KServeErrorBound(const InferResponse& response, DType dtype) {
+  const auto parameter = response.parameters().find("activation_precision");
+  if (parameter == response.parameters().end()) {
+    ADD_FAILURE() << "the reply has no activation_precision parameter";
+    return 0;
+  }
+  const absl::StatusOr<ActivationPrecision> precision =
+      ParseActivationPrecision(parameter->second.string_param());
+  EXPECT_TRUE(precision.ok()) << precision.status();
+  return precision.ok() ? MatmulErrorBound(*precision, dtype) : 0;
+}
 
 }  // namespace nibble::testing
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/proto_conversions.h"
 #include "format/reference.h"
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
@@ -1070,7 +1071,7 @@ class BadInputMatrixTest : public ::testing::TestWithParam<BadInput> {
         RandomActivations(kM, kSpec.k, DType::kF32, kGoodActivationsSeed);
     EXPECT_LE(MaxRelativeError(OutputValues(response.c(), DType::kF32),
                                ReferenceMatmul(a.values, kM, GoodWeight())),
-              1e-4);
+              client::ErrorBoundOf(response));
     EXPECT_EQ(HealthCheck(other, "").error_message(), "SERVING");
   }
 

@@ -20,6 +20,8 @@
 #include "format/weight_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "tests/checkpoint/producer_layers.h"
 #include "tests/integration/activations.h"
 #include "tests/integration/nibbled_process.h"
@@ -67,11 +69,15 @@ std::vector<double> Float64Matmul(
   return c;
 }
 
+// nibbled multiplies A as sent here, so that C is checked to fp32's bound.
+constexpr char kExactProducts[] = "--activation_precision=exact";
+
 class CliTest : public ::testing::TestWithParam<std::tuple<WeightFormat, int>> {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
-        testing::NibbledProcess::Start(NIBBLED_PATH, {"--threads=2"});
+        testing::NibbledProcess::Start(NIBBLED_PATH,
+                                       {"--threads=2", kExactProducts});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     dir_ = ::testing::TempDir();
@@ -232,6 +238,30 @@ TEST_F(CliWorkflowTest, Fp4BlockFormatsNeedNoGroupAndCheckWithTheGlobalScale) {
                    "--random=1"),
             2);
   EXPECT_THAT(output_, HasSubstr("group size must be 32"));
+}
+
+// With the server's default precision, --check takes the bound of what the
+// kernel made of A, which the reply says: 20 rows of f32 A are rounded to
+// bf16 on CPUs with bf16 kernels (AMX too), and multiplied as sent elsewhere.
+TEST_F(CliWorkflowTest, CheckTakesTheBoundOfWhatTheKernelMadeOfA) {
+  server_.reset();
+  absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
+      testing::NibbledProcess::Start(NIBBLED_PATH, {"--threads=2"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+  ASSERT_EQ(Nibble("upload --name=r --format=u4b8 --k=256 --n=48 --group=64 "
+                   "--random=5"),
+            0)
+      << output_;
+  ASSERT_EQ(Nibble("matmul --name=r --m=20 --dtype=f32 --random_input=6 "
+                   "--check --random=5"),
+            0)
+      << output_;
+  if (cuda::DeviceCount() == 0) {
+    EXPECT_THAT(output_, HasSubstr(cpu::DetectIsa() >= cpu::Isa::kAvx512Bf16
+                                       ? "(tolerance 0.01)"
+                                       : "(tolerance 0.0001)"));
+  }
 }
 
 TEST_F(CliWorkflowTest, CheckFailsAgainstTheWrongWeight) {
@@ -450,7 +480,7 @@ TEST_F(CliWorkflowTest,
       absl::StatusOr<std::unique_ptr<testing::NibbledProcess>> server =
           testing::NibbledProcess::Start(
               NIBBLED_PATH,
-              {"--threads=2",
+              {"--threads=2", kExactProducts,
                "--data_dir=" + testing::FreshDirectory("fp4_import")});
       ASSERT_TRUE(server.ok()) << server.status();
       server_ = *std::move(server);

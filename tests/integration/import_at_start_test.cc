@@ -131,7 +131,7 @@ class ImportAtStartTest : public ::testing::Test {
     }
     EXPECT_LE(MaxRelativeError(testing::OutputValues(response.c(), DType::kF32),
                                want),
-              1e-4);
+              client::ErrorBoundOf(response));
   }
 
   void ExpectServesTheImport(const std::string& target) {

@@ -30,6 +30,7 @@ namespace {
 
 using ::nibble::client::ToProto;
 using ::nibble::testing::Activations;
+using ::nibble::testing::KServeErrorBound;
 using ::nibble::testing::OutputValues;
 using ::nibble::testing::RandomActivations;
 using ::nibble::testing::UploadWeight;
@@ -271,10 +272,9 @@ TEST_P(KServeInferTest, MatchesTheFloat64Reference) {
   ASSERT_EQ(response.raw_output_contents_size(), 1);
   const std::string& c = response.raw_output_contents(0);
   ASSERT_EQ(c.size(), m * kSpec.n * DTypeSize(param.dtype));
-  const double tolerance = param.dtype == DType::kF32 ? 1e-4 : 1e-2;
   EXPECT_LE(MaxRelativeError(OutputValues(c, param.dtype),
                              ReferenceMatmul(a.values, m, Weight())),
-            tolerance);
+            KServeErrorBound(response, param.dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryDatatype, KServeInferTest,
@@ -306,7 +306,7 @@ TEST_F(KServeTest, OneDimensionalInputIsOneRow) {
   EXPECT_LE(MaxRelativeError(
                 OutputValues(response.raw_output_contents(0), DType::kF32),
                 ReferenceMatmul(a.values, 1, Weight())),
-            1e-4);
+            KServeErrorBound(response, DType::kF32));
 }
 
 // Clients that fill every field send an empty contents beside the raw bytes.

@@ -32,6 +32,7 @@ namespace nibble {
 namespace {
 
 using ::nibble::testing::Activations;
+using ::nibble::testing::KServeErrorBound;
 using ::nibble::testing::OutputValues;
 using ::nibble::testing::RandomActivations;
 using ::nibble::testing::UploadWeight;
@@ -297,7 +298,7 @@ TEST_F(TritonTest, StreamInferAnswersEveryRequestAndItsErrorsInTheStream) {
     EXPECT_LE(MaxRelativeError(
                   OutputValues(response.raw_output_contents(0), DType::kF32),
                   ReferenceMatmul(a.values, m, Weight())),
-              1e-4);
+              KServeErrorBound(response, DType::kF32));
   }
   EXPECT_EQ(answered, static_cast<int>(sent.size()));
   EXPECT_EQ(failed, static_cast<int>(bad.size()));
@@ -459,7 +460,7 @@ TEST(TritonRepositoryTest, LoadReadsDataDirAndUnloadDeletesTheFile) {
   EXPECT_LE(
       MaxRelativeError(OutputValues(infer.raw_output_contents(0), DType::kF32),
                        ReferenceMatmul(a.values, 3, Weight())),
-      1e-4);
+      KServeErrorBound(infer, DType::kF32));
 
   triton::RepositoryModelUnloadRequest unload;
   unload.set_model_name(kName);

@@ -66,7 +66,7 @@ TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   EXPECT_EQ(bf16.front(), "double_buffered_fp4_avx512_vnni_int8");
   EXPECT_EQ(bf16[4], "double_buffered_fp4_avx512_bf16");
   EXPECT_EQ(bf16[8], "double_buffered_nvfp4_avx512_bf16");
-  // The bf16 fused kernels (bf16 A only) before the fp32 ones.
+  // The bf16 fused kernels before the fp32 ones.
   EXPECT_EQ(bf16[9], "fused_fp4_avx512_bf16");
   EXPECT_EQ(bf16[13], "fused_nvfp4_avx512_bf16");
   EXPECT_EQ(bf16[14], "fused_fp4_avx512");
@@ -75,6 +75,17 @@ TEST(CpuKernelsTest, EachLevelListsItsFastestKernelsFirst) {
   EXPECT_EQ(amx[4], "double_buffered_fp4_amx");
   EXPECT_EQ(amx[8], "double_buffered_nvfp4_amx");
   EXPECT_EQ(amx[9], "double_buffered_fp4_avx512_bf16");
+}
+
+// AllCpuKernels has the avx512_bf16 kernels twice, made for the two bf16
+// levels; each level lists a name once.
+TEST(CpuKernelsTest, EveryLevelListsEachKernelOnce) {
+  for (Isa isa : kAllIsas) {
+    std::vector<std::string> names = Names(CpuKernels(isa));
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end())
+        << IsaName(isa);
+  }
 }
 
 TEST(CpuKernelsTest, EveryLevelHasEveryVariantForEveryFormat) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <ostream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,8 +95,21 @@ uint64_t SeedOf(const GemmKernel& kernel, const GemmProblem& problem) {
   return hash;
 }
 
+std::string CaseName(const KernelCase& kernel_case) {
+  const GemmProblem& problem = kernel_case.problem;
+  const std::string group = problem.group_size == problem.k
+                                ? "per_channel"
+                                : absl::StrCat("g", problem.group_size);
+  return absl::StrCat(kernel_case.entry->kernel->name(), "_m", problem.m, "_k",
+                      problem.k, "_n", problem.n, "_", group, "_",
+                      DTypeName(problem.dtype));
+}
+
+// A kernel made for two levels (cpu::CpuKernel::lowest_level) is tested once
+// per problem, as the first entry that takes it.
 std::vector<KernelCase> AllKernelCases() {
   std::vector<KernelCase> cases;
+  std::set<std::string> names;
   for (const cpu::CpuKernel& entry : cpu::AllCpuKernels()) {
     for (WeightFormat format : kAllWeightFormats) {
       for (const Shape& shape : kShapes) {
@@ -114,7 +128,11 @@ std::vector<KernelCase> AllKernelCases() {
               .threads = kThreads,
               .activation_precision = ActivationPrecision::kInt8};
           if (!entry.kernel->Supports(problem)) continue;
-          cases.push_back({&entry, problem, SeedOf(*entry.kernel, problem)});
+          const KernelCase kernel_case{&entry, problem,
+                                       SeedOf(*entry.kernel, problem)};
+          if (names.insert(CaseName(kernel_case)).second) {
+            cases.push_back(kernel_case);
+          }
         }
       }
     }
@@ -123,13 +141,7 @@ std::vector<KernelCase> AllKernelCases() {
 }
 
 std::string KernelCaseName(const ::testing::TestParamInfo<KernelCase>& info) {
-  const GemmProblem& problem = info.param.problem;
-  const std::string group = problem.group_size == problem.k
-                                ? "per_channel"
-                                : absl::StrCat("g", problem.group_size);
-  return absl::StrCat(info.param.entry->kernel->name(), "_m", problem.m, "_k",
-                      problem.k, "_n", problem.n, "_", group, "_",
-                      DTypeName(problem.dtype));
+  return CaseName(info.param);
 }
 
 // An int8 kernel rounds each A[i, k] to a multiple of its row's and
@@ -250,9 +262,10 @@ TEST_P(KernelTest, MatchesTheFloat64Reference) {
     return;
   }
   const bool rounds_a = entry.kernel->RoundsActivationsToBf16(problem.dtype);
-  const double tolerance =
-      problem.dtype == DType::kF32 && !rounds_a ? 1e-4 : 1e-2;
-  EXPECT_LE(MaxRelativeError(got, want), tolerance);
+  EXPECT_LE(
+      MaxRelativeError(got, want),
+      MatmulErrorBound(ActivationPrecisionOf(*entry.kernel, problem.dtype),
+                       problem.dtype));
   if (rounds_a && problem.dtype == DType::kF32) {
     // A rounded to bf16 is all the precision such a kernel may lose: on that
     // A it must be as close as an fp32 kernel, the weights staying exact.

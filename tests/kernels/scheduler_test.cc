@@ -451,28 +451,45 @@ TEST(CpuSchedulerTest, PicksKernelsOfTheAcceptedActivationPrecision) {
   }
 }
 
-// The kernels that round A to bf16 take f32 and f16 A from
-// cpu::kMinConvertedRows rows only, so a tuning table that prefers one of
-// them at fewer rows (as a --write_tuning_table run may) still leaves those
-// requests exact; bf16 A, which needs no rounding, takes them at any M.
-TEST(CpuSchedulerTest, NoTableRoundsF32OrF16ActivationsBelowTheMinimumRows) {
-  const TuningTable double_buffered_everywhere(
-      {U4b8Rule(4096, 4096, 0, KernelVariant::kDoubleBuffered)});
-  for (cpu::Isa isa : {cpu::Isa::kAvx512Bf16, cpu::Isa::kAmx}) {
-    const Scheduler scheduler(cpu::CpuKernels(isa), double_buffered_everywhere);
-    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-      for (int64_t m : {int64_t{1}, int64_t{4}, cpu::kMinConvertedRows - 1,
-                        cpu::kMinConvertedRows}) {
-        GemmProblem problem = Problem(m, 4096);
-        problem.dtype = dtype;
-        SCOPED_TRACE(problem.DebugString());
-        const absl::StatusOr<const GemmKernel*> kernel =
-            scheduler.Pick(problem);
-        ASSERT_TRUE(kernel.ok()) << kernel.status();
-        EXPECT_EQ((*kernel)->variant(), KernelVariant::kDoubleBuffered);
-        EXPECT_EQ((*kernel)->RoundsActivationsToBf16(dtype),
-                  dtype != DType::kBF16 && m >= cpu::kMinConvertedRows)
-            << (*kernel)->name();
+// Each bf16 level rounds f32 and f16 A from its own rows, whatever variant a
+// tuning table prefers: avx512_bf16 from one row, amx from its tiles'
+// cpu::kMinConvertedRows (fewer stay exact there, as its rules were
+// measured). bf16 A, which needs no rounding, takes them at any M, and a
+// problem that accepts only exact products never does.
+TEST(CpuSchedulerTest, EachBf16LevelRoundsF32OrF16ActivationsFromItsRows) {
+  const struct {
+    cpu::Isa isa;
+    int64_t min_rounded_rows;
+  } levels[] = {{cpu::Isa::kAvx512Bf16, 1},
+                {cpu::Isa::kAmx, cpu::kMinConvertedRows}};
+  for (const auto& level : levels) {
+    for (KernelVariant variant :
+         {KernelVariant::kFused, KernelVariant::kDoubleBuffered}) {
+      const Scheduler scheduler(
+          cpu::CpuKernels(level.isa),
+          TuningTable({U4b8Rule(4096, 4096, 0, variant)}));
+      for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        for (int64_t m : {int64_t{1}, int64_t{4}, cpu::kMinConvertedRows - 1,
+                          cpu::kMinConvertedRows}) {
+          for (ActivationPrecision precision :
+               {ActivationPrecision::kExact, ActivationPrecision::kBf16}) {
+            GemmProblem problem = Problem(m, 4096);
+            problem.dtype = dtype;
+            problem.activation_precision = precision;
+            SCOPED_TRACE(absl::StrCat(cpu::IsaName(level.isa), " ",
+                                      KernelVariantName(variant), " ",
+                                      problem.DebugString()));
+            const absl::StatusOr<const GemmKernel*> kernel =
+                scheduler.Pick(problem);
+            ASSERT_TRUE(kernel.ok()) << kernel.status();
+            EXPECT_EQ((*kernel)->variant(), variant);
+            EXPECT_EQ((*kernel)->RoundsActivationsToBf16(dtype),
+                      dtype != DType::kBF16 &&
+                          precision == ActivationPrecision::kBf16 &&
+                          m >= level.min_rounded_rows)
+                << (*kernel)->name();
+          }
+        }
       }
     }
   }

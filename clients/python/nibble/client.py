@@ -33,6 +33,13 @@ _DTYPES = {
     np.dtype(np.uint16): nibble_pb2.DTYPE_BF16,
 }
 
+# What a matmul's kernel may make of A (MatmulRequest.activation_precision).
+_ACTIVATION_PRECISIONS = {
+    "exact": nibble_pb2.ACTIVATION_PRECISION_EXACT,
+    "bf16": nibble_pb2.ACTIVATION_PRECISION_BF16,
+    "int8": nibble_pb2.ACTIVATION_PRECISION_INT8,
+}
+
 
 class NibbleError(Exception):
     """A call that failed: `code` is its grpc.StatusCode, `message` the
@@ -189,22 +196,32 @@ class Client:
         return self.upload_quantized(
             name, quantize_module.quantize(w, format, group))
 
-    def matmul(self, name, a):
+    def matmul(self, name, a, activation_precision=None):
         """C = A · dequant(B) on the resident weight `name`. `a` is A [M, K]
         (or one row [K], which gives C [N]) as float32, float16, or uint16
-        holding bfloat16 bits; C comes back in the same dtype."""
+        holding bfloat16 bits; C comes back in the same dtype.
+        `activation_precision` is the lossiest treatment of A accepted:
+        "exact", "bf16" or "int8" (docs/api.md); None for the server's."""
         a = np.asarray(a)
         dtype = _DTYPES.get(a.dtype)
         if dtype is None:
             raise TypeError(f"matmul takes A as float32, float16 or uint16 "
                             f"(bfloat16 bits), got {a.dtype}")
+        precision = nibble_pb2.ACTIVATION_PRECISION_UNSPECIFIED
+        if activation_precision is not None:
+            precision = _ACTIVATION_PRECISIONS.get(activation_precision)
+            if precision is None:
+                raise ValueError(
+                    f"activation_precision must be one of "
+                    f"{', '.join(_ACTIVATION_PRECISIONS)} or None, got "
+                    f"{activation_precision!r}")
         if a.ndim not in (1, 2):
             raise ValueError(f"A must be [M, K] or [K], got shape {a.shape}")
         rows = a.reshape(-1, a.shape[-1])
         reply = self._call(self._nibble.Matmul, nibble_pb2.MatmulRequest(
             weight_name=name, m=rows.shape[0], k=rows.shape[1], dtype=dtype,
             a=np.ascontiguousarray(rows, dtype=a.dtype.newbyteorder("<"))
-            .tobytes()))
+            .tobytes(), activation_precision=precision))
         c = np.frombuffer(reply.c, dtype=a.dtype.newbyteorder("<"))
         c = c.astype(a.dtype).reshape(reply.m, reply.n)
         return c[0] if a.ndim == 1 else c

@@ -31,6 +31,8 @@ TLS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 # Largest max relative error (max |C - ref| / max |ref|) accepted: the fp32
 # kernels' bound, and that of outputs rounded to 16 bits (as the CLI's
 # --check).
+# With exact products (activation_precision="exact"); a server that may round
+# f32 A to bf16 (its default on CPUs with bf16 kernels) is within 1e-2.
 TOLERANCE = {np.float32: 1e-4, np.float16: 1e-2, np.uint16: 1e-2}
 
 
@@ -134,7 +136,7 @@ class ServerTestCase(unittest.TestCase):
         rng = np.random.default_rng(seed)
         for dtype, tolerance in TOLERANCE.items():
             a = random_activations(rng, 3, k, dtype)
-            c = self.client.matmul(name, a)
+            c = self.client.matmul(name, a, activation_precision="exact")
             self.assertEqual(c.dtype, dtype)
             self.assertEqual(c.shape, (3, reference_b.shape[1]))
             error = max_relative_error(as_float64(c),
@@ -142,7 +144,7 @@ class ServerTestCase(unittest.TestCase):
             self.assertLessEqual(error, tolerance,
                                  f"{name} {np.dtype(dtype)}, seed {seed}")
         row = random_activations(rng, 1, k, np.float32)[0]
-        c = self.client.matmul(name, row)
+        c = self.client.matmul(name, row, activation_precision="exact")
         self.assertEqual(c.shape, (reference_b.shape[1],))
         self.assertLessEqual(
             max_relative_error(c.astype(np.float64),
@@ -241,7 +243,9 @@ class UploadTest(ServerTestCase):
         a = random_activations(rng, 2, k, np.float32)
         self.assertLessEqual(
             max_relative_error(
-                self.client.matmul("upload.ordered", a).astype(np.float64),
+                self.client.matmul("upload.ordered", a,
+                                   activation_precision="exact")
+                .astype(np.float64),
                 a[:, order].astype(np.float64) @ b),
             TOLERANCE[np.float32], f"seed {seed}")
 
@@ -420,6 +424,20 @@ class ErrorTest(ServerTestCase):
                 with self.assertRaisesRegex(
                         TypeError, "float32, float16 or uint16 .bfloat16"):
                     self.client.matmul("errors.w", np.zeros((1, 96), dtype))
+
+    def test_activation_precision(self):
+        """The server's default may round f32 A to bf16; "exact" never does,
+        and an unknown value is refused before anything is sent."""
+        rng = np.random.default_rng(410)
+        a = random_activations(rng, 2, 96, np.float32)
+        exact = self.client.matmul("errors.w", a, activation_precision="exact")
+        default = self.client.matmul("errors.w", a)
+        self.assertLessEqual(
+            max_relative_error(default.astype(np.float64),
+                               exact.astype(np.float64)), 1e-2)
+        with self.assertRaisesRegex(ValueError,
+                                    "exact, bf16, int8 or None, got 'fp8'"):
+            self.client.matmul("errors.w", a, activation_precision="fp8")
 
     def test_server_refuses_the_weight(self):
         w = self.weight

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "base/thread_pool.h"
 #include "client/nibble_client.h"
+#include "client/proto_conversions.h"
 #include "format/dtype.h"
 #include "format/reference.h"
 #include "format/weight_format.h"
@@ -50,8 +51,6 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kHang = absl::Seconds(60);
 
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-
-double Tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-4 : 1e-2; }
 
 // Batches of at most `rows` rows, which must be a bucket bound.
 int64_t BatchesOfAtMost(const BatcherStats& stats, double rows) {
@@ -133,8 +132,10 @@ struct Submitted {
     absl::StatusOr<MatmulResult> got = Wait();
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(got->c.size(), m * weight->canonical.spec.n * DTypeSize(dtype));
-    EXPECT_LE(MaxRelativeError(Values(got->c, dtype), want), Tolerance(dtype))
-        << DTypeName(dtype) << " m=" << m << " on " << weight->resident->name;
+    EXPECT_LE(MaxRelativeError(Values(got->c, dtype), want),
+              MatmulErrorBound(got->activation_precision, dtype))
+        << DTypeName(dtype) << " m=" << m << " on " << weight->resident->name
+        << " by " << got->kernel;
   }
 };
 
@@ -844,7 +845,7 @@ TEST(BatchingServerTest, ConcurrentClientsGetCorrectResultsInSharedBatches) {
         }
         const double error = MaxRelativeError(
             Values(response->c(), dtype), ReferenceMatmul(values, 1, weight));
-        const double tolerance = Tolerance(dtype);
+        const double tolerance = client::ErrorBoundOf(*response);
         EXPECT_LE(error, tolerance) << "client " << c << " request " << i;
         if (error <= tolerance) ++correct;
       }

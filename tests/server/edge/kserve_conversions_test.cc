@@ -305,5 +305,28 @@ TEST(FillKServeInferResponseTest, ReturnsCRawWithTheInputsDatatype) {
             "fused_u4b8_avx512");
 }
 
+// The parameter says what the kernel made of A, by the names requests and
+// nibbled's flag use; a MatmulResponse that does not say adds none.
+TEST(FillKServeInferResponseTest, SaysWhatTheKernelMadeOfA) {
+  const inference::ModelInferRequest request = Request("FP32", 1, kSpec.k);
+  for (const auto& [precision, name] :
+       {std::pair{v1::ACTIVATION_PRECISION_EXACT, "exact"},
+        std::pair{v1::ACTIVATION_PRECISION_BF16, "bf16"},
+        std::pair{v1::ACTIVATION_PRECISION_INT8, "int8"}}) {
+    v1::MatmulResponse matmul;
+    matmul.set_activation_precision(precision);
+    inference::ModelInferResponse response;
+    FillKServeInferResponse(request, matmul, &response);
+    EXPECT_EQ(response.parameters()
+                  .at(kKServeActivationPrecisionParameter)
+                  .string_param(),
+              name);
+  }
+  inference::ModelInferResponse response;
+  FillKServeInferResponse(request, v1::MatmulResponse(), &response);
+  EXPECT_FALSE(
+      response.parameters().contains(kKServeActivationPrecisionParameter));
+}
+
 }  // namespace
 }  // namespace nibble::server

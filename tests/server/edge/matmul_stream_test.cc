@@ -166,9 +166,8 @@ void CheckReplies(const std::vector<v1::MatmulStreamResponse>& replies,
     EXPECT_EQ(response.n(), want.n);
     EXPECT_EQ(response.dtype(), ToProto(want.dtype));
     ASSERT_EQ(response.c().size(), want.m * want.n * DTypeSize(want.dtype));
-    const double tolerance = want.dtype == DType::kF32 ? 1e-4 : 1e-2;
     EXPECT_LE(MaxRelativeError(Values(response.c(), want.dtype), want.c),
-              tolerance)
+              client::ErrorBoundOf(response))
         << DTypeName(want.dtype) << " m=" << want.m << " kernel "
         << response.kernel();
   }
@@ -532,7 +531,8 @@ TEST_F(MatmulStreamTest, CancelledStreamLeavesTheServerServing) {
   ASSERT_TRUE(unary.ok()) << unary.error_message();
   const Expected& want = expected[after.front().id()];
   ASSERT_EQ(response.c().size(), want.m * want.n * DTypeSize(want.dtype));
-  EXPECT_LE(MaxRelativeError(Values(response.c(), want.dtype), want.c), 1e-4);
+  EXPECT_LE(MaxRelativeError(Values(response.c(), want.dtype), want.c),
+            client::ErrorBoundOf(response));
 }
 
 // A message that does not parse as a MatmulStreamRequest is one failed

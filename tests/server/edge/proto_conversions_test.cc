@@ -124,6 +124,28 @@ TEST(ActivationPrecisionProtoTest, EveryPrecisionRoundTripsAndUnsetIsNone) {
                         "or ACTIVATION_PRECISION_INT8"));
 }
 
+// What a reply says of A reads back in the client, which takes the bound of
+// its C from it (as sent where the reply does not say).
+TEST(ActivationPrecisionProtoTest, RepliesReadBackInTheClient) {
+  for (ActivationPrecision precision : kAllActivationPrecisions) {
+    EXPECT_EQ(client::FromProto(ToProto(precision)), precision);
+  }
+  EXPECT_EQ(client::FromProto(v1::ACTIVATION_PRECISION_UNSPECIFIED),
+            std::nullopt);
+  v1::MatmulResponse response;
+  response.set_dtype(ToProto(DType::kF32));
+  EXPECT_EQ(client::ErrorBoundOf(response), 1e-4);
+  response.set_activation_precision(ToProto(ActivationPrecision::kExact));
+  EXPECT_EQ(client::ErrorBoundOf(response), 1e-4);
+  response.set_activation_precision(ToProto(ActivationPrecision::kBf16));
+  EXPECT_EQ(client::ErrorBoundOf(response), 1e-2);
+  response.set_activation_precision(ToProto(ActivationPrecision::kInt8));
+  EXPECT_EQ(client::ErrorBoundOf(response), 5e-2);
+  response.set_activation_precision(ToProto(ActivationPrecision::kExact));
+  response.set_dtype(ToProto(DType::kF16));
+  EXPECT_EQ(client::ErrorBoundOf(response), 1e-2);
+}
+
 TEST(WeightFormatProtoTest, AnUnsetGlobalScaleIsOne) {
   v1::WeightHeader header;
   header.set_format(v1::WEIGHT_FORMAT_NVFP4);
