@@ -20,15 +20,8 @@ v1::CodeLayout ToProto(CodeLayout layout) {
 }
 
 v1::ActivationPrecision ToProto(ActivationPrecision precision) {
-  switch (precision) {
-    case ActivationPrecision::kExact:
-      return v1::ACTIVATION_PRECISION_EXACT;
-    case ActivationPrecision::kBf16:
-      return v1::ACTIVATION_PRECISION_BF16;
-    case ActivationPrecision::kInt8:
-      return v1::ACTIVATION_PRECISION_INT8;
-  }
-  return v1::ACTIVATION_PRECISION_UNSPECIFIED;
+  return static_cast<v1::ActivationPrecision>(
+      ActivationPrecisionWireValue(precision));
 }
 
 std::optional<ActivationPrecision> FromProto(

@@ -33,6 +33,18 @@ absl::string_view ActivationPrecisionName(ActivationPrecision precision) {
   return "unknown";
 }
 
+int ActivationPrecisionWireValue(ActivationPrecision precision) {
+  switch (precision) {
+    case ActivationPrecision::kExact:
+      return 1;
+    case ActivationPrecision::kBf16:
+      return 2;
+    case ActivationPrecision::kInt8:
+      return 3;
+  }
+  return 0;
+}
+
 absl::StatusOr<ActivationPrecision> ParseActivationPrecision(
     absl::string_view name) {
   for (ActivationPrecision precision : kAllActivationPrecisions) {

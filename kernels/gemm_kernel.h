@@ -57,6 +57,10 @@ inline constexpr ActivationPrecision kAllActivationPrecisions[] = {
 
 // "exact", "bf16" or "int8".
 absl::string_view ActivationPrecisionName(ActivationPrecision precision);
+// The nibble.v1.ActivationPrecision value (ACTIVATION_PRECISION_<NAME>), so
+// that the server and the client each translate by it instead of a switch of
+// their own; 0 there is UNSPECIFIED.
+int ActivationPrecisionWireValue(ActivationPrecision precision);
 // INVALID_ARGUMENT listing the valid names for any other.
 absl::StatusOr<ActivationPrecision> ParseActivationPrecision(
     absl::string_view name);

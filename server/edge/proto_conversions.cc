@@ -35,35 +35,21 @@ absl::StatusOr<CodeLayout> FromProto(v1::CodeLayout layout) {
 }
 
 v1::ActivationPrecision ToProto(ActivationPrecision precision) {
-  switch (precision) {
-    case ActivationPrecision::kExact:
-      return v1::ACTIVATION_PRECISION_EXACT;
-    case ActivationPrecision::kBf16:
-      return v1::ACTIVATION_PRECISION_BF16;
-    case ActivationPrecision::kInt8:
-      return v1::ACTIVATION_PRECISION_INT8;
-  }
-  return v1::ACTIVATION_PRECISION_UNSPECIFIED;
+  return static_cast<v1::ActivationPrecision>(
+      ActivationPrecisionWireValue(precision));
 }
 
 absl::StatusOr<std::optional<ActivationPrecision>> FromProto(
     v1::ActivationPrecision precision) {
-  switch (precision) {
-    case v1::ACTIVATION_PRECISION_UNSPECIFIED:
-      return std::nullopt;
-    case v1::ACTIVATION_PRECISION_EXACT:
-      return ActivationPrecision::kExact;
-    case v1::ACTIVATION_PRECISION_BF16:
-      return ActivationPrecision::kBf16;
-    case v1::ACTIVATION_PRECISION_INT8:
-      return ActivationPrecision::kInt8;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "activation_precision ", static_cast<int>(precision),
-          " is not supported: use ACTIVATION_PRECISION_EXACT, "
-          "ACTIVATION_PRECISION_BF16 or ACTIVATION_PRECISION_INT8, or leave "
-          "it unset for the server's (nibbled --activation_precision)"));
+  if (precision == v1::ACTIVATION_PRECISION_UNSPECIFIED) return std::nullopt;
+  for (ActivationPrecision known : kAllActivationPrecisions) {
+    if (ToProto(known) == precision) return known;
   }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "activation_precision ", static_cast<int>(precision),
+      " is not supported: use ACTIVATION_PRECISION_EXACT, "
+      "ACTIVATION_PRECISION_BF16 or ACTIVATION_PRECISION_INT8, or leave "
+      "it unset for the server's (nibbled --activation_precision)"));
 }
 
 absl::StatusOr<WeightSpec> FromProto(const v1::WeightHeader& header) {

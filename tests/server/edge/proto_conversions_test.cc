@@ -1,6 +1,7 @@
 #include "server/edge/proto_conversions.h"
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -102,6 +103,19 @@ TEST(CodeLayoutProtoTest, EveryLayoutRoundTripsAndUnsetIsCanonical) {
       FromProto(static_cast<v1::CodeLayout>(9)).status().message(),
       HasSubstr("code layout 9 is not supported: use "
                 "CODE_LAYOUT_CANONICAL (unset) or CODE_LAYOUT_COLUMNS"));
+}
+
+// Each precision's wire value carries the name ACTIVATION_PRECISION_<NAME>,
+// and the proto has no precision the enum lacks.
+TEST(ActivationPrecisionProtoTest, ProtoEnumMatchesThePrecisions) {
+  for (ActivationPrecision precision : kAllActivationPrecisions) {
+    EXPECT_EQ(v1::ActivationPrecision_Name(ToProto(precision)),
+              absl::StrCat(
+                  "ACTIVATION_PRECISION_",
+                  absl::AsciiStrToUpper(ActivationPrecisionName(precision))));
+  }
+  EXPECT_EQ(v1::ActivationPrecision_descriptor()->value_count(),
+            static_cast<int>(std::size(kAllActivationPrecisions)) + 1);
 }
 
 TEST(ActivationPrecisionProtoTest, EveryPrecisionRoundTripsAndUnsetIsNone) {
