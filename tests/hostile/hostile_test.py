@@ -213,7 +213,9 @@ def unread_replies(attack, connections, reply_rows):
     attack.acknowledged.append("wide")
     requests = [matmul_request("wide", reply_rows, WIDE_WEIGHT["k"]),
                 matmul_request(BYSTANDER_WEIGHT, 1, BYSTANDER_SHAPE["k"])]
-    per_connection = attack.scale(64, 256)
+    # Each request that many times: 256 streams a connection in the full
+    # run, nibbled's --max_concurrent_streams.
+    per_connection = attack.scale(64, 128)
     attackers = [RawGrpcConnection(attack.server.target, initial_window=0)
                  for _ in range(connections)]
     try:
