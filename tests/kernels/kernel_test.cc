@@ -261,12 +261,11 @@ TEST_P(KernelTest, MatchesTheFloat64Reference) {
     ExpectWithinInt8Bound(a.values, weight, problem, got, want);
     return;
   }
-  const bool rounds_a = entry.kernel->RoundsActivationsToBf16(problem.dtype);
-  EXPECT_LE(
-      MaxRelativeError(got, want),
-      MatmulErrorBound(ActivationPrecisionOf(*entry.kernel, problem.dtype),
-                       problem.dtype));
-  if (rounds_a && problem.dtype == DType::kF32) {
+  const ActivationPrecision precision =
+      ActivationPrecisionOf(*entry.kernel, problem.dtype);
+  EXPECT_LE(MaxRelativeError(got, want),
+            MatmulErrorBound(precision, problem.dtype));
+  if (precision == ActivationPrecision::kBf16 && problem.dtype == DType::kF32) {
     // A rounded to bf16 is all the precision such a kernel may lose: on that
     // A it must be as close as an fp32 kernel, the weights staying exact.
     std::vector<double> rounded = a.values;
