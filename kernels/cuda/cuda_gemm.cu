@@ -132,21 +132,32 @@ absl::StatusOr<int> BlocksPerSm(const KernelChoice& kernel) {
 }
 
 // A launch of `blocks` blocks of `kernel`, in clusters of `cluster_size`
-// blocks from 2 on; `cluster` holds the attribute the config points to.
-cudaLaunchConfig_t LaunchConfig(const KernelChoice& kernel, int64_t blocks,
-                                int64_t cluster_size, cudaStream_t stream,
-                                cudaLaunchAttribute& cluster) {
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(cluster_size);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
+// blocks from 2 on, that may start before the previous kernel in `stream`
+// ends where `overlap_previous_kernel`; `attributes` holds what the config
+// points to.
+cudaLaunchConfig_t LaunchConfig(
+    const KernelChoice& kernel, int64_t blocks, int64_t cluster_size,
+    cudaStream_t stream, bool overlap_previous_kernel,
+    std::array<cudaLaunchAttribute, 2>& attributes) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(static_cast<unsigned>(kernel.threads));
   config.dynamicSmemBytes = static_cast<size_t>(kernel.shared_bytes);
   config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = cluster_size >= 2 ? 1 : 0;
+  config.attrs = attributes.data();
+  config.numAttrs = 0;
+  if (cluster_size >= 2) {
+    cudaLaunchAttribute& cluster = attributes[config.numAttrs++];
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+  }
+  if (overlap_previous_kernel) {
+    cudaLaunchAttribute& overlap = attributes[config.numAttrs++];
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+  }
   return config;
 }
 
@@ -160,9 +171,9 @@ int ActiveClusters(const KernelChoice& kernel, int64_t size) {
       it != facts.active_clusters.end()) {
     return it->second;
   }
-  cudaLaunchAttribute cluster;
+  std::array<cudaLaunchAttribute, 2> attributes;
   const cudaLaunchConfig_t config =
-      LaunchConfig(kernel, size, size, nullptr, cluster);
+      LaunchConfig(kernel, size, size, nullptr, false, attributes);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, function, &config) !=
       cudaSuccess) {
@@ -432,9 +443,12 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   params.output_scale = gemm.b->output_scale();
   params.cluster_split = static_cast<int>(launch.cluster_split);
   const KernelChoice& kernel = plan->kernel;
-  cudaLaunchAttribute cluster;
+  const bool overlap =
+      gemm.overlap_previous_kernel && device->compute_capability >= 90;
+  params.overlap_previous_kernel = overlap ? 1 : 0;
+  std::array<cudaLaunchAttribute, 2> attributes;
   const cudaLaunchConfig_t config = LaunchConfig(
-      kernel, launch.blocks, launch.cluster_split, stream, cluster);
+      kernel, launch.blocks, launch.cluster_split, stream, overlap, attributes);
   cudaError_t launched = cudaSuccess;
   if (wgmma) {
     absl::StatusOr<WgmmaParams> wgmma_params =

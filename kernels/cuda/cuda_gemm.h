@@ -162,6 +162,14 @@ struct DeviceGemm {
   void* c = nullptr;            // device [M, N]
   DType c_dtype = DType::kF16;
   int64_t m = 0;
+  // Set where the launch follows a kernel in the stream (a chain of
+  // matmuls): on GPUs of compute capability 9.0 and up the kernel then
+  // starts while that one still runs (programmatic dependent launch),
+  // streams the first stages of its weight, which no kernel writes, as the
+  // other ends, and touches A, C and the workspace only after
+  // (gemm_common.cuh). Behind a copy or an event it would only delay its
+  // first stage: false there.
+  bool overlap_previous_kernel = false;
 };
 
 // INVALID_ARGUMENT for operands the kernels do not take; launch errors as

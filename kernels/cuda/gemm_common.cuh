@@ -78,6 +78,11 @@ struct Params {
   // Blocks per tile, launched as one cluster of this many blocks with one K
   // slice each; 0 where tiles are shared through the workspace.
   int cluster_split;
+  // The launch may start before the previous kernel in its stream ends
+  // (DeviceGemm::overlap_previous_kernel): the kernel then requests the
+  // weight of its first stages before it waits for that kernel, A after.
+  // 0: each stage's A and weight together, as without a kernel before.
+  int overlap_previous_kernel;
 };
 
 // The most blocks of a cluster that share a tile. Larger clusters measured
@@ -85,6 +90,25 @@ struct Params {
 // against the workspace), and each block's sums are read once per block of
 // its cluster.
 inline constexpr int kMaxClusterSplit = 4;
+
+// Programmatic dependent launch (compute capability 9.0 and up; no-ops
+// below): LaunchGemm may let a kernel start while the kernel before it in
+// the stream still runs (Params::overlap_previous_kernel), so that its
+// weight stream starts before the other's last blocks end. Each kernel lets
+// the next one start at once, and reads only the weight, which no kernel
+// writes, before WaitForPreviousKernel; A, the workspace and C after it,
+// which returns once the previous kernel has finished and its writes are
+// visible.
+__device__ __forceinline__ void LetNextKernelStart() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitForPreviousKernel() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));

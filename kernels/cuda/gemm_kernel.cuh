@@ -24,7 +24,9 @@
 //   double_buffered: codes go through the cp.async stages too;
 //   striped:         double_buffered with the (tile, k step) sequence cut
 //                    evenly across one wave of blocks (stream-K).
-// Tiles shared by several blocks are summed as gemm_common.cuh says.
+// Tiles shared by several blocks are summed as gemm_common.cuh says. A
+// launch that follows a kernel requests the weight of its first stages
+// before it waits for that kernel (Params::overlap_previous_kernel).
 #ifndef NIBBLE_KERNELS_CUDA_GEMM_KERNEL_CUH_
 #define NIBBLE_KERNELS_CUDA_GEMM_KERNEL_CUH_
 
@@ -209,6 +211,7 @@ __global__ void __launch_bounds__(kThreads,
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ int last_block;
 
+  LetNextKernelStart();
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -262,55 +265,68 @@ __global__ void __launch_bounds__(kThreads,
         reinterpret_cast<unsigned char*>(stage_scales(s)) + kScaleBytes);
   };
 
-  // The next iteration to load: its step, and source pointers that advance
-  // by one step at a time; recomputed only when the loads enter a new tile.
+  // The next iteration to load: its tile and step, and source pointers that
+  // advance by one step at a time; recomputed only when the loads enter a
+  // new tile.
+  struct LoadCursor {
+    int tile;
+    int step;
+    int rows;  // rows of A that exist in the tile
+    const uint4* codes;
+    const T* a;
+    const uint32_t* scales;
+    const uint16_t* zeros;
+  };
   const int first_tile = begin / p.k_steps;
-  int load_tile = first_tile;
-  int load_step = begin - first_tile * p.k_steps;
-  int load_rows = 0;  // rows of A that exist in the tile
-  const uint4* code_source = nullptr;
-  const T* a_source = nullptr;
-  const uint32_t* scale_source = nullptr;
-  const uint16_t* zero_source = nullptr;
+  LoadCursor load{.tile = first_tile,
+                  .step = begin - first_tile * p.k_steps,
+                  .rows = 0,
+                  .codes = nullptr,
+                  .a = nullptr,
+                  .scales = nullptr,
+                  .zeros = nullptr};
   auto enter_tile = [&] {
-    const int m_tile = load_tile % p.tiles_m;
-    const int n_tile = load_tile / p.tiles_m;
-    load_rows = min(kRows, p.m - m_tile * kRows);
+    const int m_tile = load.tile % p.tiles_m;
+    const int n_tile = load.tile / p.tiles_m;
+    load.rows = min(kRows, p.m - m_tile * kRows);
     const int first_block = (n_tile * kWarps + warp) * kNBlocks;
-    code_source = p.codes + first_block / kSpanBlocks * span_stride +
-                  load_step * 2 * kSpanPieces +
-                  first_block % kSpanBlocks * kBlockPieces + lane;
-    a_source = static_cast<const T*>(p.a) +
-               static_cast<int64_t>(m_tile * kRows) * p.k + load_step * kStepK;
-    scale_source = p.scales + n_tile * kWarps * kNBlocks * 8 +
-                   (scale_piece % kScalePieces) * 4;
+    load.codes = p.codes + first_block / kSpanBlocks * span_stride +
+                 load.step * 2 * kSpanPieces +
+                 first_block % kSpanBlocks * kBlockPieces + lane;
+    load.a = static_cast<const T*>(p.a) +
+             static_cast<int64_t>(m_tile * kRows) * p.k + load.step * kStepK;
+    load.scales = p.scales + n_tile * kWarps * kNBlocks * 8 +
+                  (scale_piece % kScalePieces) * 4;
     if constexpr (kZeros) {
-      zero_source = p.zeros + n_tile * kWarps * kNBlocks * 8 +
-                    (zero_piece % kZeroPieces) * 8;
+      load.zeros = p.zeros + n_tile * kWarps * kNBlocks * 8 +
+                   (zero_piece % kZeroPieces) * 8;
     }
   };
   enter_tile();
 
-  // Starts the loads of the next iteration into stage `s`.
-  auto issue = [&](int s) {
+  // Start the loads of the next iteration into stage `s`: its A, and its
+  // codes, scales and zero points.
+  auto issue_a = [&](int s) {
     unsigned char* a_stage = stage_a(s);
 #pragma unroll
     for (int i = 0; i < kAChunksPerThread; ++i) {
       // Rows past M are left as they are: they only feed rows of C that are
       // never stored.
-      if (a_row[i] < load_rows) {
+      if (a_row[i] < load.rows) {
         const int chunk = i * kThreads + lane * 8 + warp;
         CopyAsync(a_stage + a_offset[i],
-                  a_source + static_cast<int64_t>(a_row[i]) * p.k +
+                  load.a + static_cast<int64_t>(a_row[i]) * p.k +
                       (chunk % kChunksPerRow) * 8);
       }
     }
+  };
+  auto issue_weight = [&](int s) {
 #pragma unroll
     for (int nb = 0; nb < kNBlocks; ++nb) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const uint4* source =
-            code_source + nb * kBlockPieces + half * kSpanPieces;
+            load.codes + nb * kBlockPieces + half * kSpanPieces;
         if constexpr (kRegisterCodes) {
           code_ring[s][nb][half] = __ldcs(source);
         } else {
@@ -321,27 +337,29 @@ __global__ void __launch_bounds__(kThreads,
     // Row j of the stage's scales is the group of its scale row j.
     if (copies_scales) {
       const int row = scale_piece / kScalePieces;
-      CopyAsync(stage_scales(s) + scale_piece * 4,
-                scale_source +
-                    ((load_step * kScaleRows + row) >> p.group_step_shift) *
-                        group_stride);
+      CopyAsync(
+          stage_scales(s) + scale_piece * 4,
+          load.scales + ((load.step * kScaleRows + row) >> p.group_step_shift) *
+                            group_stride);
     }
     if constexpr (kZeros) {
       if (copies_zeros) {
         const int row = zero_piece / kZeroPieces;
         CopyAsync(
             stage_zeros(s) + zero_piece * 8,
-            zero_source + (((load_step << 2) + row) >> p.group_step_shift) *
-                              group_stride);
+            load.zeros + (((load.step << 2) + row) >> p.group_step_shift) *
+                             group_stride);
       }
     }
-    if (++load_step == p.k_steps) {
-      load_step = 0;
-      ++load_tile;
+  };
+  auto advance = [&] {
+    if (++load.step == p.k_steps) {
+      load.step = 0;
+      ++load.tile;
       enter_tile();
     } else {
-      code_source += 2 * kSpanPieces;
-      a_source += kStepK;
+      load.codes += 2 * kSpanPieces;
+      load.a += kStepK;
     }
   };
 
@@ -479,10 +497,40 @@ __global__ void __launch_bounds__(kThreads,
   // it, so that the loop keeps the registers it has without clusters.
   const bool in_cluster = p.cluster_split > 1;
 
+  if (p.overlap_previous_kernel) {
+    // The weight of the first stages streams in while the previous kernel
+    // may still run, A only after it has finished, so stage 0's group of
+    // copies holds all that weight: without a kernel before, the first
+    // stage would wait for all of it.
+    const LoadCursor first_load = load;
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (begin + s < end) issue(s);
-    CommitAsync();
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (begin + s < end) {
+        issue_weight(s);
+        advance();
+      }
+    }
+    WaitForPreviousKernel();
+    load = first_load;
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (begin + s < end) {
+        issue_a(s);
+        advance();
+      }
+      CommitAsync();
+    }
+  } else {
+    WaitForPreviousKernel();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (begin + s < end) {
+        issue_a(s);
+        issue_weight(s);
+        advance();
+      }
+      CommitAsync();
+    }
   }
   clear(acc);
   if constexpr (kScaleSums) clear(group_acc);
@@ -494,7 +542,12 @@ __global__ void __launch_bounds__(kThreads,
   auto run_iteration = [&](int s) {
     WaitAsync<kStages - 2>();
     __syncthreads();
-    if (iter + kStages - 1 < end) issue((s + kStages - 1) % kStages);
+    if (iter + kStages - 1 < end) {
+      const int next = (s + kStages - 1) % kStages;
+      issue_a(next);
+      issue_weight(next);
+      advance();
+    }
     CommitAsync();
     compute(s);
     ++iter;

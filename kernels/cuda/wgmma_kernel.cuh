@@ -13,7 +13,9 @@
 //     stages, 64 rows of K each, by one tensor copy (TMA) per operand: A,
 //     codes, scales and zero points, all completing on the stage's `full`
 //     barrier (the copy engine takes a copy every ~100 cycles whatever its
-//     size, so a copy per 16-column block would starve the consumers);
+//     size, so a copy per 16-column block would starve the consumers); after
+//     a kernel (Params::overlap_previous_kernel) it copies the weight of the
+//     first stages before it waits for that kernel, A after;
 //   consumers (ConsumeStages): each owns kWeightTiles 64-column tiles of
 //     the block's columns, dequantizes them per stage, in one or two parts
 //     of K, and issues wgmma m64nNk16 over all N rows of A, keeping one
@@ -149,21 +151,26 @@ __device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
                                               Iterations iterations) {
   const Params& p = params.p;
   const uint32_t bytes = Tile::CopyBytes(params.stage_groups);
-  int tile = iterations.begin / p.k_steps;
-  int step = iterations.begin % p.k_steps;
-  for (int iter = iterations.begin, i = 0; iter < iterations.end; ++iter, ++i) {
-    const int s = i % Tile::kStages;
-    WaitBarrier(&empty[s], ((i / Tile::kStages) & 1) ^ 1);
+  static_assert(kSpanBlocks % Tile::kBlocks == 0,
+                "a tile's code blocks lie in one span");
+  // The (tile, k step) of an iteration, advanced one at a time.
+  struct Cursor {
+    int tile;
+    int step;
+    __device__ void Advance(int k_steps) {
+      if (++step == k_steps) {
+        step = 0;
+        ++tile;
+      }
+    }
+  };
+  // An iteration's copies into stage `s`, completing on full[s].
+  auto load_weight = [&](Cursor at, int s) {
     unsigned char* stage = stages + s * Tile::kStageBytes;
-    const int first_block = tile / p.tiles_m * Tile::kBlocks;
-    static_assert(kSpanBlocks % Tile::kBlocks == 0,
-                  "a tile's code blocks lie in one span");
-    const int group = (step * Tile::kScaleRows) >> p.group_step_shift;
-    ArriveExpectBytes(&full[s], bytes);
-    LoadTile2d(stage, &params.a_map, step * kWgmmaStepK,
-               tile % p.tiles_m * Tile::kRows, &full[s]);
+    const int first_block = at.tile / p.tiles_m * Tile::kBlocks;
+    const int group = (at.step * Tile::kScaleRows) >> p.group_step_shift;
     LoadTile4d(stage + Tile::kABytes, &params.codes_map, 0,
-               first_block % kSpanBlocks, step, first_block / kSpanBlocks,
+               first_block % kSpanBlocks, at.step, first_block / kSpanBlocks,
                &full[s]);
     LoadTile2d(stage + Tile::kScaleOffset, &params.scales_map, first_block * 8,
                group, &full[s]);
@@ -171,10 +178,36 @@ __device__ __forceinline__ void ProduceStages(const WgmmaParams& params,
       LoadTile2d(stage + Tile::kZeroOffset, &params.zeros_map, first_block * 8,
                  group, &full[s]);
     }
-    if (++step == p.k_steps) {
-      step = 0;
-      ++tile;
-    }
+  };
+  auto load_a = [&](Cursor at, int s) {
+    LoadTile2d(stages + s * Tile::kStageBytes, &params.a_map,
+               at.step * kWgmmaStepK, at.tile % p.tiles_m * Tile::kRows,
+               &full[s]);
+  };
+  // The weight of the first stages streams in while the previous kernel may
+  // still run, A only after it has finished: queued behind that weight's
+  // copies, stage 0's A would come late without a kernel before.
+  const int count = iterations.end - iterations.begin;
+  const int first_stages =
+      p.overlap_previous_kernel ? min(Tile::kStages, count) : 0;
+  const Cursor first{iterations.begin / p.k_steps,
+                     iterations.begin % p.k_steps};
+  Cursor next = first;
+  for (int i = 0; i < first_stages; ++i, next.Advance(p.k_steps)) {
+    ArriveExpectBytes(&full[i], bytes);
+    load_weight(next, i);
+  }
+  WaitForPreviousKernel();
+  Cursor a_next = first;
+  for (int i = 0; i < first_stages; ++i, a_next.Advance(p.k_steps)) {
+    load_a(a_next, i);
+  }
+  for (int i = first_stages; i < count; ++i, next.Advance(p.k_steps)) {
+    const int s = i % Tile::kStages;
+    WaitBarrier(&empty[s], ((i / Tile::kStages) & 1) ^ 1);
+    ArriveExpectBytes(&full[s], bytes);
+    load_a(next, s);
+    load_weight(next, s);
   }
 }
 
@@ -387,6 +420,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // with shared loads, not generic ones.
   unsigned char* stages =
       dynamic_shared + (-SharedAddress(dynamic_shared) & 1023u);
+  LetNextKernelStart();
   const Iterations iterations =
       IterationsOf(params.p, static_cast<int>(blockIdx.x));
   if (threadIdx.x == 0) {

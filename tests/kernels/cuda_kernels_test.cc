@@ -52,6 +52,15 @@ class DeviceArray {
 
 uint64_t FreshSeed() { return std::random_device{}(); }
 
+template <typename T>
+std::vector<T> Download(const T* device, int64_t count) {
+  std::vector<T> host(count);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(T),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return host;
+}
+
 // The sign bit of a scale slot: fp16's, E4M3's; E8M0 scales have none.
 uint16_t ScaleSignBit(WeightFormat format) {
   switch (format) {
@@ -236,6 +245,97 @@ TEST(CudaKernelsTest, ALastPartialWaveSplitsItsTiles) {
   }
 }
 
+// Launches queued back to back on one stream, as a model's layers are, each
+// after the first allowed to start before the one before it ends
+// (DeviceGemm::overlap_previous_kernel; programmatic dependent launch on
+// Hopper): the second reads as A what the first wrote as C, and the third
+// overwrites that C while the second may still read it. NaN in C before the
+// chain shows a read of A too early.
+TEST(CudaKernelsTest, BackToBackLaunchesSeeWhatTheOneBeforeWrote) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  const WeightSpec first_spec{WeightFormat::kU4b8, 1024, 1024, 128};
+  const WeightSpec second_spec{WeightFormat::kFp4, 1024, 520, 32};
+  const QuantizedWeight first = SignedRandomWeight(first_spec, seed);
+  const QuantizedWeight second = SignedRandomWeight(second_spec, seed + 1);
+  absl::StatusOr<std::unique_ptr<CudaWeight>> first_b =
+      CudaWeight::Upload(first);
+  ASSERT_TRUE(first_b.ok()) << first_b.status();
+  absl::StatusOr<std::unique_ptr<CudaWeight>> second_b =
+      CudaWeight::Upload(second);
+  ASSERT_TRUE(second_b.ok()) << second_b.status();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  Workspace workspace;
+  for (const KernelVariant variant :
+       {KernelVariant::kFused, KernelVariant::kDoubleBuffered,
+        KernelVariant::kStriped}) {
+    for (const int64_t m : {1, 16, 64}) {
+      SCOPED_TRACE(absl::StrCat(KernelVariantName(variant), " m=", m));
+      const Encoded a = RandomActivations(m, first_spec.k, DType::kF16, seed);
+      const Encoded a_last =
+          RandomActivations(m, first_spec.k, DType::kF16, seed + 2);
+      DeviceArray a_device(a.bytes.size());
+      DeviceArray a_last_device(a_last.bytes.size());
+      const size_t x_bytes = m * first_spec.n * 2;
+      const size_t y_bytes = m * second_spec.n * 4;
+      DeviceArray x(x_bytes);
+      DeviceArray y(y_bytes);
+      ASSERT_EQ(cudaMemcpy(a_device.data(), a.bytes.data(), a.bytes.size(),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(a_last_device.data(), a_last.bytes.data(),
+                           a_last.bytes.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemset(x.data(), 0xff, x_bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemset(y.data(), 0xff, y_bytes), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      auto launch = [&](const CudaWeight& b, const void* in, void* out,
+                        DType c_dtype, bool after_a_kernel) {
+        return LaunchGemm({.variant = variant,
+                           .b = &b,
+                           .a = in,
+                           .a_dtype = DType::kF16,
+                           .c = out,
+                           .c_dtype = c_dtype,
+                           .m = m,
+                           .overlap_previous_kernel = after_a_kernel},
+                          workspace, stream);
+      };
+      absl::Status status =
+          launch(**first_b, a_device.data(), x.data(), DType::kF16, false);
+      ASSERT_TRUE(status.ok()) << status;
+      status = launch(**second_b, x.data(), y.data(), DType::kF32, true);
+      ASSERT_TRUE(status.ok()) << status;
+      status =
+          launch(**first_b, a_last_device.data(), x.data(), DType::kF16, true);
+      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const std::vector<uint8_t> y_host =
+          Download(static_cast<const uint8_t*>(y.data()), y_bytes);
+      EXPECT_LE(
+          MaxRelativeError(
+              Decode(DType::kF16,
+                     Download(static_cast<const uint8_t*>(x.data()), x_bytes)),
+              ReferenceMatmul(a_last.values, m, first)),
+          Tolerance(DType::kF16));
+      // The second launch's A: the first's C, made again alone.
+      status = launch(**first_b, a_device.data(), x.data(), DType::kF16, false);
+      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const std::vector<double> x_values =
+          Decode(DType::kF16,
+                 Download(static_cast<const uint8_t*>(x.data()), x_bytes));
+      EXPECT_LE(MaxRelativeError(Decode(DType::kF32, y_host),
+                                 ReferenceMatmul(x_values, m, second)),
+                Tolerance(DType::kF16));
+    }
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
 // mxfp4 scales far outside fp16's range, which the device layout moves into
 // it (the power of two goes to C), and 2^-36 apart, all it keeps exact.
 TEST(CudaKernelsTest, Mxfp4ScalesOutsideHalfRangeMatchTheReference) {
@@ -319,15 +419,6 @@ TEST(CudaKernelsTest, CopyRunsLikeTheUploadedWeight) {
         {KernelVariant::kStriped, spec, 20, DType::kF16, DType::kF32}, **copy,
         weight, seed + 1);
   }
-}
-
-template <typename T>
-std::vector<T> Download(const T* device, int64_t count) {
-  std::vector<T> host(count);
-  EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(T),
-                       cudaMemcpyDeviceToHost),
-            cudaSuccess);
-  return host;
 }
 
 struct ArrangeCase {

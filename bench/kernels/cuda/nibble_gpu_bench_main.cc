@@ -11,7 +11,16 @@
 // between its two events and the point's time is the median, so it is the
 // GPU's time alone, however long the CPU takes to enqueue a launch; that CPU
 // time per LaunchGemm call is reported beside it (launch_us), since a kernel
-// shorter than it cannot be served back to back. Each launch reads the next
+// shorter than it cannot be served back to back. An event between two
+// launches costs time of its own (~2 us on an H100) and keeps the second
+// from starting before the first ends, which a chain of matmuls (a model's
+// layers) does not: the same number of launches is then timed again in
+// chains of kChainLaunches with events only around each chain, and
+// chain_us is the median over the chains of their mean time per launch.
+// In a chain, each launch but the first of a chain starts before the
+// previous one ends (programmatic dependent launch,
+// cuda::DeviceGemm::overlap_previous_kernel) unless --serialize_launches.
+// Each launch reads the next
 // of several uploaded copies of the weight, together more than 4x the L2, so
 // that the weight comes from HBM as a served weight does. The scheduler's
 // pick (the built-in tuning table's rules for this GPU, else
@@ -73,6 +82,8 @@ ABSL_FLAG(std::string, repeats, "", "timed launches per variant and point");
 ABSL_FLAG(bool, quick, false, "two shapes, 50 repeats");
 ABSL_FLAG(bool, latency, false,
           "also time the pick one call at a time through the backend");
+ABSL_FLAG(bool, serialize_launches, false,
+          "in chains, no launch starts before the previous one ends");
 ABSL_FLAG(std::string, json, "",
           "JSON lines into this file; alone, JSON lines on stdout");
 ABSL_FLAG(std::string, write_tuning_table, "",
@@ -82,6 +93,8 @@ namespace nibble::bench {
 namespace {
 
 constexpr int kWarmupLaunches = 20;
+// Launches per chain for chain_us (the file comment).
+constexpr int kChainLaunches = 20;
 // How long the gate holds a stream at most: far more than enqueueing the
 // timed launches takes, unless the launch queue fills up first.
 constexpr absl::Duration kGateTimeout = absl::Seconds(2);
@@ -112,6 +125,7 @@ struct GpuBenchOptions {
   }();
   int repeats = 200;
   bool latency = false;
+  bool serialize_launches = false;
   bool json_to_stdout = false;
   std::string json_path;
   std::string write_tuning_table_path;
@@ -134,6 +148,10 @@ Usage: nibble-gpu-bench [flags]
   --repeats=N           timed launches per variant and point (default 200)
   --quick               shapes 4096x14336 and 14336x4096, 50 repeats (the
                         flags above still apply)
+  --serialize_launches  in chains, no launch starts before the previous one
+                        ends (by default, on compute capability 9.0 and up,
+                        each starts streaming its weight as the previous
+                        ends)
   --latency             also run the scheduler's pick one call at a time
                         through the backend, as nibbled runs a lone request:
                         A and C in host memory, copied through pinned
@@ -216,7 +234,8 @@ absl::StatusOr<GpuBenchOptions> ParseOptions(int argc, char* argv[]) {
       "m", "shapes", "formats", "repeats"};
   absl::StatusOr<CommandLine> command_line = ParseBenchFlags(
       "nibble-gpu-bench", argc, argv,
-      {.optional_value_flags = {"json"}, .switch_flags = {"quick", "latency"}});
+      {.optional_value_flags = {"json"},
+       .switch_flags = {"quick", "latency", "serialize_launches"}});
   if (!command_line.ok()) return command_line.status();
   GpuBenchOptions options;
   if (command_line->help_requested) {
@@ -228,6 +247,7 @@ absl::StatusOr<GpuBenchOptions> ParseOptions(int argc, char* argv[]) {
     options.repeats = 50;
   }
   options.latency = absl::GetFlag(FLAGS_latency);
+  options.serialize_launches = absl::GetFlag(FLAGS_serialize_launches);
   for (const std::string& name : command_line->flags_given) {
     if (name == "json") {
       options.json_path = absl::GetFlag(FLAGS_json);
@@ -345,16 +365,36 @@ class StreamGate {
 struct LaunchTiming {
   Timing timing;         // GPU time per launch
   double launch_us = 0;  // CPU time per launch call
+  double chain_us = 0;   // GPU time per launch in chains
 };
 
-// kWarmupLaunches calls of launch(0, 1, ...), then events.size() - 1 timed
-// ones behind a StreamGate, each between two consecutive events, as the file
-// comment says.
+// The GPU times between consecutive events of `events`, in us.
+absl::StatusOr<std::vector<double>> EventIntervals(
+    std::span<const Event> events) {
+  std::vector<double> micros;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    float millis = 0;
+    if (absl::Status status = cuda::CudaStatus(
+            cudaEventElapsedTime(&millis, events[i].get(), events[i + 1].get()),
+            "cudaEventElapsedTime");
+        !status.ok()) {
+      return status;
+    }
+    micros.push_back(millis * 1e3);
+  }
+  return micros;
+}
+
+// kWarmupLaunches calls of launch(0, false), launch(1, false), ..., then
+// events.size() - 1 timed ones behind a StreamGate, each between two
+// consecutive events, then as many in chains of kChainLaunches (at least
+// one chain), as the file comment says; launch(i, true) for those that
+// follow another launch in their chain.
 absl::StatusOr<LaunchTiming> TimeLaunches(
-    absl::FunctionRef<absl::Status(int)> launch, std::span<const Event> events,
-    cudaStream_t stream) {
+    absl::FunctionRef<absl::Status(int, bool)> launch,
+    std::span<const Event> events, cudaStream_t stream) {
   for (int i = 0; i < kWarmupLaunches; ++i) {
-    if (absl::Status status = launch(i); !status.ok()) return status;
+    if (absl::Status status = launch(i, false); !status.ok()) return status;
   }
   if (absl::Status status = cuda::CudaStatus(cudaStreamSynchronize(stream),
                                              "running the warm-up launches");
@@ -371,7 +411,8 @@ absl::StatusOr<LaunchTiming> TimeLaunches(
         !status.ok()) {
       return status;
     }
-    if (absl::Status status = launch(kWarmupLaunches + i); !status.ok()) {
+    if (absl::Status status = launch(kWarmupLaunches + i, false);
+        !status.ok()) {
       return status;
     }
   }
@@ -397,20 +438,41 @@ absl::StatusOr<LaunchTiming> TimeLaunches(
                   "use a smaller --repeats\n",
                   timed, absl::FormatDuration(kGateTimeout));
   }
-  std::vector<double> micros;
-  for (int i = 0; i < timed; ++i) {
-    float millis = 0;
+  absl::StatusOr<std::vector<double>> micros = EventIntervals(events);
+  if (!micros.ok()) return micros.status();
+  LaunchTiming timing{
+      .timing = {.median_us = Median(*std::move(micros)), .calls = timed},
+      .launch_us = enqueue_us / timed};
+
+  const int chains = std::max(1, timed / kChainLaunches);
+  StreamGate chain_gate(stream);
+  if (absl::Status status = chain_gate.Close(); !status.ok()) return status;
+  for (int chain = 0; chain <= chains; ++chain) {
     if (absl::Status status = cuda::CudaStatus(
-            cudaEventElapsedTime(&millis, events[i].get(), events[i + 1].get()),
-            "cudaEventElapsedTime");
+            cudaEventRecord(events[chain].get(), stream), "cudaEventRecord");
         !status.ok()) {
       return status;
     }
-    micros.push_back(millis * 1e3);
+    for (int i = 0; chain < chains && i < kChainLaunches; ++i) {
+      if (absl::Status status = launch(
+              kWarmupLaunches + timed + chain * kChainLaunches + i, i > 0);
+          !status.ok()) {
+        return status;
+      }
+    }
   }
-  return LaunchTiming{
-      .timing = {.median_us = Median(std::move(micros)), .calls = timed},
-      .launch_us = enqueue_us / timed};
+  chain_gate.Open();
+  if (absl::Status status =
+          cuda::CudaStatus(cudaEventSynchronize(events[chains].get()),
+                           "running the chains of launches");
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::vector<double>> chain_micros =
+      EventIntervals(events.first(chains + 1));
+  if (!chain_micros.ok()) return chain_micros.status();
+  timing.chain_us = Median(*std::move(chain_micros)) / kChainLaunches;
+  return timing;
 }
 
 struct CopyBandwidth {
@@ -435,7 +497,7 @@ absl::StatusOr<CopyBandwidth> MeasureCopyBandwidth(
     return status;
   }
   absl::StatusOr<LaunchTiming> timing = TimeLaunches(
-      [&](int) {
+      [&](int, bool) {
         return cuda::CudaStatus(
             cudaMemcpyAsync(destination->get(), source->get(), kCopyBufferBytes,
                             cudaMemcpyDeviceToDevice, stream),
@@ -453,6 +515,7 @@ struct VariantTiming {
   std::string kernel;  // e.g. "fused_u4b8_sm90"
   Timing timing;
   double launch_us = 0;  // CPU time of one LaunchGemm call
+  double chain_us = 0;   // GPU time per launch in chains
 };
 
 // The pick run one call at a time through its GemmKernel::Run, with A and C
@@ -473,7 +536,8 @@ struct GpuPoint {
   int64_t m = 0;
   // What one launch reads of the weight: the spec's codes, scales and zeros.
   int64_t weight_bytes = 0;
-  double read_us = 0;  // the weight read alone (WeightReader), per launch
+  double read_us = 0;        // the weight read alone (WeightReader), per launch
+  double read_chain_us = 0;  // the same in chains
   KernelVariant pick = KernelVariant::kFused;
   std::vector<VariantTiming> variants;  // in kFastVariants order
   std::optional<BackendLatency> latency;
@@ -588,8 +652,9 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
   absl::StatusOr<DeviceMemory> c = Allocate(max_m * shape.n * 2, "C");
   if (!c.ok()) return c.status();
   absl::StatusOr<LaunchTiming> read = TimeLaunches(
-      [&](int launch) {
-        return reader.Launch(*(*copies)[launch % copies->size()], stream);
+      [&](int launch, bool chained) {
+        return reader.Launch(*(*copies)[launch % copies->size()], stream,
+                             chained && !options.serialize_launches);
       },
       events.first(options.repeats + 1), stream);
   if (!read.ok()) {
@@ -613,12 +678,13 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                    .weight_bytes = spec.qweight_bytes() + spec.scales_bytes() +
                                    spec.zeros_bytes(),
                    .read_us = read->timing.median_us,
+                   .read_chain_us = read->chain_us,
                    .pick = scheduler.PreferredVariant(problem),
                    .variants = {},
                    .latency = std::nullopt};
     for (const KernelVariant variant : kFastVariants) {
       absl::StatusOr<LaunchTiming> timing = TimeLaunches(
-          [&](int launch) {
+          [&](int launch, bool chained) {
             const cuda::DeviceGemm gemm{
                 .variant = variant,
                 .b = (*copies)[launch % copies->size()].get(),
@@ -626,7 +692,9 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                 .a_dtype = DType::kF16,
                 .c = c->get(),
                 .c_dtype = DType::kF16,
-                .m = m};
+                .m = m,
+                .overlap_previous_kernel =
+                    chained && !options.serialize_launches};
             return cuda::LaunchGemm(gemm, workspace, stream);
           },
           events.first(options.repeats + 1), stream);
@@ -641,7 +709,8 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
            .kernel = cuda::LaunchedKernelName(variant, kind.format,
                                               device.compute_capability, m),
            .timing = timing->timing,
-           .launch_us = timing->launch_us});
+           .launch_us = timing->launch_us,
+           .chain_us = timing->chain_us});
     }
     if (options.latency) {
       absl::StatusOr<const GemmKernel*> kernel = scheduler.Pick(problem);
@@ -673,15 +742,19 @@ double FloorMicros(int64_t bytes, double copy_gbps) {
 }
 
 std::string MachineJson(const cuda::DeviceInfo& device,
-                        const CopyBandwidth& copy, int repeats) {
-  return absl::StrCat("{\"machine\":{\"gpu\":", JsonString(device.name),
-                      ",\"sms\":", device.sm_count,
-                      ",\"compute_capability\":", device.compute_capability,
-                      ",\"l2_bytes\":", device.l2_bytes,
-                      ",\"memory_bytes\":", device.memory_bytes,
-                      ",\"copy_gbps\":", Number(copy.gbps),
-                      ",\"copy_bytes\":", copy.bytes, ",\"repeats\":", repeats,
-                      ",\"warmup\":", kWarmupLaunches, "}}");
+                        const CopyBandwidth& copy,
+                        const GpuBenchOptions& options) {
+  return absl::StrCat(
+      "{\"machine\":{\"gpu\":", JsonString(device.name),
+      ",\"sms\":", device.sm_count,
+      ",\"compute_capability\":", device.compute_capability,
+      ",\"l2_bytes\":", device.l2_bytes,
+      ",\"memory_bytes\":", device.memory_bytes,
+      ",\"copy_gbps\":", Number(copy.gbps), ",\"copy_bytes\":", copy.bytes,
+      ",\"repeats\":", options.repeats, ",\"warmup\":", kWarmupLaunches,
+      ",\"chain_launches\":", kChainLaunches,
+      ",\"overlap_launches\":", options.serialize_launches ? "false" : "true",
+      "}}");
 }
 
 // With --latency, the fields of the pick's row that say what a call through
@@ -696,8 +769,8 @@ std::string LatencyJson(const GpuPoint& point, const VariantTiming& variant) {
                       ",\"scatter_us\":", Number(latency.scatter_us));
 }
 
-// nibble-bench's row fields, in its order, then launch_us, then with
-// --latency LatencyJson's; "threads" is the GPU's SM count.
+// nibble-bench's row fields, in its order, then chain_us and read_chain_us,
+// then with --latency LatencyJson's; "threads" is the GPU's SM count.
 std::string RowJson(const GpuPoint& point, const VariantTiming& variant,
                     const cuda::DeviceInfo& device, double copy_gbps) {
   const double us = variant.timing.median_us;
@@ -714,7 +787,10 @@ std::string RowJson(const GpuPoint& point, const VariantTiming& variant,
       ",\"gbps\":", Number(GigabytesPerSecond(bytes, us)),
       ",\"gflops\":", Number(Gflops(point.m, point.shape.k, point.shape.n, us)),
       ",\"floor_us\":", Number(FloorMicros(bytes, copy_gbps)),
-      ",\"read_us\":", Number(point.read_us), LatencyJson(point, variant), "}");
+      ",\"read_us\":", Number(point.read_us),
+      ",\"chain_us\":", Number(variant.chain_us),
+      ",\"read_chain_us\":", Number(point.read_chain_us),
+      LatencyJson(point, variant), "}");
 }
 
 // The points as nibble-bench's, for its tuning table writer; threads is the
@@ -742,7 +818,8 @@ std::vector<PointResult> AsPointResults(const std::vector<GpuPoint>& points,
 
 std::string FormatTable(const std::vector<GpuPoint>& points,
                         const cuda::DeviceInfo& device,
-                        const CopyBandwidth& copy, int repeats) {
+                        const CopyBandwidth& copy, int repeats,
+                        bool serialize_launches) {
   std::string table = absl::StrFormat(
       "nibble-gpu-bench: %s, %d SMs, sm_%d, L2 %s\n", device.name,
       device.sm_count, device.compute_capability, Mebibytes(device.l2_bytes));
@@ -755,23 +832,29 @@ std::string FormatTable(const std::vector<GpuPoint>& points,
       &table,
       "  times           median us of %d back-to-back launches after %d "
       "warm-up, fp16 A and C, weight copies rotated out of L2; GPU time, the "
-      "launches queued before the first starts\n",
-      repeats, kWarmupLaunches);
-  absl::StrAppend(
+      "launches queued before the first starts; in chains, launches %s\n",
+      repeats, kWarmupLaunches,
+      serialize_launches ? "serialized (--serialize_launches)"
+                         : "start before the previous one ends where the "
+                           "GPU allows");
+  absl::StrAppendFormat(
       &table,
       "  columns         pick = the scheduler's variant, x best = its time "
       "over the best, x floor = its time over floor_us (weight bytes at the "
       "copy bandwidth), x read = its time over read_us (a kernel that only "
-      "reads the weight, timed the same way); GB/s and TFLOP/s of the pick; "
-      "cpu_us = the CPU time "
+      "reads the weight, timed the same way); chain_us = the pick's time per "
+      "launch in chains of %d with no events between, ch/floor = it over "
+      "floor_us; GB/s and TFLOP/s of the pick; cpu_us = the CPU time "
       "of one LaunchGemm call for the pick, * where it exceeds the GPU "
-      "time\n\n");
+      "time\n\n",
+      kChainLaunches);
   absl::StrAppendFormat(&table,
                         "%-6s %5s %5s %6s %6s %9s %9s %9s  %-16s %6s %9s "
-                        "%7s %8s %7s %7s %7s %8s\n",
+                        "%7s %8s %7s %8s %8s %7s %7s %8s\n",
                         "format", "group", "m", "k", "n", "fused", "dbl_buf",
                         "striped", "pick", "x best", "floor_us", "x floor",
-                        "read_us", "x read", "GB/s", "TFLOP/s", "cpu_us");
+                        "read_us", "x read", "chain_us", "ch/floor", "GB/s",
+                        "TFLOP/s", "cpu_us");
   for (size_t i = 0; i < points.size(); ++i) {
     const GpuPoint& point = points[i];
     if (i > 0 && (points[i - 1].weight != point.weight ||
@@ -793,18 +876,20 @@ std::string FormatTable(const std::vector<GpuPoint>& points,
     }
     const double floor_us = FloorMicros(point.weight_bytes, copy.gbps);
     if (pick == nullptr) {
-      absl::StrAppendFormat(&table,
-                            "  %-16s %6s %9.1f %7s %8.1f %7s %7s %7s %8s\n",
-                            KernelVariantName(point.pick), "-", floor_us, "-",
-                            point.read_us, "-", "-", "-", "-");
+      absl::StrAppendFormat(
+          &table, "  %-16s %6s %9.1f %7s %8.1f %7s %8s %8s %7s %7s %8s\n",
+          KernelVariantName(point.pick), "-", floor_us, "-", point.read_us, "-",
+          "-", "-", "-", "-", "-");
       continue;
     }
     const double us = pick->timing.median_us;
     absl::StrAppendFormat(
-        &table, "  %-16s %6.2f %9.1f %7.2f %8.1f %7.2f %7.1f %7.1f %7.1f%s\n",
+        &table,
+        "  %-16s %6.2f %9.1f %7.2f %8.1f %7.2f %8.1f %8.2f %7.1f %7.1f "
+        "%7.1f%s\n",
         KernelVariantName(pick->variant), us / best->timing.median_us, floor_us,
-        us / floor_us, point.read_us, us / point.read_us,
-        GigabytesPerSecond(point.weight_bytes, us),
+        us / floor_us, point.read_us, us / point.read_us, pick->chain_us,
+        pick->chain_us / floor_us, GigabytesPerSecond(point.weight_bytes, us),
         Gflops(point.m, point.shape.k, point.shape.n, us) / 1e3,
         pick->launch_us, pick->launch_us > us ? "*" : " ");
   }
@@ -910,7 +995,7 @@ int Run(const GpuBenchOptions& options) {
 
   if (options.json_to_stdout || json_file.is_open()) {
     std::ostream& out = options.json_to_stdout ? std::cout : json_file;
-    out << MachineJson(*device, *copy, options.repeats) << "\n";
+    out << MachineJson(*device, *copy, options) << "\n";
     for (const GpuPoint& point : points) {
       for (const VariantTiming& variant : point.variants) {
         out << RowJson(point, variant, *device, copy->gbps) << "\n";
@@ -918,7 +1003,8 @@ int Run(const GpuBenchOptions& options) {
     }
   }
   if (!options.json_to_stdout) {
-    std::cout << FormatTable(points, *device, *copy, options.repeats);
+    std::cout << FormatTable(points, *device, *copy, options.repeats,
+                             options.serialize_launches);
     if (options.latency) {
       std::cout << FormatLatencyTable(points, options.repeats);
     }

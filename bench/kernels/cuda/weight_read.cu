@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/kernels/cuda/weight_read.h"
+#include "kernels/cuda/gemm_common.cuh"
 
 namespace nibble::bench {
 namespace {
@@ -35,6 +36,7 @@ __device__ __forceinline__ unsigned Fold(uint4 piece) {
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     ReadArrays(Arrays arrays, unsigned* sink) {
+  cuda::internal::LetNextKernelStart();
   const int block = static_cast<int>(blockIdx.x);
   const int array =
       block >= arrays.first_block[2] ? 2 : (block >= arrays.first_block[1]);
@@ -76,6 +78,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
   }
   if (fold == kNeverFolded) *sink = fold;
+  // Ends after the previous kernel, as a matmul does, so that an event
+  // behind a chain of reads waits for all of them.
+  cuda::internal::WaitForPreviousKernel();
 }
 
 }  // namespace
@@ -89,7 +94,8 @@ absl::StatusOr<WeightReader> WeightReader::Create() {
       !status.ok()) {
     return status;
   }
-  return WeightReader(kBlocksPerSm * device->sm_count, sink);
+  return WeightReader(kBlocksPerSm * device->sm_count,
+                      device->compute_capability >= 90, sink);
 }
 
 WeightReader::~WeightReader() {
@@ -97,12 +103,15 @@ WeightReader::~WeightReader() {
 }
 
 WeightReader::WeightReader(WeightReader&& other) noexcept
-    : blocks_(other.blocks_), sink_(other.sink_) {
+    : blocks_(other.blocks_),
+      can_overlap_(other.can_overlap_),
+      sink_(other.sink_) {
   other.sink_ = nullptr;
 }
 
 absl::Status WeightReader::Launch(const cuda::CudaWeight& weight,
-                                  cudaStream_t stream) const {
+                                  cudaStream_t stream,
+                                  bool overlap_previous_kernel) const {
   const std::array<const void*, 3> data = {weight.codes(), weight.scales(),
                                            weight.zeros()};
   const std::array<int64_t, 3> bytes = {
@@ -122,9 +131,17 @@ absl::Status WeightReader::Launch(const cuda::CudaWeight& weight,
     }
   }
   arrays.first_block[3] = next_block;
-  ReadArrays<<<next_block, kThreads, 0, stream>>>(arrays, sink_);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(next_block));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute overlap;
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &overlap;
+  config.numAttrs = overlap_previous_kernel && can_overlap_ ? 1 : 0;
   return cuda::CudaStatus(
-      cudaGetLastError(),
+      cudaLaunchKernelEx(&config, ReadArrays, arrays, sink_),
       absl::StrCat("reading ", weight.spec().DebugString()));
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/kernels/cuda/gpu_report.py on made-up nibble-gpu-bench rows: the
-floor verdict, the pick's time over the weight read alone (x read), and rows
-written before nibble-gpu-bench timed that read."""
+floor verdict on the pick's chain time, the pick's time over the weight read
+alone (x read), and rows written before nibble-gpu-bench timed that read or
+chains."""
 
 import json
 import os
@@ -14,13 +15,17 @@ REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                       "..", "bench", "kernels", "cuda", "gpu_report.py")
 
 
-def bench_row(m, variant, median_us, pick, read_us):
+def bench_row(m, variant, median_us, pick, read_us, chain_us=None,
+              read_chain_us=None):
     row = {"backend": "cuda", "kernel": f"{variant}_u4b8_sm90",
            "variant": variant, "pick": pick, "format": "u4b8", "group": 128,
            "m": m, "k": 8192, "n": 28672, "threads": 132,
            "median_us": median_us, "floor_us": 40.0}
     if read_us is not None:
         row["read_us"] = read_us
+    if chain_us is not None:
+        row["chain_us"] = chain_us
+        row["read_chain_us"] = read_chain_us
     return row
 
 
@@ -49,28 +54,29 @@ def report(rows):
 
 class GpuReportTest(unittest.TestCase):
 
-    def test_x_read_is_the_picks_time_over_the_read(self):
+    def test_x_floor_takes_the_chain_time_and_x_read_the_launch_time(self):
         status, header, table = report([
-            bench_row(1, "double_buffered", 47.0, True, 43.5),
-            bench_row(1, "striped", 52.0, False, 43.5),
-            bench_row(16, "double_buffered", 54.0, True, 43.5)])
+            bench_row(1, "double_buffered", 51.0, True, 43.5, 47.0, 41.0),
+            bench_row(1, "striped", 52.0, False, 43.5, 49.0, 41.0),
+            bench_row(16, "double_buffered", 58.0, True, 43.5, 54.0, 41.0)])
         self.assertIn("read", header)
         one, sixteen = table
-        # M, pick, pick us, fused us (not timed), pipelined us, striped us,
-        # floor us, read us, the two baselines (none), x floor and its
-        # verdict, x read, ...
-        self.assertEqual(one[:3], ["1", "double_buffered", "47.0"])
-        self.assertEqual(one[6:8], ["40.0", "43.5"])
-        self.assertEqual(one[10:13], ["1.18", "PASS", "1.08"])
-        self.assertEqual(sixteen[10:13], ["1.35", "MISS", "1.24"])
+        # M, pick, pick us, chain us, fused us (not timed), pipelined us,
+        # striped us, floor us, read us, read chain us, the two baselines
+        # (none), x floor and its verdict, x read, ...
+        self.assertEqual(one[:4], ["1", "double_buffered", "51.0", "47.0"])
+        self.assertEqual(one[7:10], ["40.0", "43.5", "41.0"])
+        self.assertEqual(one[12:15], ["1.18", "PASS", "1.17"])
+        self.assertEqual(sixteen[12:15], ["1.35", "MISS", "1.33"])
         self.assertEqual(status, 1)  # a MISS, and no baselines
 
-    def test_rows_without_a_read_show_none(self):
+    def test_rows_without_chains_or_a_read_take_the_launch_time(self):
         _, _, table = report([bench_row(1, "double_buffered", 47.0, True,
                                         None)])
         (one,) = table
-        self.assertEqual(one[6:8], ["40.0", "-"])
-        self.assertEqual(one[10:13], ["1.18", "PASS", "-"])
+        self.assertEqual(one[3], "-")
+        self.assertEqual(one[7:10], ["40.0", "-", "-"])
+        self.assertEqual(one[12:15], ["1.18", "PASS", "-"])
 
 
 if __name__ == "__main__":
