@@ -114,7 +114,9 @@ struct WgmmaTile {
   static constexpr int kAcc = kWeightTiles * kRows / 2;
   // Parts of a stage whose MMAs overlap the next part's dequantization
   // (ConsumeStages): two from 128 rows, where the MMAs of a part take
-  // longer than dequantizing the next; one below, where they do not.
+  // longer than dequantizing the next; one below, where they do not (two
+  // at 64 rows took 0.99-1.04x the time at M = 48 and 64, H100,
+  // 2026-11-27).
   static constexpr int kParts = kRows >= 128 ? 2 : 1;
   // Stage layout: A, codes [block][lane][4 words], scales [group][block][8
   // pairs], zero points [group][block][8 byte pairs], room for a group per
@@ -451,11 +453,12 @@ KernelChoice ChooseWgmmaRows() {
   // Up to 64 rows each of two consumers takes two 64-column tiles. At 128
   // rows four consumers take one each: twice the warps to cover the
   // dequantization, 0.87-0.98x the time of two on an H100 (at 64 rows four
-  // took 0.93-1.08x). At 256 two take one each, to keep the accumulators in
-  // registers. Up to 32 rows, where the weight's stream dominates and the
-  // accumulators are few, two blocks share an SM, for twice the warps and
-  // stages in flight (0.89-0.95x the time of one on the large shapes of an
-  // H200, the same on the small ones).
+  // took 0.99-1.13x at M = 48 and 64, 2026-11-27). At 256 two take one
+  // each, to keep the accumulators in registers. Up to 32 rows, where the
+  // weight's stream dominates and the accumulators are few, two blocks
+  // share an SM, for twice the warps and stages in flight (0.89-0.95x the
+  // time of one on the large shapes of an H200, the same on the small
+  // ones).
   constexpr int kConsumers = kRows == 128 ? 4 : 2;
   using Tile = WgmmaTile<kFormat, T, kRows, kRows <= 64 ? 2 : 1, kConsumers,
                          kRows <= 32 ? 2 : 1>;
