@@ -497,11 +497,13 @@ __global__ void __launch_bounds__(kThreads,
   // it, so that the loop keeps the registers it has without clusters.
   const bool in_cluster = p.cluster_split > 1;
 
-  if (p.overlap_previous_kernel) {
-    // The weight of the first stages streams in while the previous kernel
-    // may still run, A only after it has finished, so stage 0's group of
-    // copies holds all that weight: without a kernel before, the first
-    // stage would wait for all of it.
+  // After a kernel, the weight of the first stages streams in while that
+  // kernel may still run, A only after it has finished. Stage 0's group of
+  // copies then holds all that weight; without a kernel before, each
+  // stage's weight goes with its A, so that the first stage waits only for
+  // its own.
+  const bool weight_first = p.overlap_previous_kernel != 0;
+  if (weight_first) {
     const LoadCursor first_load = load;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -510,27 +512,17 @@ __global__ void __launch_bounds__(kThreads,
         advance();
       }
     }
-    WaitForPreviousKernel();
     load = first_load;
+  }
+  WaitForPreviousKernel();
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (begin + s < end) {
-        issue_a(s);
-        advance();
-      }
-      CommitAsync();
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (begin + s < end) {
+      issue_a(s);
+      if (!weight_first) issue_weight(s);
+      advance();
     }
-  } else {
-    WaitForPreviousKernel();
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (begin + s < end) {
-        issue_a(s);
-        issue_weight(s);
-        advance();
-      }
-      CommitAsync();
-    }
+    CommitAsync();
   }
   clear(acc);
   if constexpr (kScaleSums) clear(group_acc);
