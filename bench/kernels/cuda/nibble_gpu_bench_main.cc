@@ -20,9 +20,9 @@
 // In a chain, each launch but the first of a chain starts before the
 // previous one ends (programmatic dependent launch,
 // cuda::DeviceGemm::overlap_previous_kernel) unless --serialize_launches.
-// Each launch reads the next
-// of several uploaded copies of the weight, together more than 4x the L2, so
-// that the weight comes from HBM as a served weight does. The scheduler's
+// Each launch reads the next of several uploaded copies of the weight,
+// together more than 4x the L2, so that the weight comes from HBM as a
+// served weight does. The scheduler's
 // pick (the built-in tuning table's rules for this GPU, else
 // cuda::PreferredVariant) is the row marked "pick", not timed again. Each
 // weight is also read alone by a kernel that does nothing else
@@ -362,6 +362,17 @@ class StreamGate {
   std::atomic<bool> timed_out_ = false;
 };
 
+// Once the stream has passed `gate`: a warning where the gate opened by its
+// timeout before `launches` launches were enqueued behind it.
+void WarnIfGapped(const StreamGate& gate, int launches) {
+  if (!gate.timed_out()) return;
+  absl::FPrintF(stderr,
+                "nibble-gpu-bench: warning: enqueueing %d launches took over "
+                "%s (a full launch queue?), so some ran with gaps; use a "
+                "smaller --repeats\n",
+                launches, absl::FormatDuration(kGateTimeout));
+}
+
 struct LaunchTiming {
   Timing timing;         // GPU time per launch
   double launch_us = 0;  // CPU time per launch call
@@ -431,13 +442,7 @@ absl::StatusOr<LaunchTiming> TimeLaunches(
       !status.ok()) {
     return status;
   }
-  if (gate.timed_out()) {
-    absl::FPrintF(stderr,
-                  "nibble-gpu-bench: warning: enqueueing %d launches took "
-                  "over %s (a full launch queue?), so some ran with gaps; "
-                  "use a smaller --repeats\n",
-                  timed, absl::FormatDuration(kGateTimeout));
-  }
+  WarnIfGapped(gate, timed);
   absl::StatusOr<std::vector<double>> micros = EventIntervals(events);
   if (!micros.ok()) return micros.status();
   LaunchTiming timing{
@@ -468,6 +473,7 @@ absl::StatusOr<LaunchTiming> TimeLaunches(
       !status.ok()) {
     return status;
   }
+  WarnIfGapped(chain_gate, chains * kChainLaunches);
   absl::StatusOr<std::vector<double>> chain_micros =
       EventIntervals(events.first(chains + 1));
   if (!chain_micros.ok()) return chain_micros.status();
