@@ -154,9 +154,7 @@ cudaLaunchConfig_t LaunchConfig(
     cluster.val.clusterDim.z = 1;
   }
   if (overlap_previous_kernel) {
-    cudaLaunchAttribute& overlap = attributes[config.numAttrs++];
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
+    attributes[config.numAttrs++] = OverlapPreviousKernelAttribute();
   }
   return config;
 }
@@ -443,8 +441,8 @@ absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,
   params.output_scale = gemm.b->output_scale();
   params.cluster_split = static_cast<int>(launch.cluster_split);
   const KernelChoice& kernel = plan->kernel;
-  const bool overlap =
-      gemm.overlap_previous_kernel && device->compute_capability >= 90;
+  const bool overlap = gemm.overlap_previous_kernel &&
+                       OverlapsLaunches(device->compute_capability);
   params.overlap_previous_kernel = overlap ? 1 : 0;
   std::array<cudaLaunchAttribute, 2> attributes;
   const cudaLaunchConfig_t config = LaunchConfig(

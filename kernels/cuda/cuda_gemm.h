@@ -172,6 +172,19 @@ struct DeviceGemm {
   bool overlap_previous_kernel = false;
 };
 
+// Whether a GPU of `compute_capability` lets a kernel start before the
+// previous kernel in its stream ends (programmatic dependent launch), and
+// the launch attribute that asks for it.
+constexpr bool OverlapsLaunches(int compute_capability) {
+  return compute_capability >= 90;
+}
+inline cudaLaunchAttribute OverlapPreviousKernelAttribute() {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return attribute;
+}
+
 // INVALID_ARGUMENT for operands the kernels do not take; launch errors as
 // CudaStatus. Asynchronous on `stream`.
 absl::Status LaunchGemm(const DeviceGemm& gemm, Workspace& workspace,

@@ -95,7 +95,7 @@ absl::StatusOr<WeightReader> WeightReader::Create() {
     return status;
   }
   return WeightReader(kBlocksPerSm * device->sm_count,
-                      device->compute_capability >= 90, sink);
+                      cuda::OverlapsLaunches(device->compute_capability), sink);
 }
 
 WeightReader::~WeightReader() {
@@ -135,9 +135,7 @@ absl::Status WeightReader::Launch(const cuda::CudaWeight& weight,
   config.gridDim = dim3(static_cast<unsigned>(next_block));
   config.blockDim = dim3(kThreads);
   config.stream = stream;
-  cudaLaunchAttribute overlap;
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute overlap = cuda::OverlapPreviousKernelAttribute();
   config.attrs = &overlap;
   config.numAttrs = overlap_previous_kernel && can_overlap_ ? 1 : 0;
   return cuda::CudaStatus(
