@@ -5,7 +5,10 @@
 // two; `make gpu-check` (deploy/gpu-check.sh) runs all three.
 //
 // How a point is timed: every variant (fused, double_buffered, striped) runs
-// kWarmupLaunches launches; then, behind a host function that holds the
+// kWarmupLaunches launches, the first of them for kSteadyStateWarmup at the
+// least (the variants follow each other back to back, so all are timed at
+// the clocks the GPU holds under sustained load); then, behind a host
+// function that holds the
 // stream until they are all enqueued, --repeats launches back to back with an
 // event before each and one after the last. A launch's time is the time
 // between its two events and the point's time is the median, so it is the
@@ -93,6 +96,14 @@ namespace nibble::bench {
 namespace {
 
 constexpr int kWarmupLaunches = 20;
+// How long the first variant of each point runs before it is timed, at the
+// least: until the GPU holds the clocks it keeps under sustained load. An
+// H100 80GB HBM3 reached its 700 W cap about 1 s into back-to-back launches
+// at M = 1024 on 8192 x 28672, and its SM clock settled from 1980 MHz to
+// 1260-1575 MHz by 2 s (2026-11-27); cuBLAS there took 645 us per matmul in
+// a short run and 730 us sustained. torch_baselines.py warms its baselines up
+// as long, so that both are timed in the same state.
+constexpr absl::Duration kSteadyStateWarmup = absl::Seconds(2);
 // Launches per chain for chain_us (the file comment).
 constexpr int kChainLaunches = 20;
 // How long the gate holds a stream at most: far more than enqueueing the
@@ -396,22 +407,30 @@ absl::StatusOr<std::vector<double>> EventIntervals(
   return micros;
 }
 
-// kWarmupLaunches calls of launch(0, false), launch(1, false), ..., then
+// kWarmupLaunches calls of launch(0, false), launch(1, false), ..., more
+// until `warmup` has passed, then
 // events.size() - 1 timed ones behind a StreamGate, each between two
 // consecutive events, then as many in chains of kChainLaunches (at least
 // one chain), as the file comment says; launch(i, true) for those that
 // follow another launch in their chain.
 absl::StatusOr<LaunchTiming> TimeLaunches(
     absl::FunctionRef<absl::Status(int, bool)> launch,
-    std::span<const Event> events, cudaStream_t stream) {
-  for (int i = 0; i < kWarmupLaunches; ++i) {
-    if (absl::Status status = launch(i, false); !status.ok()) return status;
-  }
-  if (absl::Status status = cuda::CudaStatus(cudaStreamSynchronize(stream),
-                                             "running the warm-up launches");
-      !status.ok()) {
-    return status;
-  }
+    std::span<const Event> events, cudaStream_t stream, absl::Duration warmup) {
+  const absl::Time warm_until = absl::Now() + warmup;
+  int warmup_launches = 0;
+  do {
+    for (int i = 0; i < kWarmupLaunches; ++i) {
+      if (absl::Status status = launch(warmup_launches++, false);
+          !status.ok()) {
+        return status;
+      }
+    }
+    if (absl::Status status = cuda::CudaStatus(cudaStreamSynchronize(stream),
+                                               "running the warm-up launches");
+        !status.ok()) {
+      return status;
+    }
+  } while (absl::Now() < warm_until);
   const int timed = static_cast<int>(events.size()) - 1;
   StreamGate gate(stream);
   if (absl::Status status = gate.Close(); !status.ok()) return status;
@@ -509,7 +528,7 @@ absl::StatusOr<CopyBandwidth> MeasureCopyBandwidth(
                             cudaMemcpyDeviceToDevice, stream),
             "cudaMemcpyAsync device to device");
       },
-      events.first(kCopyRepeats + 1), stream);
+      events.first(kCopyRepeats + 1), stream, absl::ZeroDuration());
   if (!timing.ok()) return timing.status();
   CopyBandwidth copy{.bytes = 2 * kCopyBufferBytes, .timing = timing->timing};
   copy.gbps = GigabytesPerSecond(copy.bytes, copy.timing.median_us);
@@ -662,7 +681,7 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
         return reader.Launch(*(*copies)[launch % copies->size()], stream,
                              chained && !options.serialize_launches);
       },
-      events.first(options.repeats + 1), stream);
+      events.first(options.repeats + 1), stream, absl::ZeroDuration());
   if (!read.ok()) {
     return absl::Status(read.status().code(),
                         absl::StrCat("reading ", spec.DebugString(),
@@ -703,7 +722,9 @@ absl::Status TimeWeight(const WeightKind& kind, const Shape& shape,
                     chained && !options.serialize_launches};
             return cuda::LaunchGemm(gemm, workspace, stream);
           },
-          events.first(options.repeats + 1), stream);
+          events.first(options.repeats + 1), stream,
+          variant == kFastVariants[0] ? kSteadyStateWarmup
+                                      : absl::ZeroDuration());
       if (!timing.ok()) {
         return absl::Status(timing.status().code(),
                             absl::StrCat(KernelVariantName(variant), " at ",

@@ -10,8 +10,9 @@ machine's python3 (torch with CUDA).
 
 How a point is timed: copies of the weight that together exceed 4x the L2 are
 read in turn, one per launch, so that the weight comes from HBM. After
-warm-up launches, a CUDA graph of `batch` back-to-back launches (a multiple of
-the copies) is replayed between two events; a launch's time is a replay's
+warm-up launches, and more for STEADY_STATE_WARMUP_SECONDS (the clocks of a
+GPU under sustained load), a CUDA graph of `batch` back-to-back launches (a
+multiple of the copies) is replayed between two events; a launch's time is a replay's
 time over `batch`, and the point's time is the median over the replays. The
 graph keeps Python's launch overhead, tens of microseconds, out of kernels
 that take about ten.
@@ -26,6 +27,7 @@ import json
 import math
 import statistics
 import sys
+import time
 
 import torch
 
@@ -33,6 +35,11 @@ DEFAULT_MS = "1,16,64,256,1024"
 DEFAULT_SHAPES = "4096x14336,14336x4096,8192x28672,28672x8192"
 QUICK_SHAPES = "4096x14336,14336x4096"
 WARMUP_LAUNCHES = 20
+# How long each baseline runs before it is timed, at the least: until the GPU
+# holds the clocks it keeps under sustained load, as nibble-gpu-bench's
+# kSteadyStateWarmup (the reasons are there), so that both are timed in the
+# same state.
+STEADY_STATE_WARMUP_SECONDS = 2.0
 # Launches per graph replay, before rounding up to a multiple of the copies.
 BATCH = 20
 L2_MULTIPLE = 4
@@ -88,10 +95,21 @@ def median_of_events(pairs):
                              for start, end in pairs)
 
 
-def time_eagerly(launch, repeats):
-    """Median us of `repeats` launches, each between two events."""
+def keep_running(step, seconds):
+    """Calls step() and waits for the GPU, again until `seconds` have passed."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        step()
+        torch.cuda.synchronize()
+
+
+def time_eagerly(launch, repeats, warmup_seconds=0.0):
+    """Median us of `repeats` launches, each between two events, after
+    WARMUP_LAUNCHES and then more for `warmup_seconds`."""
     for i in range(WARMUP_LAUNCHES):
         launch(i)
+    keep_running(lambda: [launch(i) for i in range(WARMUP_LAUNCHES)],
+                 warmup_seconds)
     pairs = [(torch.cuda.Event(enable_timing=True),
               torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
     for i, (start, end) in enumerate(pairs):
@@ -117,6 +135,7 @@ def time_graph(launch, copies, repeats):
         for i in range(batch):
             launch(i)
     graph.replay()
+    keep_running(graph.replay, STEADY_STATE_WARMUP_SECONDS)
     replays = max(3, math.ceil(repeats / batch))
     events = [torch.cuda.Event(enable_timing=True)
               for _ in range(replays + 1)]
@@ -175,7 +194,7 @@ def time_baseline(operands, run, repeats):
               "eager launches, which include Python's launch overhead",
               file=sys.stderr)
         torch.cuda.synchronize()
-        return time_eagerly(launch, repeats)
+        return time_eagerly(launch, repeats, STEADY_STATE_WARMUP_SECONDS)
 
 
 # A baseline's row fields, how it makes its weight copies (and their bytes)
