@@ -858,9 +858,11 @@ std::string FormatTable(const std::vector<GpuPoint>& points,
   absl::StrAppendFormat(
       &table,
       "  times           median us of %d back-to-back launches after %d "
-      "warm-up, fp16 A and C, weight copies rotated out of L2; GPU time, the "
-      "launches queued before the first starts; in chains, launches %s\n",
-      repeats, kWarmupLaunches,
+      "warm-up (%s of them at least before each point, for the clocks of "
+      "sustained load), fp16 A and C, weight copies rotated out of L2; GPU "
+      "time, the launches queued before the first starts; in chains, "
+      "launches %s\n",
+      repeats, kWarmupLaunches, absl::FormatDuration(kSteadyStateWarmup),
       serialize_launches ? "serialized (--serialize_launches)"
                          : "start before the previous one ends where the "
                            "GPU allows");
