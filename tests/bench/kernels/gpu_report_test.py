@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""bench/kernels/cuda/gpu_report.py on made-up nibble-gpu-bench rows: the
-floor verdict on the pick's chain time, the pick's time over the weight read
-alone (x read), and rows written before nibble-gpu-bench timed that read or
-chains."""
+"""bench/kernels/cuda/gpu_report.py on made-up nibble-gpu-bench and
+torch_baselines.py rows: the floor and baseline verdicts on the pick's chain
+time, the pick's time over the weight read alone (x read), and rows written
+before nibble-gpu-bench timed that read or chains."""
 
 import json
 import os
@@ -29,18 +29,29 @@ def bench_row(m, variant, median_us, pick, read_us, chain_us=None,
     return row
 
 
-def report(rows):
+def baseline_row(kernel, m, median_us):
+    return {"backend": "torch", "kernel": kernel, "m": m, "k": 8192,
+            "n": 28672, "median_us": median_us}
+
+
+def write_lines(path, rows):
+    with open(path, "w") as f:
+        f.write(json.dumps({"machine": {"gpu": "test", "sms": 132,
+                                        "copy_gbps": 3000.0}}) + "\n")
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def report(rows, baselines=()):
     """gpu_report.py's exit status and its table's rows, cell by cell."""
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "nibble.jsonl")
-        with open(path, "w") as f:
-            f.write(json.dumps({"machine": {"gpu": "test", "sms": 132,
-                                            "copy_gbps": 3000.0}}) + "\n")
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-        result = subprocess.run(
-            [sys.executable, REPORT, path, os.path.join(directory, "none")],
-            capture_output=True, text=True)
+        write_lines(path, rows)
+        torch_path = os.path.join(directory, "torch.jsonl")
+        if baselines:
+            write_lines(torch_path, baselines)
+        result = subprocess.run([sys.executable, REPORT, path, torch_path],
+                                capture_output=True, text=True)
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines)
                   if line.split()[:2] == ["M", "pick"])
@@ -70,6 +81,21 @@ class GpuReportTest(unittest.TestCase):
         self.assertEqual(sixteen[12:15], ["1.35", "MISS", "1.33"])
         self.assertEqual(status, 1)  # a MISS, and no baselines
 
+    def test_baseline_verdicts_take_the_chain_time(self):
+        # torch_baselines.py times chains (CUDA graph replays), so the pick's
+        # chain time is what it is held against: with the launch time the
+        # verdicts below would flip.
+        _, _, table = report(
+            [bench_row(1, "double_buffered", 25.0, True, 20.0, 20.0, 18.0),
+             bench_row(256, "double_buffered", 180.0, True, 20.0, 200.0,
+                       18.0)],
+            [baseline_row("torch_int4pack_bf16_g128", 1, 22.0),
+             baseline_row("cublas_fp16", 256, 190.0)])
+        one, two_fifty_six = table
+        # ..., cuBLAS x, int4 x and their verdicts
+        self.assertEqual(one[-2:], ["1.10", "PASS"])
+        self.assertEqual(two_fifty_six[-3:], ["0.95", "MISS", "-"])
+
     def test_rows_without_chains_or_a_read_take_the_launch_time(self):
         _, _, table = report([bench_row(1, "double_buffered", 47.0, True,
                                         None)])
@@ -77,6 +103,11 @@ class GpuReportTest(unittest.TestCase):
         self.assertEqual(one[3], "-")
         self.assertEqual(one[7:10], ["40.0", "-", "-"])
         self.assertEqual(one[12:15], ["1.18", "PASS", "-"])
+        _, _, table = report(
+            [bench_row(1, "double_buffered", 25.0, True, 20.0)],
+            [baseline_row("torch_int4pack_bf16_g128", 1, 22.0)])
+        (one,) = table
+        self.assertEqual(one[-2:], ["0.88", "MISS"])
 
 
 if __name__ == "__main__":
