@@ -5,19 +5,18 @@
 // two; `make gpu-check` (deploy/gpu-check.sh) runs all three.
 //
 // How a point is timed: every variant (fused, double_buffered, striped) runs
-// kWarmupLaunches launches, the first of them for kSteadyStateWarmup at the
-// least (the variants follow each other back to back, so all are timed at
-// the clocks the GPU holds under sustained load); then, behind a host
-// function that holds the
-// stream until they are all enqueued, --repeats launches back to back with an
-// event before each and one after the last. A launch's time is the time
-// between its two events and the point's time is the median, so it is the
-// GPU's time alone, however long the CPU takes to enqueue a launch; that CPU
-// time per LaunchGemm call is reported beside it (launch_us), since a kernel
-// shorter than it cannot be served back to back. An event between two
-// launches costs time of its own (~2 us on an H100) and keeps the second
-// from starting before the first ends, which a chain of matmuls (a model's
-// layers) does not: the same number of launches is then timed again in
+// kWarmupLaunches launches, the first variant more, for kSteadyStateWarmup at
+// the least (the variants follow each other back to back, so all are timed
+// at the clocks the GPU holds under sustained load); then, behind a host
+// function that holds the stream until they are all enqueued, --repeats
+// launches back to back with an event before each and one after the last. A
+// launch's time is the time between its two events and the point's time is the
+// median, so it is the GPU's time alone, however long the CPU takes to enqueue
+// a launch; that CPU time per LaunchGemm call is reported beside it
+// (launch_us), since a kernel shorter than it cannot be served back to back. An
+// event between two launches costs time of its own (~2 us on an H100) and keeps
+// the second from starting before the first ends, which a chain of matmuls (a
+// model's layers) does not: the same number of launches is then timed again in
 // chains of kChainLaunches with events only around each chain, and
 // chain_us is the median over the chains of their mean time per launch.
 // In a chain, each launch but the first of a chain starts before the

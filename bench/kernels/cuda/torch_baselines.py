@@ -12,10 +12,10 @@ How a point is timed: copies of the weight that together exceed 4x the L2 are
 read in turn, one per launch, so that the weight comes from HBM. After
 warm-up launches, and more for STEADY_STATE_WARMUP_SECONDS (the clocks of a
 GPU under sustained load), a CUDA graph of `batch` back-to-back launches (a
-multiple of the copies) is replayed between two events; a launch's time is a replay's
-time over `batch`, and the point's time is the median over the replays. The
-graph keeps Python's launch overhead, tens of microseconds, out of kernels
-that take about ten.
+multiple of the copies) is replayed between two events; a launch's time is a
+replay's time over `batch`, and the point's time is the median over the
+replays. The graph keeps Python's launch overhead, tens of microseconds, out
+of kernels that take about ten.
 
 Usage: torch_baselines.py [--m=1,16,64,256,1024] [--shapes=KxN,...]
                           [--repeats=N] [--quick] [--json=FILE]
@@ -96,7 +96,7 @@ def median_of_events(pairs):
 
 
 def keep_running(step, seconds):
-    """Calls step() and waits for the GPU, again until `seconds` have passed."""
+    """Calls step() and waits for the GPU, again, until `seconds` passed."""
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         step()
