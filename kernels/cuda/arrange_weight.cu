@@ -1,3 +1,4 @@
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,8 +16,18 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 8192;
 constexpr int64_t kWordRowsPerStep = kTileK / kCodesPerWord;
 
-struct HalfTable {
+// ScaleConversion for the device: the table of 8-bit codes, or the factor
+// of fp16 scales (ConvertHalfScale's rounding).
+struct DeviceScaleConversion {
+  bool by_table;
+  float half_factor;
   uint16_t half_of_code[256];
+
+  __device__ uint16_t operator()(uint16_t slot) const {
+    if (by_table) return half_of_code[slot & 0xffu];
+    return __half_as_ushort(
+        __float2half_rn(__half2float(__ushort_as_half(slot)) * half_factor));
+  }
 };
 
 // Where a piece of a weight's canonical words lies once staged: word rows
@@ -80,7 +91,7 @@ __global__ void ArrangeCodes(const uint32_t* __restrict__ staged,
 __global__ void ArrangeScales(const uint16_t* __restrict__ scales,
                               const uint8_t* __restrict__ zeros, int64_t n,
                               int64_t col_blocks, int64_t first_group,
-                              int64_t groups, bool by_table, HalfTable table,
+                              int64_t groups, DeviceScaleConversion convert,
                               uint32_t* __restrict__ scale_pairs,
                               uint16_t* __restrict__ zero_pairs) {
   const int64_t per_group = col_blocks * 8;
@@ -95,8 +106,7 @@ __global__ void ArrangeScales(const uint16_t* __restrict__ scales,
       const int64_t source_col = col + 8 * half;
       if (source_col >= n) continue;
       const uint16_t slot = scales[group * n + source_col];
-      scale_pair |= uint32_t{by_table ? table.half_of_code[slot & 0xffu] : slot}
-                    << (16 * half);
+      scale_pair |= uint32_t{convert(slot)} << (16 * half);
       if (zeros != nullptr) {
         zero_pair |=
             static_cast<uint16_t>(zeros[group * n + source_col] << (8 * half));
@@ -237,9 +247,11 @@ absl::Status ArrangeAllScales(const QuantizedWeight& canonical,
   uint8_t* staged_zeros =
       has_zeros ? staging.data<uint8_t>() + *groups_at_once * spec.n * 2
                 : nullptr;
-  HalfTable table;
+  DeviceScaleConversion convert{.by_table = conversion.by_table,
+                                .half_factor = conversion.half_factor,
+                                .half_of_code = {}};
   std::copy(conversion.half_of_code.begin(), conversion.half_of_code.end(),
-            table.half_of_code);
+            convert.half_of_code);
   for (int64_t first = 0; first < spec.groups(); first += *groups_at_once) {
     const int64_t groups = std::min(*groups_at_once, spec.groups() - first);
     if (absl::Status status =
@@ -257,8 +269,8 @@ absl::Status ArrangeAllScales(const QuantizedWeight& canonical,
       }
     }
     ArrangeScales<<<BlocksFor(groups * col_blocks * 8), kThreads>>>(
-        staged_scales, staged_zeros, spec.n, col_blocks, first, groups,
-        conversion.by_table, table, to.scales, to.zeros);
+        staged_scales, staged_zeros, spec.n, col_blocks, first, groups, convert,
+        to.scales, to.zeros);
     if (absl::Status status = Finish("the scales' arrangement"); !status.ok()) {
       return status;
     }

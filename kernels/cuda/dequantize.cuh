@@ -25,8 +25,8 @@ namespace nibble::cuda::internal {
 template <WeightFormat kFormat>
 inline constexpr bool kFp4Codes = HasFp4Codes(kFormat);
 
-// Bit-level fp16 / bf16 pairs: the magic-number and rebias constants, and
-// the few pair operations the dequantization needs.
+// Bit-level fp16 / bf16 pairs: the magic-number and fp4 constants, and the
+// few pair operations the dequantization needs.
 template <typename T>
 struct Pair;
 
@@ -35,7 +35,6 @@ struct Pair<half> {
   static constexpr uint32_t kMagic = 0x64006400u;             // 1024: ulp 1
   static constexpr uint32_t kSixteenth = 0x2c002c00u;         // 1/16
   static constexpr uint32_t kMinusMagicOver16 = 0xd400d400u;  // -64
-  static constexpr uint32_t kFp4Rebias = 0x74007400u;         // 2^14
   static constexpr int kFp4Shift = 9;  // e2m1 -> exponent
   static constexpr uint32_t kFp4Mask = 0x0e000e00u;
 
@@ -69,8 +68,10 @@ struct Pair<half> {
 
 template <>
 struct Pair<__nv_bfloat16> {
-  static constexpr uint32_t kMagic = 0x43004300u;      // 128: ulp 1
-  static constexpr uint32_t kFp4Rebias = 0x7e807e80u;  // 2^126
+  static constexpr uint32_t kMagic = 0x43004300u;  // 128: ulp 1
+  // 2^112: fp4 codes in bf16's exponent bits read as value * 2^-126, and
+  // this brings them to fp16's value * 2^-14, which the scales assume.
+  static constexpr uint32_t kFp4Rebias = 0x77807780u;
   static constexpr int kFp4Shift = 6;
   static constexpr uint32_t kFp4Mask = 0x01c001c0u;
 
@@ -114,36 +115,28 @@ __device__ __forceinline__ uint32_t AndOr(uint32_t x) {
   return result;
 }
 
-// Whether DequantizeCodes may leave fp4 values divided by kFp4CodeScale, for
-// a caller that multiplies its sums by it: fp16 holds every fp4 value over
-// 2^14 exactly (those of 0.5 as subnormals), bf16's over 2^126 would sum to
-// fp32 subnormals.
-template <WeightFormat kFormat, typename T>
-inline constexpr bool kFp4CodesUnscaled =
-    kFp4Codes<kFormat>&& std::is_same_v<T, half>;
-inline constexpr float kFp4CodeScale = 16384.0f;
-
 // One word of codes into the four B fragment registers of two n8 tiles,
-// before the scales: q - zero, or the fp4 value, both exact; with kUnscaled
-// (kFp4CodesUnscaled only), the fp4 value over kFp4CodeScale, one
-// multiplication per register fewer. The two halves of a register are two
-// rows of one column, so each n8 tile takes its column's zero point (in
-// both halves of `zero`).
-template <WeightFormat kFormat, typename T, bool kUnscaled = false>
+// before the scales: q - zero exactly, or the fp4 value times 2^-14 exactly
+// (fp16's exponent bias over e2m1's, which the device layout's scales carry:
+// device_layout.h). The two halves of a register are two rows of one column,
+// so each n8 tile takes its column's zero point (in both halves of `zero`).
+template <WeightFormat kFormat, typename T>
 __device__ __forceinline__ void DequantizeCodes(uint32_t word,
                                                 const uint32_t (&zero)[2],
                                                 uint32_t (&b)[4]) {
   using P = Pair<T>;
-  static_assert(!kUnscaled || kFp4CodesUnscaled<kFormat, T>);
   if constexpr (kFp4Codes<kFormat>) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      // Sign to bit 15, exponent and mantissa to the low exponent bits, then
-      // multiply the exponent bias difference back in.
+      // Sign to bit 15, exponent and mantissa to the low exponent bits.
       const uint32_t codes = word >> (4 * i);
       const uint32_t value = ((codes << 12) & 0x80008000u) |
                              ((codes << P::kFp4Shift) & P::kFp4Mask);
-      b[i] = kUnscaled ? value : P::Mul(value, P::kFp4Rebias);
+      if constexpr (std::is_same_v<T, half>) {
+        b[i] = value;
+      } else {
+        b[i] = P::Mul(value, P::kFp4Rebias);
+      }
     }
   } else if constexpr (std::is_same_v<T, half>) {
     // Codes i and i + 1 from one shift: (magic | q) - (magic + zero) is

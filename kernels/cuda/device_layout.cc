@@ -27,28 +27,21 @@ int64_t PairIndex(int64_t padded_n, int64_t group, int64_t col) {
   return (group * (padded_n / kBlock) + col / kBlock) * 8 + col % 8;
 }
 
-// The powers of two x of E8M0 codes: code - 127.
-constexpr int kE8m0Bias = 127;
-// fp4 codes (0.5 to 6) times 2^x are exact fp16 values for x in this range:
-// 0.5 * 2^-23 is fp16's least subnormal, 6 * 2^13 below its largest value.
-constexpr int kHalfExactMinExponent = -23;
-constexpr int kHalfExactMaxExponent = 13;
-
-// The shift of E8M0 exponents (see the header): 0 when they all fit,
-// else the least move that fits them, or that keeps the largest exact when
-// nothing fits them all.
-int E8m0ExponentShift(const QuantizedWeight& canonical) {
+// The largest magnitude among a weight's scales, found by their bits: fp16's
+// and E4M3's magnitudes order like their bits without the sign, E8M0's like
+// its codes.
+float LargestScale(const QuantizedWeight& canonical) {
+  const ScaleType type = Traits(canonical.spec.format).scale_type;
+  const uint16_t magnitude = type == ScaleType::kFp16   ? 0x7fff
+                             : type == ScaleType::kE4m3 ? 0x7f
+                                                        : 0xff;
   // Values, not iterators, so that the loop vectorizes: it runs on every
   // upload.
-  uint16_t min_code = 0xffff;
-  uint16_t max_code = 0;
-  for (const uint16_t code : canonical.scales) {
-    min_code = std::min(min_code, code);
-    max_code = std::max(max_code, code);
+  uint16_t largest = 0;
+  for (const uint16_t slot : canonical.scales) {
+    largest = std::max<uint16_t>(largest, slot & magnitude);
   }
-  const int least = max_code - kE8m0Bias - kHalfExactMaxExponent;
-  const int most = min_code - kE8m0Bias - kHalfExactMinExponent;
-  return std::max(least, std::min(0, most));
+  return ScaleToFloat(canonical.spec.format, largest);
 }
 
 }  // namespace
@@ -66,28 +59,33 @@ ScaleConversion MakeScaleConversion(const QuantizedWeight& canonical) {
   const WeightSpec& spec = canonical.spec;
   ScaleConversion conversion;
   conversion.output_scale = spec.global_scale;
-  switch (Traits(spec.format).scale_type) {
+  // What the scales are multiplied by (see the header).
+  float factor = 1.0f;
+  if (HasFp4Codes(spec.format)) {
+    const float largest = LargestScale(canonical);
+    const int shift = largest > 0.0f ? std::ilogb(largest) - 1 : 0;
+    factor = std::ldexp(kFp4Rebias, -shift);
+    conversion.output_scale = std::ldexp(spec.global_scale, shift);
+  }
+  const ScaleType type = Traits(spec.format).scale_type;
+  switch (type) {
     case ScaleType::kFp16:
+      conversion.half_factor = factor;
       break;
-    case ScaleType::kE8m0: {
-      const int shift = E8m0ExponentShift(canonical);
-      conversion.output_scale = std::ldexp(spec.global_scale, shift);
-      conversion.by_table = true;
-      for (int code = 0; code < 256; ++code) {
-        conversion.half_of_code[code] =
-            FloatToHalf(std::ldexp(1.0f, code - kE8m0Bias - shift));
-      }
-      break;
-    }
+    case ScaleType::kE8m0:
     case ScaleType::kE4m3:
       conversion.by_table = true;
       for (int code = 0; code < 256; ++code) {
-        conversion.half_of_code[code] =
-            FloatToHalf(E4m3ToFloat(static_cast<uint8_t>(code)));
+        conversion.half_of_code[code] = FloatToHalf(
+            ScaleCodeToFloat(type, static_cast<uint8_t>(code)) * factor);
       }
       break;
   }
   return conversion;
+}
+
+uint16_t ConvertHalfScale(const ScaleConversion& conversion, uint16_t scale) {
+  return FloatToHalf(HalfToFloat(scale) * conversion.half_factor);
 }
 
 int64_t PaddedN(int64_t n) { return (n + kTileN - 1) / kTileN * kTileN; }
@@ -114,8 +112,9 @@ DeviceLayout MakeDeviceLayout(const QuantizedWeight& canonical) {
       const int shift = col % kBlock >= 8 ? 16 : 0;
       const int64_t row = group * spec.group_size;
       const uint16_t slot = canonical.Scale(row, col);
-      const uint16_t half =
-          conversion.by_table ? conversion.half_of_code[slot] : slot;
+      const uint16_t half = conversion.by_table
+                                ? conversion.half_of_code[slot]
+                                : ConvertHalfScale(conversion, slot);
       layout.scales[PairIndex(layout.padded_n, group, col)] |= uint32_t{half}
                                                                << shift;
       if (!layout.zeros.empty()) {

@@ -23,13 +23,16 @@
 //
 // Scales are [groups][N/16][8] pairs (fp16 bits of column g, then of column
 // g + 8), one 32-bit load per lane; zero points likewise as byte pairs.
-// The 8-bit scales become fp16 so that the kernels read one scale type:
-// E4M3 exactly, a global scale left to multiply C with (output_scale);
-// E8M0 2^x as 2^(x - shift), with the power of two
-// 2^shift in output_scale, the shift chosen so that fp4 codes times every
-// scale are exact in fp16 (x - shift in [-23, 13]). That holds when the
-// weight's scales span at most 2^36; beyond, the smallest lose bits or flush
-// to zero.
+// The 8-bit scales become fp16 so that the kernels read one scale type, and
+// a global scale is left to multiply C with (output_scale). The kernels read
+// fp4 codes as their values times 2^-14 (dequantize.cuh): one multiply per
+// pair of values fewer than rebiasing them. So the scales of formats with
+// fp4 codes carry 2^14 / 2^shift, and output_scale 2^shift, with shift the
+// exponent of the weight's largest scale less one, which keeps the largest
+// scale below 2^16 and every stored scale exact while it is a normal fp16
+// value. E4M3 scales then make exact fp16 products with every fp4 value;
+// E8M0 scales do while they lie within 2^24 of the weight's largest, and
+// smaller ones lose bits or flush to zero.
 //
 // Example:
 //   nibble::cuda::DeviceLayout layout = nibble::cuda::MakeDeviceLayout(w);
@@ -88,11 +91,14 @@ struct DeviceLayout {
 // read (see above), shared by the host layout and the GPU's (arrange_weight.h).
 struct ScaleConversion {
   float output_scale = 1.0f;
-  // Whether scales go through `half_of_code` (8-bit scale codes) or stay the
-  // fp16 bits they are.
+  // Whether scales go through `half_of_code` (8-bit scale codes) or are
+  // fp16 scales times `half_factor` (a power of two), rounded to nearest.
   bool by_table = false;
   std::array<uint16_t, 256> half_of_code{};
+  float half_factor = 1.0f;
 };
+// A fp16 scale through `conversion` (by_table false).
+uint16_t ConvertHalfScale(const ScaleConversion& conversion, uint16_t scale);
 // Requires a weight that passes Validate().
 ScaleConversion MakeScaleConversion(const QuantizedWeight& canonical);
 

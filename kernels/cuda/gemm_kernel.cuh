@@ -184,9 +184,6 @@ __global__ void __launch_bounds__(kThreads,
   constexpr int kRows = 8 * kRowTiles;
   // Where the accumulators are few, scales multiply group sums (see above).
   constexpr bool kScaleSums = kRowTiles <= 2;
-  // The group sums of fp4 codes in fp16 leave out kFp4CodeScale, which the
-  // group's scales bring back.
-  constexpr bool kUnscaledCodes = kScaleSums && kFp4CodesUnscaled<kFormat, T>;
   constexpr int kABytes = kRows * kStepK * 2;
   constexpr int kScaleRows = ScaleRowsPerStep(kFormat);
   constexpr int kStageBytes =
@@ -429,8 +426,7 @@ __global__ void __launch_bounds__(kThreads,
         for (int nb = 0; nb < kNBlocks; ++nb) {
           uint32_t b[4];
           if constexpr (kScaleSums) {
-            DequantizeCodes<kFormat, T, kUnscaledCodes>(word[nb][kk], zero[nb],
-                                                        b);
+            DequantizeCodes<kFormat, T>(word[nb][kk], zero[nb], b);
           } else {
             Dequantize<kFormat, T>(word[nb][kk], scale[nb], zero[nb], b);
           }
@@ -471,10 +467,6 @@ __global__ void __launch_bounds__(kThreads,
           for (int nb = 0; nb < kNBlocks; ++nb) {
             float2 column_scale = __half22float2(
                 *reinterpret_cast<const half2*>(&stage_scales(s)[pair_of(nb)]));
-            if constexpr (kUnscaledCodes) {
-              column_scale.x *= kFp4CodeScale;
-              column_scale.y *= kFp4CodeScale;
-            }
 #pragma unroll
             for (int rt = 0; rt < kRowTiles; ++rt) {
 #pragma unroll

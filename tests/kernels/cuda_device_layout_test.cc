@@ -45,6 +45,12 @@ TEST(FragmentSlotTest, EveryBlockPositionHasItsOwnSlot) {
   EXPECT_EQ(slots.size(), 256u);
 }
 
+// The kernels read fp4 codes as their values times 2^-14, and the layout's
+// scales carry the 2^14 (device_layout.h).
+float ScaleTheKernelsRead(WeightFormat format, uint16_t slot) {
+  return ScaleToFloat(format, slot) * (HasFp4Codes(format) ? kFp4Rebias : 1);
+}
+
 class DeviceLayoutTest : public ::testing::TestWithParam<WeightSpec> {};
 
 TEST_P(DeviceLayoutTest, HoldsEveryCodeScaleAndZeroWhereTheKernelsRead) {
@@ -77,7 +83,7 @@ TEST_P(DeviceLayoutTest, HoldsEveryCodeScaleAndZeroWhereTheKernelsRead) {
           const uint16_t scale = layout.scales[pair] >> (16 * half);
           if (col < spec.n) {
             EXPECT_EQ(HalfToFloat(scale) * layout.output_scale,
-                      ScaleToFloat(spec.format, weight.Scale(row, col)) *
+                      ScaleTheKernelsRead(spec.format, weight.Scale(row, col)) *
                           spec.global_scale)
                 << "group " << group << " col " << col;
           } else {
@@ -143,8 +149,8 @@ struct Mxfp4ScaleRange {
 
 class Mxfp4ScaleShiftTest : public ::testing::TestWithParam<Mxfp4ScaleRange> {};
 
-// fp4 codes (0.5 to 6) times every fp16 scale must be exact fp16 values:
-// scales in [2^-23, 2^13].
+// fp4 codes as the kernels read them (0.5 to 6 times 2^-14) times every
+// fp16 scale must be exact fp16 values: scales in [2^-9, 2^15].
 TEST_P(Mxfp4ScaleShiftTest, KeepsEveryFp4ProductExactInHalf) {
   const Mxfp4ScaleRange& range = GetParam();
   const WeightSpec spec{WeightFormat::kMxfp4, 256, 40, 32};
@@ -168,24 +174,23 @@ TEST_P(Mxfp4ScaleShiftTest, KeepsEveryFp4ProductExactInHalf) {
       const float scale = HalfToFloat(bits);
       const int64_t row = group * spec.group_size;
       EXPECT_EQ(scale * layout.output_scale,
-                ScaleToFloat(spec.format, weight.Scale(row, col)))
+                ScaleTheKernelsRead(spec.format, weight.Scale(row, col)))
           << "group " << group << " col " << col;
-      EXPECT_GE(scale, 0x1p-23f) << "group " << group << " col " << col;
-      EXPECT_LE(scale, 0x1p13f) << "group " << group << " col " << col;
+      EXPECT_GE(scale, 0x1p-9f) << "group " << group << " col " << col;
+      EXPECT_LE(scale, 0x1p15f) << "group " << group << " col " << col;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Ranges, Mxfp4ScaleShiftTest,
-    ::testing::Values(Mxfp4ScaleRange{119, 122, 0},   // RandomQuantizedWeight's
-                      Mxfp4ScaleRange{104, 140, 0},   // fp16's whole range
-                      Mxfp4ScaleRange{91, 127, -13},  // 2^-36 .. 1
-                      Mxfp4ScaleRange{0, 20, -104},   // 2^-127 ..
-                      Mxfp4ScaleRange{218, 254, 114}  // .. 2^127
+    ::testing::Values(Mxfp4ScaleRange{119, 122, -6},  // RandomQuantizedWeight's
+                      Mxfp4ScaleRange{98, 122, -6},   // 2^-29 .. 2^-5
+                      Mxfp4ScaleRange{0, 20, -108},   // 2^-127 ..
+                      Mxfp4ScaleRange{230, 254, 126}  // .. 2^127
                       ));
 
-// Scales more than 2^36 apart cannot all be exact: the largest stay so.
+// Scales more than 2^24 apart cannot all be exact: the largest stay so.
 TEST(Mxfp4ScaleShiftTest, KeepsTheLargestExactWhenTheyDoNotAllFit) {
   QuantizedWeight weight =
       RandomQuantizedWeight({WeightFormat::kMxfp4, 64, 16, 32}, 7);
@@ -193,9 +198,31 @@ TEST(Mxfp4ScaleShiftTest, KeepsTheLargestExactWhenTheyDoNotAllFit) {
   weight.scales[0] = 60;   // 2^-67, flushed
   weight.scales[1] = 160;  // 2^33
   const DeviceLayout layout = MakeDeviceLayout(weight);
-  EXPECT_EQ(layout.output_scale, 0x1p20f);
-  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(layout.scales[1])), 0x1p13f);
+  EXPECT_EQ(layout.output_scale, 0x1p32f);
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(layout.scales[1])), 0x1p15f);
   EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(layout.scales[0])), 0.0f);
+}
+
+// fp16 scales of fp4 codes take the same move: the largest lands in
+// [2^15, 2^16), whatever its size, and every scale stays exact.
+TEST(Fp4HalfScaleTest, MovesTheLargestBelowHalfsLargestValue) {
+  for (const float largest : {0x1.8p-17f, 0x1.4p-3f, 5.0f, 60000.0f}) {
+    SCOPED_TRACE(absl::StrCat("largest scale ", largest));
+    QuantizedWeight weight =
+        RandomQuantizedWeight({WeightFormat::kFp4, 64, 16, 32}, 11);
+    for (uint16_t& scale : weight.scales) {
+      scale = FloatToHalf(largest * 0x1p-6f);
+    }
+    weight.scales[3] = FloatToHalf(-largest);
+    const DeviceLayout layout = MakeDeviceLayout(weight);
+    const float stored = HalfToFloat(static_cast<uint16_t>(layout.scales[3]));
+    EXPECT_GE(-stored, 0x1p15f);
+    EXPECT_LT(-stored, 0x1p16f);
+    EXPECT_EQ(stored * layout.output_scale, -largest * kFp4Rebias);
+    EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(layout.scales[0])) *
+                  layout.output_scale,
+              largest * 0x1p-6f * kFp4Rebias);
+  }
 }
 
 }  // namespace
