@@ -95,6 +95,17 @@ def ratio(numerator, denominator):
     return numerator / denominator
 
 
+def warmup_text(machine, torch_machine):
+    """How long each tool ran its points before timing them, from their
+    machine lines; lines written before they said so give nothing."""
+    parts = []
+    for tool, line in (("nibble", machine), ("the baselines", torch_machine)):
+        seconds = line.get("steady_state_warmup_s")
+        if seconds is not None:
+            parts.append(f"{tool} {seconds:g} s")
+    return "; warmed up before timing: " + ", ".join(parts) if parts else ""
+
+
 def point_rows(points, baselines, key, verdicts):
     """The table's rows for one (format, group, k, n)."""
     _, _, k, n = key
@@ -219,7 +230,7 @@ def main(argv):
     args = parser.parse_args(argv)
 
     machine, nibble_rows = read_lines(args.nibble, required=True)
-    _, torch_rows = read_lines(args.torch, required=False)
+    torch_machine, torch_rows = read_lines(args.torch, required=False)
     points = {}  # (format, group, k, n) -> m -> variant -> row
     for r in nibble_rows:
         if r.get("backend") != "cuda":
@@ -235,7 +246,8 @@ def main(argv):
     if machine:
         out.append(f"nibble on {machine.get('gpu', '?')}, "
                    f"{machine.get('sms', '?')} SMs, copy bandwidth "
-                   f"{machine.get('copy_gbps', 0):.1f} GB/s\n")
+                   f"{machine.get('copy_gbps', 0):.1f} GB/s"
+                   f"{warmup_text(machine, torch_machine)}\n")
     out.append(TARGETS_TEXT + "\n")
     verdicts = Verdicts()
     for key, by_m in points.items():

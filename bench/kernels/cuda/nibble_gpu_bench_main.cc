@@ -778,6 +778,8 @@ std::string MachineJson(const cuda::DeviceInfo& device,
       ",\"memory_bytes\":", device.memory_bytes,
       ",\"copy_gbps\":", Number(copy.gbps), ",\"copy_bytes\":", copy.bytes,
       ",\"repeats\":", options.repeats, ",\"warmup\":", kWarmupLaunches,
+      ",\"steady_state_warmup_s\":",
+      Number(absl::ToDoubleSeconds(kSteadyStateWarmup)),
       ",\"chain_launches\":", kChainLaunches,
       ",\"overlap_launches\":", options.serialize_launches ? "false" : "true",
       "}}");

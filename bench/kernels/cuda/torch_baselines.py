@@ -276,6 +276,7 @@ def main(argv):
         "l2_bytes": l2_bytes, "memory_bytes": props.total_memory,
         "copy_gbps": round(copy_gbps, 3), "copy_bytes": copy_bytes,
         "repeats": args.repeats, "warmup": WARMUP_LAUNCHES,
+        "steady_state_warmup_s": STEADY_STATE_WARMUP_SECONDS,
         "torch": torch.__version__, "cuda": torch.version.cuda}}
     lines = [json.dumps(obj, separators=(",", ":")) for obj in
              [machine] + rows]

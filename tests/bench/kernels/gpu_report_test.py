@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench/kernels/cuda/gpu_report.py on made-up nibble-gpu-bench and
 torch_baselines.py rows: the floor and baseline verdicts on the pick's chain
-time, the pick's time over the weight read alone (x read), and rows written
-before nibble-gpu-bench timed that read or chains."""
+time, the pick's time over the weight read alone (x read), rows written
+before nibble-gpu-bench timed that read or chains, and the first line's
+warm-ups."""
 
 import json
 import os
@@ -34,25 +35,31 @@ def baseline_row(kernel, m, median_us):
             "n": 28672, "median_us": median_us}
 
 
-def write_lines(path, rows):
+def write_lines(path, rows, machine_fields=None):
+    machine = {"gpu": "test", "sms": 132, "copy_gbps": 3000.0}
+    machine.update(machine_fields or {})
     with open(path, "w") as f:
-        f.write(json.dumps({"machine": {"gpu": "test", "sms": 132,
-                                        "copy_gbps": 3000.0}}) + "\n")
+        f.write(json.dumps({"machine": machine}) + "\n")
         for row in rows:
             f.write(json.dumps(row) + "\n")
 
 
-def report(rows, baselines=()):
-    """gpu_report.py's exit status and its table's rows, cell by cell."""
+def run_report(rows, baselines=(), machine_fields=None):
+    """gpu_report.py's exit status and its output's lines."""
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "nibble.jsonl")
-        write_lines(path, rows)
+        write_lines(path, rows, machine_fields)
         torch_path = os.path.join(directory, "torch.jsonl")
         if baselines:
-            write_lines(torch_path, baselines)
+            write_lines(torch_path, baselines, machine_fields)
         result = subprocess.run([sys.executable, REPORT, path, torch_path],
                                 capture_output=True, text=True)
-    lines = result.stdout.splitlines()
+    return result.returncode, result.stdout.splitlines()
+
+
+def report(rows, baselines=()):
+    """gpu_report.py's exit status and its table's rows, cell by cell."""
+    returncode, lines = run_report(rows, baselines)
     header = next(i for i, line in enumerate(lines)
                   if line.split()[:2] == ["M", "pick"])
     table = []
@@ -60,7 +67,7 @@ def report(rows, baselines=()):
         if not line.strip():
             break
         table.append(line.split())
-    return result.returncode, lines[header].split(), table
+    return returncode, lines[header].split(), table
 
 
 class GpuReportTest(unittest.TestCase):
@@ -108,6 +115,17 @@ class GpuReportTest(unittest.TestCase):
             [baseline_row("torch_int4pack_bf16_g128", 1, 22.0)])
         (one,) = table
         self.assertEqual(one[-2:], ["0.88", "MISS"])
+
+    def test_the_first_line_says_how_long_each_tool_warmed_up(self):
+        rows = [bench_row(1, "double_buffered", 47.0, True, 43.5)]
+        baselines = [baseline_row("cublas_fp16", 1, 150.0)]
+        _, lines = run_report(rows, baselines, {"steady_state_warmup_s": 2.0})
+        self.assertTrue(lines[0].endswith(
+            "; warmed up before timing: nibble 2 s, the baselines 2 s"),
+            lines[0])
+        _, lines = run_report(rows, baselines)
+        self.assertTrue(lines[0].endswith("copy bandwidth 3000.0 GB/s"),
+                        lines[0])
 
 
 if __name__ == "__main__":
