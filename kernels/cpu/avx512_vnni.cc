@@ -9,7 +9,9 @@
 // scale s = max |a| / 127. B stays exact: each code becomes a byte u with
 // (u - offset) * factor its value (Int8CodesOf), so a segment's int32 sums
 // Σ q·u, less offset · Σ q, times s, B's group scale and factor, add that
-// segment's part of C. Only A's rounding errs: per element of C at most
+// segment's part of C. Where the offset is the same for every column (no
+// zero points), the sums start at -offset · Σ q instead, one fp32 operation
+// per 16 sums fewer. Only A's rounding errs: per element of C at most
 // (max_k |A[i, k]| / 254) · Σ_k |B[k, j]|, plus fp32 accumulation.
 //
 // The codes need no buffer: a packed word's low nibbles are the codes of rows
@@ -162,11 +164,13 @@ Int8Activations QuantizeActivations(const float* a, int64_t m, int64_t k,
 
 // What one microkernel call reads of a segment: `words` packed words of each
 // of the block's panels (missing panels read zeros), and per block column
-// the offset and B's scale (group scale, global scale and factor).
+// B's scale (group scale, global scale and factor) and, with zero points,
+// the offset.
 struct SegmentOperands {
   const uint32_t* codes[kBlockPanels];
   int64_t words;
   __m512i table;  // Int8Codes::bytes in each 128-bit lane
+  int offset;     // every column's, without zero points
   const float* offsets;
   const float* scales;
 };
@@ -208,7 +212,7 @@ template <int kRows>
   }
 }
 
-template <bool kLookup, int kRows>
+template <bool kLookup, bool kZeroPoints, int kRows>
 [[gnu::noinline]] void MultiplyRows(const SegmentOperands& segment,
                                     const int8_t* a, int64_t k,
                                     const float* a_scales, const float* a_sums,
@@ -216,8 +220,13 @@ template <bool kLookup, int kRows>
   const __m512i nibbles = _mm512_set1_epi8(0x0f);
   __m512i sums[kRows][kBlockPanels];
 #pragma GCC unroll 8
-  for (auto& sum_row : sums) {
-    for (__m512i& sum : sum_row) sum = _mm512_setzero_si512();
+  for (int r = 0; r < kRows; ++r) {
+    const __m512i start =
+        kZeroPoints
+            ? _mm512_setzero_si512()
+            : _mm512_set1_epi32(-segment.offset *
+                                static_cast<int32_t>(a_sums[r * stride]));
+    for (__m512i& sum : sums[r]) sum = start;
   }
   // A segment has at least one word; a do-while keeps GCC from spilling the
   // sums around a loop that might not run.
@@ -248,9 +257,11 @@ template <bool kLookup, int kRows>
     const __m512 a_sum = _mm512_set1_ps(a_sums[r * stride]);
 #pragma GCC unroll 8
     for (int p = 0; p < kBlockPanels; ++p) {
-      const __m512 products =
-          _mm512_fnmadd_ps(_mm512_load_ps(segment.offsets + p * kWidth), a_sum,
-                           _mm512_cvtepi32_ps(sums[r][p]));
+      __m512 products = _mm512_cvtepi32_ps(sums[r][p]);
+      if constexpr (kZeroPoints) {
+        products = _mm512_fnmadd_ps(
+            _mm512_load_ps(segment.offsets + p * kWidth), a_sum, products);
+      }
       float* out = acc + r * kBlockWidth + p * kWidth;
       _mm512_storeu_ps(
           out, _mm512_fmadd_ps(
@@ -262,17 +273,17 @@ template <bool kLookup, int kRows>
   }
 }
 
-template <bool kLookup, int kRows = kRowStep>
+template <bool kLookup, bool kZeroPoints, int kRows = kRowStep>
 void Multiply(int64_t rows, const SegmentOperands& segment, const int8_t* a,
               int64_t k, const float* a_scales, const float* a_sums,
               int64_t stride, float* acc) {
   if constexpr (kRows > 0) {
     if (rows == kRows) {
-      MultiplyRows<kLookup, kRows>(segment, a, k, a_scales, a_sums, stride,
-                                   acc);
+      MultiplyRows<kLookup, kZeroPoints, kRows>(segment, a, k, a_scales, a_sums,
+                                                stride, acc);
     } else {
-      Multiply<kLookup, kRows - 1>(rows, segment, a, k, a_scales, a_sums,
-                                   stride, acc);
+      Multiply<kLookup, kZeroPoints, kRows - 1>(rows, segment, a, k, a_scales,
+                                                a_sums, stride, acc);
     }
   }
 }
@@ -312,6 +323,7 @@ void RunInt8(const PackedWeight& b, const Int8Codes& int8_codes,
             SegmentOperands operands{.codes = {},
                                      .words = segments[s].len / kCodesPerWord,
                                      .table = table,
+                                     .offset = int8_codes.offset,
                                      .offsets = offsets,
                                      .scales = scales};
             for (int64_t p = 0; p < kBlockPanels; ++p) {
@@ -330,8 +342,6 @@ void RunInt8(const PackedWeight& b, const Int8Codes& int8_codes,
                   offset = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(
                           b.panel_zeros(panel) + group * kWidth))));
-                } else {
-                  offset = _mm512_set1_ps(int8_codes.offset);
                 }
               }
               _mm512_store_ps(offsets + p * kWidth, offset);
@@ -351,11 +361,12 @@ void RunInt8(const PackedWeight& b, const Int8Codes& int8_codes,
               }
             }
             for (int64_t row = 0; row < m; row += kRowStep) {
-              Multiply<kLookup>(std::min(kRowStep, m - row), operands,
-                                a.codes.data() + row * spec.k + segments[s].k,
-                                spec.k, a.scales.data() + row * count + s,
-                                a.sums.data() + row * count + s, count,
-                                acc.data() + row * kBlockWidth);
+              Multiply<kLookup, HasZeros(kFormat)>(
+                  std::min(kRowStep, m - row), operands,
+                  a.codes.data() + row * spec.k + segments[s].k, spec.k,
+                  a.scales.data() + row * count + s,
+                  a.sums.data() + row * count + s, count,
+                  acc.data() + row * kBlockWidth);
             }
           }
           StoreBlockColumns(acc.data(), kBlockWidth, m, spec.n,
