@@ -254,13 +254,13 @@ template <bool kLookup, bool kZeroPoints, int kRows>
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     const __m512 a_scale = _mm512_set1_ps(a_scales[r * stride]);
-    const __m512 a_sum = _mm512_set1_ps(a_sums[r * stride]);
 #pragma GCC unroll 8
     for (int p = 0; p < kBlockPanels; ++p) {
       __m512 products = _mm512_cvtepi32_ps(sums[r][p]);
       if constexpr (kZeroPoints) {
-        products = _mm512_fnmadd_ps(
-            _mm512_load_ps(segment.offsets + p * kWidth), a_sum, products);
+        products =
+            _mm512_fnmadd_ps(_mm512_load_ps(segment.offsets + p * kWidth),
+                             _mm512_set1_ps(a_sums[r * stride]), products);
       }
       float* out = acc + r * kBlockWidth + p * kWidth;
       _mm512_storeu_ps(
